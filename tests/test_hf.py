@@ -1,0 +1,238 @@
+"""Tests of arenum.models.hf on a tiny randomly initialised GPT-2 (no downloads)."""
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from arenum.models.hf import CausalLMOracle  # noqa: E402
+
+V = 24
+BOS, EOS = 0, 1
+
+
+def tiny_gpt2(vocab: int = V, seed: int = 0, std: float = 0.3, bos=BOS, eos=EOS):
+    """A 2-layer GPT-2 with weights drawn from a seeded generator (std large enough for peaked dists)."""
+    cfg = transformers.GPT2Config(
+        vocab_size=vocab, n_positions=32, n_embd=32, n_layer=2, n_head=2, bos_token_id=bos, eos_token_id=eos
+    )
+    model = transformers.GPT2LMHeadModel(cfg)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if p.dim() > 1:
+                p.copy_(torch.randn(p.shape, generator=gen) * std)
+    return model.eval()
+
+
+class CharTokenizer:
+    """Minimal tokenizer stand-in: one token per character of a fixed alphabet."""
+
+    def __init__(self, alphabet: str, bos=BOS, eos=EOS):
+        self.alphabet = alphabet
+        self.bos_token_id = bos
+        self.eos_token_id = eos
+        self.offset = 2  # ids 0, 1 are BOS / EOS
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [self.alphabet.index(c) + self.offset for c in text]
+
+    def decode(self, ids) -> str:
+        return "".join(self.alphabet[i - self.offset] if i >= self.offset else "" for i in ids)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_gpt2()
+
+
+def reference(model, context: list[int]) -> np.ndarray:
+    """Plain full-sequence forward, no cache, float64 log-softmax of the last position."""
+    with torch.no_grad():
+        logits = model(torch.tensor([context]), use_cache=False).logits[0, -1]
+    return torch.log_softmax(logits.double(), -1).numpy()
+
+
+PROMPT = [5, 9, 2]
+
+
+def all_prefixes(depth: int, vocab: int = V):
+    return [tuple(p) for p in itertools.product(range(vocab), repeat=depth)]
+
+
+# ---------------------------------------------------------------------------------------------
+def test_kv_levelwise_matches_full_forward(model):
+    o = CausalLMOracle(model, prompt=PROMPT)
+    assert o.V == V
+    levels = [[()], all_prefixes(1), all_prefixes(2)[::7], [p + (t,) for p in all_prefixes(2)[::7][:12] for t in range(V)]]
+    for depth, prefixes in enumerate(levels):
+        got = o.batch_next_logprobs(prefixes)
+        assert got.shape == (len(prefixes), V) and got.dtype == np.float64
+        want = np.stack([reference(model, PROMPT + list(p)) for p in prefixes])
+        assert np.abs(got - want).max() < 1e-4, depth
+    # level-wise calls after level 1: every prefix of depth >= 1 found its parent's KV
+    assert o.stats.kv_misses == 0
+    assert o.stats.kv_hits == sum(len(level) for level in levels)
+
+
+def test_one_token_per_prefix_when_parent_cached(model):
+    o = CausalLMOracle(model, prompt=PROMPT, forward_batch_size=64)
+    o.batch_next_logprobs(all_prefixes(1))
+    o.reset_stats()
+    level2 = all_prefixes(2)[:100]
+    o.batch_next_logprobs(level2)
+    assert o.stats.tokens_computed == len(level2)
+    assert o.stats.forward_calls == 2  # 100 rows in chunks of 64
+    assert o.stats.forward_seconds <= o.stats.callback_seconds
+
+
+def test_mixed_hits_misses_lengths_and_evictions(model):
+    o = CausalLMOracle(model, prompt=PROMPT, forward_batch_size=5)
+    o.batch_next_logprobs([(3,), (4,), (7,)])  # caches KV of three depth-1 prefixes
+    batch = [(3, 1), (8, 2), (4, 4), (), (7, 0, 5), (11, 2), (3, 1, 1), (4,), (3, 9)]
+    got = o.batch_next_logprobs(batch)
+    want = np.stack([reference(model, PROMPT + list(p)) for p in batch])
+    assert np.abs(got - want).max() < 1e-4
+    assert o.stats.kv_misses > 0 and o.stats.kv_hits > 0
+    # a tiny cache bound forces evictions; results stay exact and memory stays under the bound
+    small = CausalLMOracle(model, prompt=PROMPT, forward_batch_size=4, kv_cache_bytes=3 * 4 * o.kv_bytes_per_token * 2)
+    lv1 = all_prefixes(1)
+    small.batch_next_logprobs(lv1)
+    lv2 = [p + (t,) for p in lv1 for t in (0, 5)]
+    got = small.batch_next_logprobs(lv2)
+    want = np.stack([reference(model, PROMPT + list(p)) for p in lv2])
+    assert np.abs(got - want).max() < 1e-4
+    assert small.stats.kv_evictions > 0 and small.stats.kv_misses > 0
+    assert small.kv_cache_used_bytes <= small.kv_cache_bytes
+
+
+def test_kv_reuse_off_matches(model):
+    on = CausalLMOracle(model, prompt=PROMPT)
+    off = CausalLMOracle(model, prompt=PROMPT, kv_reuse=False)
+    prefixes = [(), (1,), (2, 3), (4, 5, 6), (7, 8, 9)]
+    assert np.abs(on.batch_next_logprobs(prefixes) - off.batch_next_logprobs(prefixes)).max() < 1e-4
+    seqs = [(1,), (2, 3), (4, 5, 6), (6, 5, 4), ()]
+    assert np.abs(on.score_sequences(seqs) - off.score_sequences(seqs)).max() < 1e-4
+    assert np.abs(on.all_position_logprobs((4, 5, 6)) - off.all_position_logprobs((4, 5, 6))).max() < 1e-4
+    assert off.stats.kv_hits == 1  # only the empty prefix
+
+
+def test_score_sequences_equals_summed_next_logprobs(model):
+    o = CausalLMOracle(model, prompt=PROMPT, forward_batch_size=7)
+    rng = np.random.default_rng(1)
+    seqs = [tuple(int(t) for t in rng.integers(0, V, size=L)) for L in (1, 2, 2, 3, 3, 3, 4, 5) for _ in range(4)]
+    seqs.append(())
+    got = o.score_sequences(seqs)
+    assert got.shape == (len(seqs),) and got.dtype == np.float64
+    for s, g in zip(seqs, got):
+        want = 0.0
+        for d in range(len(s)):
+            want += reference(model, PROMPT + list(s[:d]))[s[d]]
+        assert abs(g - want) < 1e-4
+        assert abs(g - sum(o.next_logprobs(s[:d])[s[d]] for d in range(len(s)))) < 1e-4
+    assert got[-1] == 0.0
+
+
+def test_all_position_logprobs_rows(model):
+    o = CausalLMOracle(model, prompt=PROMPT)
+    seq = (4, 17, 0, 9)
+    rows = o.all_position_logprobs(seq)
+    assert rows.shape == (4, V)
+    for d in range(4):
+        assert np.abs(rows[d] - o.next_logprobs(seq[:d])).max() < 1e-4
+    assert o.all_position_logprobs(()).shape == (0, V)
+    assert abs(rows[np.arange(4), list(seq)].sum() - o.score_sequences([seq])[0]) < 1e-9
+
+
+def test_prompt_conditioning(model):
+    tok = CharTokenizer("abcdefghijklmnopqrstuv")
+    a = CausalLMOracle(model, tok, prompt="abc")
+    assert a.prompt_ids == [2, 3, 4]
+    b = a.with_prompt("hello")
+    c = CausalLMOracle(model, tok)  # no prompt: BOS
+    assert c.prompt_ids == [BOS]
+    for o in (a, b, c):
+        for p in [(), (6,), (6, 7)]:
+            assert np.abs(o.next_logprobs(p) - reference(model, o.prompt_ids + list(p))).max() < 1e-4
+    assert np.abs(a.next_logprobs(()) - b.next_logprobs(())).max() > 1e-3
+    assert np.abs(a.next_logprobs((6,)) - c.next_logprobs((6,))).max() > 1e-3
+    assert a.decode((2, 3, 1)) == "ab"
+    assert CausalLMOracle(model, prompt=[7]).decode((3, 4)) == "3 4"
+    assert a.eos == EOS and CausalLMOracle(model, tok, eos=None).eos is None
+
+
+def test_logit_scale_and_low_precision(model):
+    o = CausalLMOracle(model, prompt=PROMPT, logit_scale=2.5)
+    with torch.no_grad():
+        logits = model(torch.tensor([PROMPT + [3]])).logits[0, -1].double()
+    assert np.abs(o.next_logprobs((3,)) - torch.log_softmax(2.5 * logits, -1).numpy()).max() < 1e-4
+    half = CausalLMOracle(tiny_gpt2(), prompt=PROMPT, dtype="bfloat16")
+    assert half.dtype == torch.bfloat16
+    rows = half.batch_next_logprobs([(1,), (2,)])
+    assert rows.dtype == np.float64 and np.all(np.isfinite(rows))
+    # log-softmax done in float64: rows normalise to float64 precision even with bf16 weights
+    assert np.abs(np.exp(rows).sum(axis=1) - 1).max() < 1e-12
+    ref = np.stack([reference(model, PROMPT + [t]) for t in (1, 2)])
+    assert np.abs(rows - ref).max() < 0.5  # same model up to bf16 rounding
+
+
+def test_invalid_inputs(model):
+    no_special = tiny_gpt2(bos=None, eos=None)
+    with pytest.raises(ValueError, match="no prompt and no BOS"):
+        CausalLMOracle(no_special)
+    with pytest.raises(ValueError, match="no prompt and no BOS"):
+        CausalLMOracle(no_special, prompt=[])
+    assert CausalLMOracle(no_special, prompt=[3]).eos is None  # fixed-length mode
+    with pytest.raises(ValueError, match="unknown dtype"):
+        CausalLMOracle(model, prompt=PROMPT, dtype="float13")
+    with pytest.raises(ValueError, match="floating-point"):
+        CausalLMOracle(model, prompt=PROMPT, dtype=torch.int32)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        CausalLMOracle(tiny_gpt2(bos=50256, eos=50256))  # GPT-2 default ids in a 24-token vocab
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        CausalLMOracle(model, prompt=[3, 99])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        CausalLMOracle(model, prompt=PROMPT, eos=V)
+    with pytest.raises(ValueError, match="needs a tokenizer"):
+        CausalLMOracle(model, prompt="text")
+    with pytest.raises(ValueError, match="logit_scale"):
+        CausalLMOracle(model, prompt=PROMPT, logit_scale=0)
+    with pytest.raises(ValueError, match="kv_cache_bytes"):
+        CausalLMOracle(model, prompt=PROMPT, kv_cache_bytes=-1)
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        CausalLMOracle("gpt2")
+    o = CausalLMOracle(model, prompt=PROMPT)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        o.next_logprobs((V,))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        o.score_sequences([(1, -1)])
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="cuda"):
+            CausalLMOracle(model, prompt=PROMPT, device="cuda")
+
+
+def test_from_pretrained_local_only(tmp_path, model):
+    tokenizers = pytest.importorskip("tokenizers")
+    words = ["<s>", "</s>"] + [f"w{i}" for i in range(V - 2)]
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="w0"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>")
+    model.save_pretrained(tmp_path)
+    hf_tok.save_pretrained(tmp_path)
+    o = CausalLMOracle.from_pretrained(tmp_path, prompt="w3 w7")
+    assert o.prompt_ids == [5, 9] and o.eos == EOS and o.bos_token_id == BOS
+    assert np.abs(o.next_logprobs((4,)) - reference(model, [5, 9, 4])).max() < 1e-4
+    assert o.decode((5, 9)) == "w3 w7"
+    with pytest.raises(FileNotFoundError, match="local"):
+        CausalLMOracle.from_pretrained(tmp_path / "missing")
+
+
+def test_import_arenum_does_not_import_torch():
+    code = "import sys, arenum, arenum.models; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
