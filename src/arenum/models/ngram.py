@@ -1,0 +1,941 @@
+"""Smoothed n-gram model over characters or arbitrary hashable tokens, numpy only.
+
+:class:`NGramModel` is fitted from a corpus with :meth:`NGramModel.fit` and exposes the callbacks
+:class:`arenum.AutoregressiveEnumerable` accepts (``next_logprobs``, ``batch_next_logprobs``,
+``score_sequences``, ``all_position_logprobs``), plus ``encode``/``decode`` and a pickle-free
+``save``/``load``.  See ``docs/ngram.md`` for the formulas and the file format.
+
+Token ids are ``0..V-1``: the corpus symbols first (sorted when they are mutually orderable, else in
+order of first appearance), then the end-of-sequence token ``eos``, then ``unk`` when the model
+was fitted with ``unknown="unk"``.  The start-of-sequence padding symbol ``BOS`` only ever appears
+in contexts; it has the internal id ``V`` and is never predicted.
+"""
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+from collections import OrderedDict
+from itertools import chain
+from typing import Any, Hashable, Iterable, Sequence
+
+import numpy as np
+
+from .._validate import exact_int
+
+__all__ = ["NGramModel"]
+
+_SMOOTHINGS = ("kn", "wb", "addk")
+_UNKNOWN_MODES = ("error", "unk")
+_FORMAT = "arenum.ngram"
+_FORMAT_VERSION = 1
+_MAX_ORDER = 8
+_INT64_MAX = 2**63 - 1
+
+
+# ----------------------------------------------------------------------------------- validation
+def _real(name: str, value: Any, *, lo: float, hi: float, lo_open: bool, hi_open: bool) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    f = float(value)
+    ok = math.isfinite(f) and (f > lo if lo_open else f >= lo) and (f < hi if hi_open else f <= hi)
+    if not ok:
+        lb = "(" if lo_open else "["
+        rb = ")" if hi_open else "]"
+        raise ValueError(f"{name} must be in {lb}{lo}, {hi}{rb}, got {value!r}")
+    return f
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        listed = ", ".join(repr(a) for a in allowed)
+        raise ValueError(f"{name} must be one of {listed}; got {value!r}")
+    return value
+
+
+# ------------------------------------------------------------------------ token (de)serializing
+def _tag(tok: Any) -> Any:
+    """JSON form of a token, with its type kept so that the load gives back an equal token."""
+    if isinstance(tok, (bool, np.bool_)):
+        return ["b", bool(tok)]
+    if isinstance(tok, str):
+        return ["s", str(tok)]
+    if isinstance(tok, numbers.Integral):
+        return ["i", int(tok)]
+    if isinstance(tok, numbers.Real):
+        return ["f", float(tok)]
+    if tok is None:
+        return ["n"]
+    if isinstance(tok, bytes):
+        return ["y", tok.hex()]
+    if isinstance(tok, tuple):
+        return ["t", [_tag(t) for t in tok]]
+    if isinstance(tok, frozenset):
+        return ["z", [_tag(t) for t in tok]]
+    raise TypeError(
+        f"cannot save a token of type {type(tok).__name__} ({tok!r}); supported token types are "
+        "str, int, float, bool, None, bytes, and tuples/frozensets of those"
+    )
+
+
+def _untag(obj: Any) -> Any:
+    kind = obj[0]
+    if kind == "s":
+        return obj[1]
+    if kind == "i":
+        return int(obj[1])
+    if kind == "b":
+        return bool(obj[1])
+    if kind == "f":
+        return float(obj[1])
+    if kind == "n":
+        return None
+    if kind == "y":
+        return bytes.fromhex(obj[1])
+    if kind == "t":
+        return tuple(_untag(t) for t in obj[1])
+    if kind == "z":
+        return frozenset(_untag(t) for t in obj[1])
+    raise ValueError(f"unknown token tag {kind!r} in model file")
+
+
+# ------------------------------------------------------------------------------------ LRU cache
+class _LRU:
+    __slots__ = ("_d", "maxsize")
+
+    def __init__(self, maxsize: int) -> None:
+        self._d: OrderedDict = OrderedDict()
+        self.maxsize = maxsize
+
+    def get(self, key: Any) -> Any:
+        d = self._d
+        val = d.get(key)
+        if val is not None:
+            d.move_to_end(key)
+        return val
+
+    def put(self, key: Any, val: Any) -> None:
+        d = self._d
+        d[key] = val
+        d.move_to_end(key)
+        if len(d) > self.maxsize:
+            d.popitem(last=False)
+
+    def clear(self) -> None:
+        self._d.clear()
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+def _concat_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(a, b) for a, b in zip(lo, hi)])``, vectorized."""
+    lengths = hi - lo
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    return np.repeat(lo - starts, lengths) + np.arange(total, dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------------------- model
+class NGramModel:
+    """An interpolated n-gram model over characters or hashable tokens.
+
+    Build one with :meth:`fit` (or :meth:`load`).  Every context, seen or not, gives a proper
+    distribution over all ``vocab_size`` token ids, ``eos`` included.  The callbacks take and
+    return token ids; :meth:`encode` and :meth:`decode` convert from and to symbols.
+
+    Character model: the corpus is an iterable of ``str`` and each character is a token.
+    Token model: the corpus is an iterable of sequences of hashable tokens (words, ints, ...).
+
+    >>> m = NGramModel.fit(["abc", "abd", "bc"], order=2)
+    >>> m.vocab, m.eos
+    (['a', 'b', 'c', 'd', '</s>'], 4)
+    >>> m.encode("abd")
+    (0, 1, 3, 4)
+    >>> m.decode((0, 1, 3, 4))
+    'abd'
+    >>> lp = m.next_logprobs((0,))  # after "a": dense log-probs over all 5 ids
+    >>> int(lp.argmax()), round(float(np.exp(lp).sum()), 12)
+    (1, 1.0)
+    """
+
+    EOS_SYMBOL = "</s>"
+    UNK_SYMBOL = "<unk>"
+    #: ``decode`` of a character model writes this character for the ``unk`` id.
+    UNK_CHAR = "\ufffd"
+
+    # The constructor is internal: use fit() or load().
+    def __init__(
+        self,
+        *,
+        order: int,
+        smoothing: str,
+        discount: float,
+        k: float,
+        unknown: str,
+        kind: str,
+        symbols: list,
+        ctx_keys: list[np.ndarray],
+        ptr: list[np.ndarray],
+        words: list[np.ndarray],
+        counts: list[np.ndarray],
+        n_sequences: int,
+        n_tokens: int,
+        cache_size: int | None = None,
+    ) -> None:
+        self._order = order
+        self._smoothing = smoothing
+        self._discount = discount
+        self._k = k
+        self._unknown = unknown
+        self._kind = kind
+        self._symbols = list(symbols)
+        self._sym_to_id = {s: i for i, s in enumerate(self._symbols)}
+        n_sym = len(self._symbols)
+        self._eos = n_sym
+        self._unk = n_sym + 1 if unknown == "unk" else None
+        self._V = n_sym + (2 if unknown == "unk" else 1)
+        self._B = self._V + 1  # radix of context keys (tokens plus BOS)
+        self._bos = self._V
+        self._ctx_keys = [np.ascontiguousarray(a, dtype=np.int64) for a in ctx_keys]
+        self._ptr = [np.ascontiguousarray(a, dtype=np.int64) for a in ptr]
+        self._words = [np.ascontiguousarray(a, dtype=np.int64) for a in words]
+        self._counts = [np.ascontiguousarray(a, dtype=np.int64) for a in counts]
+        self._check_tables()
+        self._tot = []
+        self._types = []
+        for p, c in zip(self._ptr, self._counts):
+            self._types.append(np.diff(p))
+            self._tot.append(np.add.reduceat(c, p[:-1]) if len(c) else np.zeros(0, np.int64))
+        self.n_sequences = int(n_sequences)
+        self.n_tokens = int(n_tokens)
+        if cache_size is None:
+            cache_size = int(min(1 << 16, max(256, (1 << 27) // (8 * self._V))))
+        self._row_cache = _LRU(cache_size)  # (depth, ctx id) -> read-only log-prob row
+        self._ctx_cache = _LRU(cache_size)  # last order-1 token ids -> same row object
+
+    # ------------------------------------------------------------------------------ properties
+    @property
+    def order(self) -> int:
+        """n: each token is predicted from the ``order - 1`` tokens before it."""
+        return self._order
+
+    @property
+    def smoothing(self) -> str:
+        """``"kn"``, ``"wb"`` or ``"addk"``."""
+        return self._smoothing
+
+    @property
+    def discount(self) -> float:
+        """Kneser-Ney absolute discount D."""
+        return self._discount
+
+    @property
+    def k(self) -> float:
+        """Add-k pseudo-count."""
+        return self._k
+
+    @property
+    def unknown(self) -> str:
+        """``"error"`` or ``"unk"``: what :meth:`encode` does with a symbol not in the vocabulary."""
+        return self._unknown
+
+    @property
+    def kind(self) -> str:
+        """``"char"`` (fitted on strings) or ``"token"`` (fitted on token sequences)."""
+        return self._kind
+
+    @property
+    def vocab(self) -> list:
+        """Symbol of each token id; ``vocab[eos]`` is ``"</s>"`` and ``vocab[unk]`` ``"<unk>"``."""
+        out = list(self._symbols) + [self.EOS_SYMBOL]
+        if self._unk is not None:
+            out.append(self.UNK_SYMBOL)
+        return out
+
+    @property
+    def vocab_size(self) -> int:
+        """V, the number of token ids (corpus symbols + EOS [+ UNK])."""
+        return self._V
+
+    @property
+    def eos(self) -> int:
+        """Token id of the end-of-sequence symbol."""
+        return self._eos
+
+    @property
+    def unk(self) -> int | None:
+        """Token id of the unknown symbol, or None when fitted with ``unknown="error"``."""
+        return self._unk
+
+    @property
+    def num_contexts(self) -> list[int]:
+        """Number of distinct observed contexts of length 0, 1, ..., order-1."""
+        return [1] + [len(k) for k in self._ctx_keys[1:]]
+
+    @property
+    def cache_size(self) -> int:
+        """Maximum number of cached distribution rows (LRU)."""
+        return self._row_cache.maxsize
+
+    @cache_size.setter
+    def cache_size(self, value: int) -> None:
+        value = exact_int("cache_size", value, minimum=1)
+        self._row_cache.maxsize = value
+        self._ctx_cache.maxsize = value
+        self.clear_cache()
+
+    def clear_cache(self) -> None:
+        """Drop the cached distributions (they are recomputed identically on demand)."""
+        self._row_cache.clear()
+        self._ctx_cache.clear()
+
+    def __repr__(self) -> str:
+        return (
+            f"NGramModel(kind={self._kind!r}, order={self._order}, smoothing={self._smoothing!r}, "
+            f"vocab_size={self._V}, n_sequences={self.n_sequences})"
+        )
+
+    # ------------------------------------------------------------------------------------- fit
+    @classmethod
+    def fit(
+        cls,
+        corpus: Iterable[str] | Iterable[Sequence[Hashable]],
+        order: int = 4,
+        smoothing: str = "kn",
+        *,
+        discount: float = 0.75,
+        k: float = 1.0,
+        unknown: str = "error",
+    ) -> "NGramModel":
+        """Fit a model to ``corpus``.
+
+        Args:
+            corpus: an iterable of strings (character model) or of token sequences (token
+                model; tokens must be hashable).  Each item is one sequence; EOS is appended.
+            order: n, an integer in [1, 8].
+            smoothing: ``"kn"`` (interpolated Kneser-Ney), ``"wb"`` (interpolated Witten-Bell)
+                or ``"addk"`` (add-k on the full context).
+            discount: Kneser-Ney discount D, in (0, 1].
+            k: add-k pseudo-count, > 0.
+            unknown: ``"error"`` (``encode`` raises on unseen symbols) or ``"unk"`` (reserve an
+                ``unk`` id that receives smoothed probability mass).
+        """
+        order = exact_int("order", order, minimum=1, maximum=_MAX_ORDER)
+        smoothing = _choice("smoothing", smoothing, _SMOOTHINGS)
+        discount = _real("discount", discount, lo=0.0, hi=1.0, lo_open=True, hi_open=False)
+        k = _real("k", k, lo=0.0, hi=math.inf, lo_open=True, hi_open=True)
+        unknown = _choice("unknown", unknown, _UNKNOWN_MODES)
+        if isinstance(corpus, (str, bytes)):
+            raise TypeError(
+                "corpus must be an iterable of sequences (e.g. a list of strings), not a single "
+                f"{type(corpus).__name__}"
+            )
+        try:
+            items = list(corpus)
+        except TypeError:
+            raise TypeError(
+                f"corpus must be an iterable of strings or token sequences, got "
+                f"{type(corpus).__name__}"
+            ) from None
+        if not items:
+            raise ValueError("corpus is empty: need at least one sequence to fit")
+
+        if isinstance(items[0], str):
+            kind = "char"
+            symbols, ids, lengths = _encode_char_corpus(items)
+        else:
+            kind = "token"
+            symbols, ids, lengths = _encode_token_corpus(items)
+
+        n_sym = len(symbols)
+        V = n_sym + (2 if unknown == "unk" else 1)
+        tables = _count(ids, lengths, order=order, V=V, eos=n_sym, smoothing=smoothing)
+        return cls(
+            order=order,
+            smoothing=smoothing,
+            discount=discount,
+            k=k,
+            unknown=unknown,
+            kind=kind,
+            symbols=symbols,
+            n_sequences=len(lengths),
+            n_tokens=int(lengths.sum()),
+            **tables,
+        )
+
+    # ---------------------------------------------------------------------- encode / decode
+    def encode(self, text_or_tokens: str | Iterable[Hashable], *, eos: bool = True) -> tuple:
+        """Token ids of a string (character model) or token sequence, EOS appended if ``eos``.
+
+        A symbol that is not in the vocabulary raises ``ValueError`` (naming the symbol and its
+        position) when the model was fitted with ``unknown="error"``, and maps to ``unk`` when
+        it was fitted with ``unknown="unk"``.
+        """
+        if self._kind == "char" and not isinstance(text_or_tokens, str):
+            raise TypeError(
+                f"a character model encodes a str, got {type(text_or_tokens).__name__}"
+            )
+        table = self._sym_to_id
+        unk = self._unk
+        out = []
+        append = out.append
+        for i, sym in enumerate(text_or_tokens):
+            try:
+                tid = table.get(sym)
+            except TypeError:
+                raise TypeError(f"unhashable symbol {sym!r} at position {i}") from None
+            if tid is None:
+                if unk is None:
+                    raise ValueError(
+                        f"unknown symbol {sym!r} at position {i}: it is not in the model's "
+                        "vocabulary (fit with unknown='unk' to map unseen symbols to <unk>)"
+                    )
+                tid = unk
+            append(tid)
+        if eos:
+            append(self._eos)
+        return tuple(out)
+
+    def decode(self, seq: Iterable[int]) -> str | list:
+        """Inverse of :meth:`encode`.
+
+        A trailing EOS is dropped; an EOS anywhere else raises ``ValueError``.  A character model
+        returns a ``str`` (``unk`` is written as U+FFFD); a token model returns the ``list`` of
+        its symbols (``unk`` is written as ``"<unk>"``).
+        """
+        ids = [int(t) for t in seq]
+        if ids and ids[-1] == self._eos:
+            ids.pop()
+        syms = self._symbols
+        n_sym = len(syms)
+        out = []
+        for i, t in enumerate(ids):
+            if 0 <= t < n_sym:
+                out.append(syms[t])
+            elif t == self._unk:
+                out.append(self.UNK_CHAR if self._kind == "char" else self.UNK_SYMBOL)
+            elif t == self._eos:
+                raise ValueError(f"EOS (id {t}) at position {i} is not at the end of the sequence")
+            else:
+                raise ValueError(f"token id {t} at position {i} is outside [0, {self._V})")
+        return "".join(out) if self._kind == "char" else out
+
+    # ----------------------------------------------------------------------------- callbacks
+    def next_logprobs(self, prefix: Sequence[int]) -> np.ndarray:
+        """Log-probabilities (float64, length V) of the next token after ``prefix`` (no BOS)."""
+        n1 = self._order - 1
+        prefix = tuple(prefix)
+        ctx = prefix[len(prefix) - n1 :] if len(prefix) > n1 else prefix
+        row = self._ctx_cache.get(ctx)
+        if row is None:
+            row = self._rows([ctx])[0]
+        return row.copy()
+
+    def batch_next_logprobs(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
+        """``next_logprobs`` of each prefix, stacked: shape ``(len(prefixes), V)``."""
+        n1 = self._order - 1
+        ctxs = []
+        for p in prefixes:
+            p = tuple(p)
+            ctxs.append(p[len(p) - n1 :] if len(p) > n1 else p)
+        rows = self._rows(ctxs)
+        if not rows:
+            return np.zeros((0, self._V), dtype=np.float64)
+        return np.stack(rows)
+
+    def all_position_logprobs(self, seq: Sequence[int]) -> np.ndarray:
+        """Shape ``(len(seq), V)``; row d is ``next_logprobs(seq[:d])``."""
+        seq = tuple(seq)
+        n1 = self._order - 1
+        ctxs = [seq[max(0, d - n1) : d] for d in range(len(seq))]
+        rows = self._rows(ctxs)
+        if not rows:
+            return np.zeros((0, self._V), dtype=np.float64)
+        return np.stack(rows)
+
+    def score_sequences(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
+        """Total log-probability of each sequence (float64).
+
+        The total is the left-to-right float64 sum, starting from 0.0, of
+        ``next_logprobs(seq[:t])[seq[t]]``: bit-identical to summing those values one by one.
+        """
+        n1 = self._order - 1
+        V = self._V
+        seqs = [tuple(s) for s in seqs]
+        ctxs = []
+        for s in seqs:
+            for t, tok in enumerate(s):
+                if not (isinstance(tok, (int, np.integer)) and 0 <= tok < V):
+                    raise ValueError(f"token id {tok!r} at position {t} is outside [0, {V})")
+                ctxs.append(s[max(0, t - n1) : t])
+        rows = self._rows(ctxs)
+        out = np.empty(len(seqs), dtype=np.float64)
+        i = 0
+        for j, s in enumerate(seqs):
+            total = 0.0
+            for tok in s:
+                total += float(rows[i][tok])
+                i += 1
+            out[j] = total
+        return out
+
+    def logprob(self, text_or_tokens: str | Iterable[Hashable], *, eos: bool = True) -> float:
+        """Natural-log probability of a string or token sequence (EOS included if ``eos``)."""
+        return float(self.score_sequences([self.encode(text_or_tokens, eos=eos)])[0])
+
+    def enumerable(self, *, max_len: int | None = None, terminating: bool = True, **kwargs: Any):
+        """An :class:`arenum.AutoregressiveEnumerable` over this model's sequences.
+
+        ``terminating=True``: sequences end with EOS (``eos=self.eos``), at most ``max_len``
+        tokens long EOS included (``max_len=None`` leaves the bound to the engine).
+        ``terminating=False``: all sequences of exactly ``max_len`` tokens (required); EOS is
+        then an ordinary token id.  Other keyword arguments go to the constructor.
+        """
+        if terminating:
+            eos = self._eos
+        else:
+            if max_len is None:
+                raise ValueError("max_len is required when terminating=False (fixed length)")
+            eos = None
+        from arenum import AutoregressiveEnumerable
+
+        return AutoregressiveEnumerable(
+            self.next_logprobs,
+            max_len=max_len,
+            eos=eos,
+            batch_next_logprobs=self.batch_next_logprobs,
+            batch_score_sequences=self.score_sequences,
+            all_position_logprobs=self.all_position_logprobs,
+            **kwargs,
+        )
+
+    # -------------------------------------------------------------------------- save / load
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the model to ``path`` (a numpy ``.npz`` archive; no pickle)."""
+        if self._kind == "char":
+            symbols: list = list(self._symbols)
+        else:
+            symbols = [_tag(s) for s in self._symbols]
+        meta = {
+            "format": _FORMAT,
+            "version": _FORMAT_VERSION,
+            "kind": self._kind,
+            "order": self._order,
+            "smoothing": self._smoothing,
+            "discount": self._discount,
+            "k": self._k,
+            "unknown": self._unknown,
+            "symbols": symbols,
+            "n_sequences": self.n_sequences,
+            "n_tokens": self.n_tokens,
+        }
+        arrays: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta))}
+        for L in range(self._order):
+            arrays[f"ctx_keys_{L}"] = self._ctx_keys[L]
+            arrays[f"ptr_{L}"] = self._ptr[L]
+            arrays[f"words_{L}"] = self._words[L]
+            arrays[f"counts_{L}"] = self._counts[L]
+        with open(path, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "NGramModel":
+        """Read a model written by :meth:`save`; it gives the same log-probabilities bit for bit."""
+        with np.load(path, allow_pickle=False) as z:
+            if "meta" not in z.files:
+                raise ValueError(f"{os.fspath(path)!r} is not an arenum n-gram model file")
+            meta = json.loads(str(z["meta"][()]))
+            if meta.get("format") != _FORMAT:
+                raise ValueError(f"{os.fspath(path)!r} is not an arenum n-gram model file")
+            if meta.get("version") != _FORMAT_VERSION:
+                raise ValueError(
+                    f"unsupported n-gram file version {meta.get('version')!r} "
+                    f"(this arenum reads version {_FORMAT_VERSION})"
+                )
+            order = exact_int("order", meta["order"], minimum=1, maximum=_MAX_ORDER)
+            tables = {
+                name: [np.asarray(z[f"{name}_{L}"]) for L in range(order)]
+                for name in ("ctx_keys", "ptr", "words", "counts")
+            }
+        kind = meta["kind"]
+        symbols = list(meta["symbols"]) if kind == "char" else [_untag(s) for s in meta["symbols"]]
+        return cls(
+            order=order,
+            smoothing=_choice("smoothing", meta["smoothing"], _SMOOTHINGS),
+            discount=float(meta["discount"]),
+            k=float(meta["k"]),
+            unknown=_choice("unknown", meta["unknown"], _UNKNOWN_MODES),
+            kind=kind,
+            symbols=symbols,
+            n_sequences=meta["n_sequences"],
+            n_tokens=meta["n_tokens"],
+            **tables,
+        )
+
+    # ----------------------------------------------------------------------------- internals
+    def _check_tables(self) -> None:
+        n = self._order
+        if not all(len(t) == n for t in (self._ctx_keys, self._ptr, self._words, self._counts)):
+            raise ValueError("corrupt n-gram tables: wrong number of levels")
+        for L in range(n):
+            C = 1 if L == 0 else len(self._ctx_keys[L])
+            p = self._ptr[L]
+            if len(p) != C + 1 or p[0] != 0 or p[-1] != len(self._words[L]):
+                raise ValueError(f"corrupt n-gram tables at level {L}")
+            if len(self._counts[L]) != len(self._words[L]):
+                raise ValueError(f"corrupt n-gram tables at level {L}")
+
+    def _rows(self, ctxs: list[tuple]) -> list[np.ndarray]:
+        """Read-only log-prob rows for contexts (each at most order-1 most recent token ids)."""
+        cache = self._ctx_cache
+        rows: list = [cache.get(c) for c in ctxs]
+        miss = [i for i, r in enumerate(rows) if r is None]
+        if not miss:
+            return rows
+        # Distinct missing contexts, resolved together.
+        uniq: dict[tuple, int] = {}
+        for i in miss:
+            uniq.setdefault(ctxs[i], len(uniq))
+        ukeys = list(uniq)
+        if len(ukeys) == 1:
+            row = self._row_one(ukeys[0])
+            cache.put(ukeys[0], row)
+            for i in miss:
+                rows[i] = row
+            return rows
+        depth, path = self._walk(ukeys)
+        # Rows are cached per deepest matched context (depth, id): many contexts share one.
+        row_cache = self._row_cache
+        deep_ids = path[np.arange(len(ukeys)), depth]
+        targets: dict[tuple[int, int], int] = {}
+        found: list = [None] * len(ukeys)
+        for j in range(len(ukeys)):
+            key = (int(depth[j]), int(deep_ids[j]))
+            r = row_cache.get(key)
+            if r is None:
+                targets.setdefault(key, j)
+            else:
+                found[j] = r
+        if targets:
+            sel = np.fromiter(targets.values(), dtype=np.int64, count=len(targets))
+            new = self._compute(depth[sel], path[sel])
+            for (key, _), r in zip(targets.items(), new):
+                row_cache.put(key, r)
+            for j in range(len(ukeys)):
+                if found[j] is None:
+                    found[j] = row_cache.get((int(depth[j]), int(deep_ids[j])))
+                    if found[j] is None:  # evicted meanwhile (tiny cache): recompute alone
+                        found[j] = self._compute(depth[j : j + 1], path[j : j + 1])[0]
+        for c, r in zip(ukeys, found):
+            cache.put(c, r)
+        for i in miss:
+            rows[i] = found[uniq[ctxs[i]]]
+        return rows
+
+    def _row_one(self, ctx: tuple) -> np.ndarray:
+        """Scalar version of ``_walk`` + ``_compute`` for one context (same arithmetic)."""
+        V = self._V
+        B = self._B
+        for t in ctx:
+            if not 0 <= t < V:
+                raise ValueError(f"token id {t!r} in prefix {ctx!r} is outside [0, {V})")
+        n1 = self._order - 1
+        path = [0]
+        cid = 0
+        for L in range(1, n1 + 1):
+            x = int(ctx[-L]) if L <= len(ctx) else self._bos
+            keys = self._ctx_keys[L]
+            q = cid * B + x
+            pos = int(np.searchsorted(keys, q))
+            if pos >= len(keys) or int(keys[pos]) != q:
+                break
+            cid = pos
+            path.append(pos)
+        key = (len(path) - 1, path[-1])
+        row = self._row_cache.get(key)
+        if row is not None:
+            return row
+        if self._smoothing == "addk":
+            top = n1
+            if len(path) - 1 == top:
+                c = path[top]
+                lo, hi = int(self._ptr[top][c]), int(self._ptr[top][c + 1])
+                kk = self._k
+                denom = np.float64(self._tot[top][c]) + kk * V
+                Q = np.full(V, kk, dtype=np.float64)
+                Q[self._words[top][lo:hi]] += self._counts[top][lo:hi]
+                P = Q / denom
+            else:
+                P = np.full(V, 1.0 / V, dtype=np.float64)
+        else:
+            kn = self._smoothing == "kn"
+            D = self._discount
+            P = np.full(V, 1.0 / V, dtype=np.float64)
+            for L, c in enumerate(path):
+                lo, hi = int(self._ptr[L][c]), int(self._ptr[L][c + 1])
+                tot = np.float64(self._tot[L][c])
+                types = np.float64(hi - lo)
+                cnt = self._counts[L][lo:hi].astype(np.float64)
+                if kn:
+                    gamma = D * types / tot
+                    vals = (cnt - D) / tot
+                else:
+                    denom = tot + types
+                    gamma = types / denom
+                    vals = cnt / denom
+                P = P * gamma
+                P[self._words[L][lo:hi]] += vals
+        row = self._finish(P[None, :])[0]
+        self._row_cache.put(key, row)
+        return row
+
+    @staticmethod
+    def _finish(P: np.ndarray) -> list[np.ndarray]:
+        P /= P.sum(axis=1, keepdims=True)
+        with np.errstate(divide="ignore"):
+            logP = np.log(P)
+        rows = list(logP)
+        for r in rows:
+            r.flags.writeable = False
+        return rows
+
+    def _walk(self, ctxs: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
+        """Deepest observed suffix of each context: depth (R,) and context ids per level (R, n)."""
+        n1 = self._order - 1
+        R = len(ctxs)
+        X = np.full((R, max(n1, 1)), self._bos, dtype=np.int64)  # column j: token j+1 back
+        lens = np.zeros(R, dtype=np.int64)
+        for r, c in enumerate(ctxs):
+            if c:
+                X[r, : len(c)] = c[::-1]
+                lens[r] = len(c)
+        if R and n1:
+            filled = np.arange(max(n1, 1)) < lens[:, None]
+            bad = filled & ((X < 0) | (X >= self._V))
+            if bad.any():
+                r, j = np.argwhere(bad)[0]
+                raise ValueError(
+                    f"token id {X[r, j]} in prefix {ctxs[r]!r} is outside [0, {self._V})"
+                )
+        depth = np.zeros(R, dtype=np.int64)
+        path = np.full((R, self._order), -1, dtype=np.int64)
+        path[:, 0] = 0
+        ids = np.zeros(R, dtype=np.int64)
+        alive = np.ones(R, dtype=bool)
+        B = self._B
+        for L in range(1, n1 + 1):
+            keys = self._ctx_keys[L]
+            if not len(keys) or not alive.any():
+                break
+            q = ids * B + X[:, L - 1]
+            pos = np.searchsorted(keys, q)
+            ok = alive & (pos < len(keys))
+            ok[ok] = keys[pos[ok]] == q[ok]
+            ids = np.where(ok, pos, ids)
+            path[ok, L] = pos[ok]
+            depth += ok
+            alive = ok
+        return depth, path
+
+    def _compute(self, depth: np.ndarray, path: np.ndarray) -> list[np.ndarray]:
+        """Log-prob rows for resolved contexts; each row depends on its own context only."""
+        R = len(depth)
+        V = self._V
+        P = np.full((R, V), 1.0 / V, dtype=np.float64)
+        if self._smoothing == "addk":
+            top = self._order - 1
+            sel = np.flatnonzero(depth == top)
+            if len(sel):
+                c = path[sel, top]
+                kk = self._k
+                lo, hi = self._ptr[top][c], self._ptr[top][c + 1]
+                denom = self._tot[top][c].astype(np.float64) + kk * V
+                Q = np.full((len(sel), V), kk, dtype=np.float64)
+                idx = _concat_ranges(lo, hi)
+                rr = np.repeat(np.arange(len(sel)), hi - lo)
+                Q[rr, self._words[top][idx]] += self._counts[top][idx]
+                P[sel] = Q / denom[:, None]
+        else:
+            kn = self._smoothing == "kn"
+            D = self._discount
+            for L in range(self._order):
+                sel = np.flatnonzero(depth >= L)
+                if not len(sel):
+                    break
+                c = path[sel, L]
+                lo, hi = self._ptr[L][c], self._ptr[L][c + 1]
+                tot = self._tot[L][c].astype(np.float64)
+                types = self._types[L][c].astype(np.float64)
+                idx = _concat_ranges(lo, hi)
+                rr = np.repeat(np.arange(len(sel)), hi - lo)
+                cnt = self._counts[L][idx].astype(np.float64)
+                if kn:
+                    gamma = D * types / tot
+                    vals = (cnt - D) / tot[rr]
+                else:
+                    denom = tot + types
+                    gamma = types / denom
+                    vals = cnt / denom[rr]
+                Q = P[sel] * gamma[:, None]
+                Q[rr, self._words[L][idx]] += vals
+                P[sel] = Q
+        return self._finish(P)
+
+
+# ------------------------------------------------------------------------------------- fitting
+def _encode_char_corpus(items: list) -> tuple[list, np.ndarray, np.ndarray]:
+    for i, s in enumerate(items):
+        if not isinstance(s, str):
+            raise TypeError(
+                f"corpus item {i} is {type(s).__name__}, but item 0 is a str: a character corpus "
+                "must contain only strings"
+            )
+    lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+    text = "".join(items)
+    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4").astype(np.int64)
+    if len(cps):
+        present = np.flatnonzero(np.bincount(cps))
+        lut = np.full(int(present[-1]) + 1, -1, dtype=np.int64)
+        lut[present] = np.arange(len(present))
+        ids = lut[cps]
+        symbols = [chr(int(c)) for c in present]
+    else:
+        ids = np.zeros(0, dtype=np.int64)
+        symbols = []
+    return symbols, ids, lengths
+
+
+def _encode_token_corpus(items: list) -> tuple[list, np.ndarray, np.ndarray]:
+    seqs = []
+    for i, s in enumerate(items):
+        if isinstance(s, str):
+            raise TypeError(
+                f"corpus item {i} is a str, but item 0 is not: a corpus is either all strings "
+                "(character model) or all token sequences (token model)"
+            )
+        try:
+            seqs.append(s if isinstance(s, (list, tuple)) else list(s))
+        except TypeError:
+            raise TypeError(
+                f"corpus item {i} ({type(s).__name__}) is neither a str nor a sequence of tokens"
+            ) from None
+    lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+    first: dict = {}
+    for i, s in enumerate(seqs):
+        for t in s:
+            try:
+                if t not in first:
+                    first[t] = len(first)
+            except TypeError:
+                raise TypeError(f"corpus item {i} contains an unhashable token {t!r}") from None
+    try:
+        symbols = sorted(first)
+    except TypeError:  # not mutually orderable: keep first-appearance order
+        symbols = list(first)
+    table = {s: i for i, s in enumerate(symbols)}
+    total = int(lengths.sum())
+    ids = np.fromiter(map(table.__getitem__, chain.from_iterable(seqs)), np.int64, count=total)
+    return symbols, ids, lengths
+
+
+def _count(
+    ids: np.ndarray, lengths: np.ndarray, *, order: int, V: int, eos: int, smoothing: str
+) -> dict[str, list[np.ndarray]]:
+    """Count tables for every level (context length 0..order-1), fully vectorized."""
+    n1 = order - 1
+    B = V + 1
+    bos = V
+    n_lines = len(lengths)
+    # One flat int array: for each line, order-1 BOS, its tokens, EOS.
+    span = lengths + order  # n1 pads + tokens + EOS
+    line_start = np.cumsum(span) - span
+    sym_start = np.cumsum(lengths) - lengths
+    flat = np.full(int(span.sum()), bos, dtype=np.int64 if B > 2**31 - 1 else np.int32)
+    tok_pos = np.repeat(line_start + n1 - sym_start, lengths) + np.arange(len(ids), dtype=np.int64)
+    flat[tok_pos] = ids
+    eos_pos = line_start + n1 + lengths
+    flat[eos_pos] = eos
+    tgt = np.concatenate([tok_pos, eos_pos])
+    w = flat[tgt].astype(np.int64)
+    del tok_pos, eos_pos
+
+    # Distinct full n-grams (context of n1 tokens + next token) with their counts; X[:, j] is
+    # the context token j+1 positions back.
+    if B**n1 * V <= _INT64_MAX:
+        key = np.zeros(len(tgt), dtype=np.int64)
+        for j in range(n1, 0, -1):
+            key *= B
+            key += flat[tgt - j]
+        key *= V
+        key += w
+        uk, raw = np.unique(key, return_counts=True)
+        del key
+        w_top = uk % V
+        rest = uk // V
+        X = np.empty((len(uk), n1), dtype=np.int64)
+        for j in range(n1):
+            X[:, j] = rest % B
+            rest //= B
+    else:  # large vocabulary: number contexts level by level to keep keys in range
+        cid = np.zeros(len(tgt), dtype=np.int64)
+        for j in range(1, n1 + 1):
+            _, cid = np.unique(cid * B + flat[tgt - j], return_inverse=True)
+            cid = cid.reshape(-1)
+        _, first, raw = np.unique(cid * V + w, return_index=True, return_counts=True)
+        w_top = w[first]
+        X = np.empty((len(first), n1), dtype=np.int64)
+        for j in range(n1):
+            X[:, j] = flat[tgt[first] - (j + 1)]
+    del flat, tgt, w
+    raw = raw.astype(np.int64)
+
+    # Context hierarchy over the distinct n-grams: the level-L context id extends the level L-1
+    # id by the token L back: key_L = id_{L-1} * B + X[:, L-1]; ids are indexes into the sorted
+    # unique keys, so parent(id) = key // B and its leftmost token = key % B.
+    ctx_keys: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    cid = np.zeros(len(raw), dtype=np.int64)
+    for L in range(1, n1 + 1):
+        keys, cid = np.unique(cid * B + X[:, L - 1], return_inverse=True)
+        cid = cid.reshape(-1)
+        ctx_keys.append(keys)
+    del X
+
+    ptr: list = [None] * order
+    words: list = [None] * order
+    counts: list = [None] * order
+    # Top level: the distinct n-grams themselves, sorted by (context id, word).
+    g = cid * V + w_top
+    srt = np.argsort(g, kind="stable")
+    g = g[srt]
+    raw = raw[srt]
+    for L in range(n1, -1, -1):
+        ctx = g // V
+        wl = g % V
+        C = 1 if L == 0 else len(ctx_keys[L])
+        p = np.zeros(C + 1, dtype=np.int64)
+        np.cumsum(np.bincount(ctx, minlength=C), out=p[1:])
+        ptr[L] = p
+        words[L] = wl
+        if smoothing == "kn" and L < n1:
+            # Kneser-Ney: continuation counts N1+(. c w), except for contexts that start with
+            # BOS (nothing but BOS can precede them), which keep raw counts.
+            use = cont
+            if L >= 1:
+                starts_bos = (ctx_keys[L][ctx] % B) == bos
+                use = np.where(starts_bos, raw, cont)
+            counts[L] = use.astype(np.int64)
+        else:
+            counts[L] = raw
+        if L == 0:
+            break
+        # Lower level: map each n-gram (c, w) to (parent(c), w) and aggregate.
+        parent = ctx_keys[L][ctx] // B
+        g, inv = np.unique(parent * V + wl, return_inverse=True)
+        inv = inv.reshape(-1)
+        raw = np.bincount(inv, weights=raw, minlength=len(g)).astype(np.int64)
+        cont = np.bincount(inv, minlength=len(g)).astype(np.int64)
+    return {"ctx_keys": ctx_keys, "ptr": ptr, "words": words, "counts": counts}

@@ -1,0 +1,425 @@
+"""NGramModel: normalization, agreement with a dict-based reference, callbacks, file round trip,
+error paths, and enumeration against brute force."""
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from arenum.models import NGramModel
+from arenum.models import ngram as ngram_mod
+
+CORPUS = ["abracadabra", "abc", "cab", "", "bad", "dab", "aaa", "cadabra", "ba"]
+SMOOTHINGS = ["kn", "wb", "addk"]
+
+
+# ------------------------------------------------------------------------ reference (plain dicts)
+def _reference(corpus_ids, V, eos, order, smoothing, D=0.75, k=1.0):
+    """Return f(ctx) -> list of V probabilities, computed from plain counts."""
+    BOS = "BOS"
+    n1 = order - 1
+    raw = [defaultdict(int) for _ in range(order)]  # level L: (ctx tuple of len L, w) -> count
+    for seq in corpus_ids:
+        padded = [BOS] * n1 + list(seq) + [eos]
+        for t in range(n1, len(padded)):
+            w = padded[t]
+            for L in range(order):
+                raw[L][(tuple(padded[t - L : t]), w)] += 1
+    adj = [dict(r) for r in raw]
+    if smoothing == "kn":
+        for L in range(n1):
+            cont = defaultdict(int)
+            for (c, w) in raw[L + 1]:
+                cont[(c[1:], w)] += 1
+            for (c, w) in raw[L]:
+                adj[L][(c, w)] = raw[L][(c, w)] if (L >= 1 and c[0] == BOS) else cont[(c, w)]
+    by_ctx = [defaultdict(dict) for _ in range(order)]
+    for L in range(order):
+        for (c, w), n in adj[L].items():
+            by_ctx[L][c][w] = n
+
+    def probs(ctx):
+        ctx = tuple(ctx)[max(0, len(ctx) - n1) :] if n1 else ()
+        full = tuple([BOS] * (n1 - len(ctx))) + tuple(ctx)
+        if smoothing == "addk":
+            counts = by_ctx[n1].get(full, {})
+            tot = sum(counts.values())
+            if not counts:
+                return [1.0 / V] * V
+            return [(counts.get(w, 0) + k) / (tot + k * V) for w in range(V)]
+        p = [1.0 / V] * V
+        for L in range(order):
+            c = full[len(full) - L :] if L else ()
+            counts = by_ctx[L].get(c)
+            if not counts:
+                break
+            tot = sum(counts.values())
+            types = len(counts)
+            if smoothing == "kn":
+                p = [max(counts.get(w, 0) - D, 0) / tot + D * types / tot * p[w] for w in range(V)]
+            else:
+                p = [(counts.get(w, 0) + types * p[w]) / (tot + types) for w in range(V)]
+        return p
+
+    return probs
+
+
+def _contexts(model, rng, n_random=30):
+    """Every corpus prefix, plus random (mostly unseen) contexts that may contain EOS."""
+    out = set()
+    for s in CORPUS:
+        ids = model.encode(s, eos=False)
+        for t in range(len(ids) + 1):
+            out.add(ids[:t])
+    for _ in range(n_random):
+        L = int(rng.integers(0, 7))
+        out.add(tuple(int(x) for x in rng.integers(0, model.vocab_size, size=L)))
+    return sorted(out)
+
+
+# --------------------------------------------------------------------------------- probabilities
+@pytest.mark.parametrize("smoothing", SMOOTHINGS)
+@pytest.mark.parametrize("order", [1, 2, 3, 5, 8])
+def test_rows_normalized_and_match_reference(smoothing, order):
+    model = NGramModel.fit(CORPUS, order=order, smoothing=smoothing, discount=0.6, k=0.5)
+    ids = [model.encode(s, eos=False) for s in CORPUS]
+    ref = _reference(ids, model.vocab_size, model.eos, order, smoothing, D=0.6, k=0.5)
+    rng = np.random.default_rng(order)
+    for ctx in _contexts(model, rng):
+        lp = model.next_logprobs(ctx)
+        assert lp.shape == (model.vocab_size,) and lp.dtype == np.float64
+        assert np.all(np.isfinite(lp)) and np.all(lp < 0)
+        assert abs(math.fsum(np.exp(lp)) - 1.0) < 1e-12
+        np.testing.assert_allclose(np.exp(lp), ref(ctx), rtol=1e-12, atol=0)
+
+
+def test_addk_hand_values():
+    # order 2, corpus "ab", "b": vocab a=0, b=1, </s>=2 (V=3).
+    # After BOS: a 1, b 1 (total 2); after a: b 1; after b: </s> 2.
+    m = NGramModel.fit(["ab", "b"], order=2, smoothing="addk", k=1)
+    assert m.vocab == ["a", "b", "</s>"] and m.eos == 2
+    p = lambda ctx, m=m: np.exp(m.next_logprobs(ctx))  # noqa: E731
+    np.testing.assert_allclose(p(()), [2 / 5, 2 / 5, 1 / 5], rtol=1e-15)
+    np.testing.assert_allclose(p((0,)), [1 / 4, 2 / 4, 1 / 4], rtol=1e-15)
+    np.testing.assert_allclose(p((1,)), [1 / 5, 1 / 5, 3 / 5], rtol=1e-15)
+    np.testing.assert_allclose(p((2,)), [1 / 3, 1 / 3, 1 / 3], rtol=1e-15)  # unseen: uniform
+    m = NGramModel.fit(["ab", "b"], order=2, smoothing="addk", k=0.5)
+    np.testing.assert_allclose(p((1,)), [1 / 5, 1 / 5, 3 / 5], rtol=1e-15)  # old model unchanged
+    np.testing.assert_allclose(np.exp(m.next_logprobs((1,))), [0.5 / 3.5, 0.5 / 3.5, 2.5 / 3.5])
+    # score of "ab</s>" = log(2/5 * 2/4 * 3/5)
+    m1 = NGramModel.fit(["ab", "b"], order=2, smoothing="addk")
+    assert m1.logprob("ab") == pytest.approx(math.log(2 / 5 * 2 / 4 * 3 / 5), rel=1e-14)
+
+
+def test_kn_hand_values():
+    # order 1 KN: P(w) = (c(w) - D)/N + D * types / N / V.  Corpus "aab": a 2, b 1, </s> 1; N = 4.
+    m = NGramModel.fit(["aab"], order=1, smoothing="kn", discount=0.5)
+    expected = [(2 - 0.5) / 4 + 0.5 * 3 / 4 / 3, (1 - 0.5) / 4 + 0.5 * 3 / 4 / 3]
+    expected.append(1 - sum(expected))
+    np.testing.assert_allclose(np.exp(m.next_logprobs(())), expected, rtol=1e-14)
+    # Witten-Bell order 1: (c(w) + T/V) / (N + T) with T = 3 types.
+    m = NGramModel.fit(["aab"], order=1, smoothing="wb")
+    np.testing.assert_allclose(np.exp(m.next_logprobs(())), [3 / 7, 2 / 7, 2 / 7], rtol=1e-14)
+
+
+@pytest.mark.parametrize("smoothing", ["kn", "wb"])
+def test_seen_continuations_beat_unseen(smoothing):
+    m = NGramModel.fit(["abab", "abba", "ab"] * 5 + ["c"], order=3, smoothing=smoothing)
+    a, b, c = (m.encode(x, eos=False)[0] for x in "abc")
+    lp = m.next_logprobs((a,))  # after "a" only "b" was seen
+    assert lp[b] > max(lp[a], lp[c], lp[m.eos])
+    lp = m.next_logprobs((a, b))  # after "ab": a, b, </s> seen, c not
+    assert min(lp[a], lp[b], lp[m.eos]) > lp[c]
+    lp = m.next_logprobs((c, c))  # unseen context: backs off, still a distribution
+    assert abs(math.fsum(np.exp(lp)) - 1) < 1e-12
+
+
+# ------------------------------------------------------------------------------------- callbacks
+@pytest.mark.parametrize("smoothing", SMOOTHINGS)
+def test_batch_all_positions_and_scores_agree_bitwise(smoothing):
+    m = NGramModel.fit(CORPUS, order=4, smoothing=smoothing)
+    rng = np.random.default_rng(7)
+    seqs = [m.encode(s) for s in CORPUS] + [
+        tuple(int(x) for x in rng.integers(0, m.vocab_size, size=int(rng.integers(0, 9))))
+        for _ in range(20)
+    ]
+    # Reference rows from a fresh model with no cache, one call at a time.
+    single = {}
+    fresh = NGramModel.fit(CORPUS, order=4, smoothing=smoothing)
+    for s in seqs:
+        for t in range(len(s) + 1):
+            single[s[:t]] = fresh.next_logprobs(s[:t])
+            fresh.clear_cache()
+    prefixes = sorted(single)
+    batch = m.batch_next_logprobs(prefixes)  # computed together, cold cache
+    assert batch.shape == (len(prefixes), m.vocab_size) and batch.dtype == np.float64
+    for i, p in enumerate(prefixes):
+        assert np.array_equal(batch[i], single[p]), p
+        assert np.array_equal(m.next_logprobs(p), single[p])
+    scores = m.score_sequences(seqs)
+    assert scores.dtype == np.float64 and scores.shape == (len(seqs),)
+    for s, sc in zip(seqs, scores):
+        total = 0.0
+        for t in range(len(s)):
+            total += single[s[:t]][s[t]]
+        assert sc == total  # bit-identical left-to-right sum
+        apl = m.all_position_logprobs(s)
+        assert apl.shape == (len(s), m.vocab_size)
+        for d in range(len(s)):
+            assert np.array_equal(apl[d], single[s[:d]])
+    assert m.batch_next_logprobs([]).shape == (0, m.vocab_size)
+    assert m.score_sequences([]).shape == (0,)
+    assert m.score_sequences([()])[0] == 0.0
+
+
+def test_returned_rows_are_fresh_copies():
+    m = NGramModel.fit(CORPUS, order=3)
+    a = m.next_logprobs((0,))
+    a[:] = 0.0
+    assert np.all(m.next_logprobs((0,)) < 0)
+    b = m.batch_next_logprobs([(0,)])
+    b[:] = 0.0
+    assert np.all(m.next_logprobs((0,)) < 0)
+
+
+def test_tiny_cache_gives_same_rows():
+    m = NGramModel.fit(CORPUS, order=4)
+    ref = NGramModel.fit(CORPUS, order=4)
+    m.cache_size = 2
+    prefixes = [m.encode(s, eos=False)[:t] for s in CORPUS for t in range(4)]
+    got = m.batch_next_logprobs(prefixes)
+    want = np.stack([ref.next_logprobs(p) for p in prefixes])
+    assert np.array_equal(got, want)
+    with pytest.raises(ValueError, match="cache_size must be >= 1, got 0"):
+        m.cache_size = 0
+
+
+def test_bad_prefix_token_ids():
+    m = NGramModel.fit(CORPUS, order=3)
+    V = m.vocab_size
+    with pytest.raises(ValueError, match=rf"token id {V} in prefix .* outside \[0, {V}\)"):
+        m.next_logprobs((0, V))
+    with pytest.raises(ValueError, match=r"token id -1 in prefix"):
+        m.batch_next_logprobs([(0,), (-1,)])
+    with pytest.raises(ValueError, match=rf"token id {V + 3} at position 1"):
+        m.score_sequences([(0, V + 3)])
+
+
+def test_large_vocabulary_key_fallback_matches_fast_path(monkeypatch):
+    rng = np.random.default_rng(3)
+    corpus = [[int(x) for x in rng.integers(0, 40, size=int(rng.integers(0, 12)))] for _ in range(60)]
+    fast = NGramModel.fit(corpus, order=4, smoothing="kn")
+    monkeypatch.setattr(ngram_mod, "_INT64_MAX", 0)  # force the level-by-level numbering
+    slow = NGramModel.fit(corpus, order=4, smoothing="kn")
+    for name in ("_ctx_keys", "_ptr", "_words", "_counts"):
+        for a, b in zip(getattr(fast, name), getattr(slow, name)):
+            assert np.array_equal(a, b), name
+
+
+# ------------------------------------------------------------------------------ encode / decode
+def test_encode_decode_round_trip():
+    m = NGramModel.fit(CORPUS, order=3)
+    for s in CORPUS + ["dcba", ""]:
+        ids = m.encode(s)
+        assert ids[-1] == m.eos and len(ids) == len(s) + 1
+        assert all(isinstance(t, int) for t in ids)
+        assert m.decode(ids) == s
+        assert m.decode(m.encode(s, eos=False)) == s
+    assert m.vocab[m.eos] == "</s>" and m.vocab_size == len(m.vocab) == 6
+    with pytest.raises(ValueError, match=r"EOS \(id 5\) at position 1 is not at the end"):
+        m.decode((0, m.eos, 1))
+    with pytest.raises(ValueError, match=r"token id 9 at position 0 is outside \[0, 6\)"):
+        m.decode((9,))
+    with pytest.raises(TypeError, match="a character model encodes a str, got list"):
+        m.encode(["a"])
+
+
+def test_unknown_symbol_error_and_unk_mode():
+    m = NGramModel.fit(CORPUS, order=3)
+    assert m.unk is None
+    with pytest.raises(ValueError, match=r"unknown symbol 'z' at position 2"):
+        m.encode("abz")
+    u = NGramModel.fit(CORPUS, order=3, unknown="unk")
+    assert u.vocab_size == m.vocab_size + 1 and u.vocab[u.unk] == "<unk>" and u.unk != u.eos
+    ids = u.encode("abz")
+    assert ids == (0, 1, u.unk, u.eos)
+    assert u.decode(ids) == "ab\ufffd"
+    lp = u.next_logprobs(ids[:2])
+    assert np.isfinite(lp[u.unk]) and lp[u.unk] < lp[0]
+    assert np.isfinite(u.logprob("zzz"))
+    # The same corpus symbols get the same ids with or without <unk>.
+    assert u.vocab[: m.vocab_size] == m.vocab
+
+
+def test_token_level_model():
+    corpus = [
+        [("the", 1), ("cat", 2)],
+        [("the", 1), ("dog", 3), ("ran", 4)],
+        [("a", 0), ("cat", 2), ("ran", 4)],
+        [],
+    ]
+    m = NGramModel.fit(corpus, order=2, smoothing="wb")
+    assert m.kind == "token" and m.vocab_size == 6 and m.vocab[m.eos] == "</s>"
+    assert m.vocab[:5] == sorted({t for s in corpus for t in s})
+    for s in corpus:
+        ids = m.encode(s)
+        assert m.decode(ids) == list(s)
+    lp = m.next_logprobs(m.encode([("the", 1)], eos=False))
+    cat, dog = m.encode([("cat", 2), ("dog", 3)], eos=False)
+    # Both seen after "the"; "cat" is also the more frequent unigram.
+    assert lp[cat] > lp[dog] > lp[m.encode([("a", 0)], eos=False)[0]]
+    with pytest.raises(ValueError, match=r"unknown symbol \('fox', 9\) at position 1"):
+        m.encode([("the", 1), ("fox", 9)])
+    # Tokens that cannot be ordered keep first-appearance order.
+    mixed = NGramModel.fit([[1, "x", None], ["x", 2.5]], order=2)
+    assert mixed.vocab == [1, "x", None, 2.5, "</s>"]
+    assert mixed.decode(mixed.encode([None, 1])) == [None, 1]
+
+
+# ---------------------------------------------------------------------------------- save / load
+@pytest.mark.parametrize("smoothing", SMOOTHINGS)
+def test_save_load_round_trip_bitwise(tmp_path, smoothing):
+    m = NGramModel.fit(CORPUS, order=4, smoothing=smoothing, discount=0.3, k=0.25, unknown="unk")
+    path = tmp_path / "model.npz"
+    m.save(path)
+    r = NGramModel.load(path)
+    assert (r.order, r.smoothing, r.discount, r.k, r.unknown, r.kind) == (4, smoothing, 0.3, 0.25, "unk", "char")
+    assert r.vocab == m.vocab and r.eos == m.eos and r.unk == m.unk
+    assert (r.n_sequences, r.n_tokens) == (m.n_sequences, m.n_tokens)
+    rng = np.random.default_rng(0)
+    prefixes = _contexts(m, rng, n_random=50)
+    a, b = m.batch_next_logprobs(prefixes), r.batch_next_logprobs(prefixes)
+    assert np.array_equal(a.view(np.int64), b.view(np.int64))
+    seqs = [m.encode(s) for s in CORPUS]
+    assert np.array_equal(m.score_sequences(seqs), r.score_sequences(seqs))
+    # The file is a plain npz readable without pickle.
+    with np.load(path, allow_pickle=False) as z:
+        assert "meta" in z.files and all(z[f].dtype != object for f in z.files)
+
+
+def test_save_load_token_model(tmp_path):
+    corpus = [[1, 2, 3], [("t", 1), b"x", True], ["w", 2.5, None, frozenset({1})]]
+    m = NGramModel.fit(corpus, order=3, smoothing="kn")
+    m.save(tmp_path / "tok.npz")
+    r = NGramModel.load(tmp_path / "tok.npz")
+    assert r.vocab == m.vocab and [type(x) for x in r.vocab] == [type(x) for x in m.vocab]
+    for s in corpus:
+        assert r.encode(s) == m.encode(s)
+        assert np.array_equal(r.all_position_logprobs(r.encode(s)), m.all_position_logprobs(m.encode(s)))
+    bad = NGramModel.fit([[object()]], order=1)
+    with pytest.raises(TypeError, match="cannot save a token of type object"):
+        bad.save(tmp_path / "bad.npz")
+
+
+def test_load_rejects_foreign_files(tmp_path):
+    np.savez(tmp_path / "other.npz", x=np.arange(3))
+    with pytest.raises(ValueError, match="is not an arenum n-gram model file"):
+        NGramModel.load(tmp_path / "other.npz")
+
+
+# ----------------------------------------------------------------------------------- bad params
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"order": 0}, ValueError, "order must be >= 1, got 0"),
+        ({"order": 9}, ValueError, "order must be <= 8, got 9"),
+        ({"order": 2.5}, ValueError, "order must be an exact integer, got 2.5"),
+        ({"order": True}, TypeError, "order must be an integer, got bool True"),
+        ({"order": "3"}, TypeError, "order must be an integer, got str '3'"),
+        ({"smoothing": "good-turing"}, ValueError,
+         r"smoothing must be one of 'kn', 'wb', 'addk'; got 'good-turing'"),
+        ({"smoothing": None}, ValueError, "smoothing must be one of .*; got None"),
+        ({"discount": 0}, ValueError, r"discount must be in \(0.0, 1.0\], got 0"),
+        ({"discount": 1.5}, ValueError, r"discount must be in \(0.0, 1.0\], got 1.5"),
+        ({"discount": True}, TypeError, "discount must be a real number, got bool True"),
+        ({"k": 0.0}, ValueError, r"k must be in \(0.0, inf\), got 0.0"),
+        ({"k": float("nan")}, ValueError, r"k must be in \(0.0, inf\), got nan"),
+        ({"unknown": "ignore"}, ValueError, "unknown must be one of 'error', 'unk'; got 'ignore'"),
+    ],
+)
+def test_bad_parameters(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        NGramModel.fit(CORPUS, **kwargs)
+
+
+def test_integral_float_order_accepted():
+    assert NGramModel.fit(CORPUS, order=2.0).order == 2
+    assert NGramModel.fit(CORPUS, order=np.int64(3)).order == 3
+
+
+def test_bad_corpora():
+    with pytest.raises(ValueError, match="corpus is empty"):
+        NGramModel.fit([])
+    with pytest.raises(ValueError, match="corpus is empty"):
+        NGramModel.fit(iter(()))
+    with pytest.raises(TypeError, match="not a single str"):
+        NGramModel.fit("abc")
+    with pytest.raises(TypeError, match="corpus item 1 is list, but item 0 is a str"):
+        NGramModel.fit(["ab", ["a"]])
+    with pytest.raises(TypeError, match="corpus item 1 is a str, but item 0 is not"):
+        NGramModel.fit([["a"], "ab"])
+    with pytest.raises(TypeError, match="corpus item 0 contains an unhashable token"):
+        NGramModel.fit([[["a"]]])
+    with pytest.raises(TypeError, match="corpus must be an iterable"):
+        NGramModel.fit(5)
+
+
+def test_only_empty_lines():
+    m = NGramModel.fit(["", ""], order=3)
+    assert m.vocab == ["</s>"] and m.next_logprobs(()).tolist() == [0.0]
+
+
+def test_enumerable_requires_max_len_when_fixed_length():
+    m = NGramModel.fit(CORPUS, order=2)
+    with pytest.raises(ValueError, match="max_len is required when terminating=False"):
+        m.enumerable(terminating=False)
+
+
+# ------------------------------------------------------------------ enumeration vs brute force
+def _brute_force(model, terminating, max_len):
+    V, eos = model.vocab_size, model.eos
+    if terminating:
+        letters = [t for t in range(V) if t != eos]
+        support = [
+            tuple(body) + (eos,)
+            for n in range(max_len)
+            for body in itertools.product(letters, repeat=n)
+        ]
+    else:
+        support = list(itertools.product(range(V), repeat=max_len))
+    scores = model.score_sequences(support)
+    order = sorted(range(len(support)), key=lambda i: -scores[i])
+    return [support[i] for i in order], [float(scores[i]) for i in order]
+
+
+@pytest.mark.parametrize("terminating, max_len", [(True, 4), (False, 3)])
+def test_enumerable_agrees_with_brute_force(terminating, max_len):
+    model = NGramModel.fit(["ab", "abc", "ca", "b", "aab", "cab", "ab"], order=2, smoothing="kn")
+    assert model.vocab_size == 4
+    enum = model.enumerable(max_len=max_len, terminating=terminating)
+    seqs, scores = _brute_force(model, terminating, max_len)
+    n = len(seqs)
+    assert n == (40 if terminating else 64)
+    for s in sorted(set(scores))[::3] + [scores[0], scores[-1]]:
+        assert enum.count(s) == sum(1 for x in scores if x >= s)
+    for i in range(n):
+        seq, lp = _unranked(enum.unrank(i))
+        assert lp == scores[i]
+        assert model.score_sequences([seq])[0] == scores[i]
+        assert enum.threshold(i + 1) == scores[i]
+        assert enum.rank(seq).rank == sum(1 for x in scores if x > scores[i])
+    assert sorted(_unranked(enum.unrank(i))[0] for i in range(n)) == sorted(seqs)
+
+
+def _unranked(result):
+    """(sequence, log-prob) from whatever ``unrank`` returns: a pair or a result object."""
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], (tuple, list)):
+        return tuple(result[0]), float(result[1])
+    seq = getattr(result, "sequence")
+    lp = getattr(result, "log_prob", None)
+    if lp is None:
+        lp = getattr(result, "score")
+    return tuple(seq), float(lp)
