@@ -358,6 +358,41 @@ def test_unordered_index_never_certifies():
     assert res.certified is None and res.bound is None
 
 
+class TruncatedIndex(BruteIndex):
+    """Stops at a draft-score floor (like a depth-bits cap) and says so: ``truncated = True``."""
+
+    def __init__(self, model: TinyModel, keep: int) -> None:
+        super().__init__(model)
+        self.full = list(self.items)
+        self.items = self.items[:keep]
+        self.truncated = True
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_truncated_index_is_not_complete(seed):
+    draft = TinyModel(3, seed, 4)
+    target = TinyModel(3, seed, 4, eps=0.5)
+    index = TruncatedIndex(draft, keep=20)
+    true_sorted = sorted((target.score(s) for s, _ in index.full), reverse=True)
+    true_gap = max(abs(target.score(s) - d) for s, d in index.full)
+    res = RescoredIndex(index, CountingTarget(target), rerank_window=100, assumed_gap=true_gap).top_k(5)
+    assert res.exhausted is True and res.truncated is True and res.pulled == 20
+    assert res.bound == index.items[-1][1]  # not -inf: sequences below the cap exist
+    assert res.certified == ([lp for _, lp in res.items][-1] >= res.bound + true_gap)
+    if res.certified:
+        assert [lp for _, lp in res.items] == true_sorted[:5]
+
+
+def test_dropped_sequences_forbid_certificate():
+    draft, target, index, _, _, true_gap = make_pair(2)
+    index.dropped_upper = 3  # a branch_cap skipped up to 3 sequences of unknown rank
+    tgt = CountingTarget(target)
+    res = RescoredIndex(index, tgt, rerank_window=len(index.items), assumed_gap=true_gap).top_k(3)
+    assert res.exhausted and res.truncated and res.certified is False and res.bound == index.items[-1][1]
+    res = RescoredIndex(index, tgt, rerank_window=2, assumed_gap=true_gap).top_k(3, certify=True)
+    assert res.certified is False and res.target_calls == 1  # hopeless: no growth
+
+
 def test_empty_draft_is_vacuously_complete():
     class Empty:
         exact_order = True

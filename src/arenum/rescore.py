@@ -68,11 +68,15 @@ class RescoreResult:
     certified: ``True`` proven exact, ``False`` not proven, ``None`` when no ``assumed_gap`` was given.
     gap: observed ``max |target_lp - draft_lp|`` over the pulled sequences whose two scores are both
         finite (``0.0`` when there are none).
-    bound: every unpulled draft sequence has ``draft_lp <= bound`` (``-inf`` when the draft is exhausted,
-        ``+inf`` when nothing was pulled, ``None`` when the draft index declares no order).
+    bound: every unpulled draft sequence has ``draft_lp <= bound`` (``-inf`` when the draft is exhausted
+        and not truncated, ``+inf`` when nothing was pulled, ``None`` when the draft index declares no order).
     scored: target scorings this call made (cached scores are reused, not counted).
     target_calls: target calls this call made.
-    exhausted: the pulled head is the draft index's whole enumeration.
+    exhausted: the pulled head is the draft index's whole enumeration (it ran out).
+    truncated: the draft index reports that its enumeration is not its model's whole support: it ran out
+        while its ``truncated`` attribute is true (a depth cap), or its ``dropped_upper`` is positive
+        (sequences skipped by a ``branch_cap``). Exhaustion then proves nothing; skipped sequences
+        forbid a certificate.
     pulled: size of the reranked draft head.
     support_mismatch: pulled sequences with exactly one of the two scores ``-inf`` (left out of ``gap``).
     """
@@ -84,6 +88,7 @@ class RescoreResult:
     scored: int
     target_calls: int
     exhausted: bool
+    truncated: bool
     pulled: int
     support_mismatch: int
 
@@ -112,7 +117,9 @@ class RescoredIndex:
         past its end. When it also has ``slice(start, k) -> [(sequence, draft_log_prob), ...]`` that is
         used to pull many at once. Its declared order decides what can be certified: ``exact_order = True``
         (exact descending draft score), else a ``quantizer`` (order guaranteed between fine buckets
-        only), else nothing (results are never certified).
+        only), else nothing (results are never certified). An index whose ``truncated`` is true when it
+        runs out (a depth cap) is not taken as complete; one with ``dropped_upper > 0`` (a
+        ``branch_cap`` skipped sequences of unknown rank) never certifies.
     target:
         The expensive model: an object with ``score_sequences(seqs) -> log_probs`` (an
         ``AutoregressiveEnumerable``) or a bare callable ``seqs -> log_probs``. Called once per batch;
@@ -158,7 +165,8 @@ class RescoredIndex:
         self._seqs: list[Any] = []
         self._dlp: list[float] = []
         self._tlp: list[float] = []
-        self._draft_exhausted = False
+        self._draft_exhausted = False  # the draft index ran out (IndexError / short slice)
+        self._draft_truncated = False  # ... while reporting its enumeration cut short
         self._use_slice = callable(getattr(draft_index, "slice", None))
 
     def __repr__(self) -> str:
@@ -176,7 +184,8 @@ class RescoredIndex:
         (``k + rerank_window`` sequences, fewer when cached).
 
         ``certify=True`` (needs ``assumed_gap``) grows the window, doubling the extra pull, until the
-        certificate holds, the draft is exhausted, the gap assumption is seen broken, or ``max_target``
+        certificate holds, the draft is exhausted, the certificate cannot hold any more (the gap
+        assumption is seen broken, the draft reports skipped sequences), or ``max_target``
         new target scorings would be exceeded: one batched target call per step, scoring only newly
         pulled sequences. ``max_target`` caps the target scorings of this call (the first pull is
         clipped to it; it must cover ``k``).
@@ -263,14 +272,14 @@ class RescoredIndex:
             n = self._ensure_scored(n)
             verdict = self._verdict(start, k, n)
             if not certify or verdict["certified"] is not False or verdict["exhausted"] \
-                    or verdict["_gap_broken"]:
+                    or verdict["_hopeless"]:
                 break
             extra = max(2 * extra, 1)
             nxt = budget_cap(need + extra)
             if nxt <= n:  # max_target spent
                 break
             n = nxt
-        verdict.pop("_gap_broken")
+        verdict.pop("_hopeless")
         verdict["scored"] = self.target_sequences - seqs0
         verdict["target_calls"] = self.target_calls - calls0
         return RescoreResult(**verdict)
@@ -301,15 +310,19 @@ class RescoredIndex:
                         raise ValueError(f"draft_index.slice({have}, {want}) returned {len(pairs)} items")
                     self._append(pairs)
                     if len(pairs) < want:
-                        self._draft_exhausted = True
+                        self._end_reached()
                     continue
             pairs = []
             try:
                 for r in range(have, n):
                     pairs.append(_as_pair(self.draft_index.unrank(r), r))
             except IndexError:
-                self._draft_exhausted = True
+                self._end_reached()
             self._append(pairs)
+
+    def _end_reached(self) -> None:
+        self._draft_exhausted = True
+        self._draft_truncated = bool(getattr(self.draft_index, "truncated", False))
 
     def _append(self, pairs: list[tuple[Any, float]]) -> None:
         for seq, lp in pairs:
@@ -335,11 +348,11 @@ class RescoredIndex:
                              "scores must be real log-probs (-inf allowed)")
         return arr.tolist()
 
-    def _bound(self, n: int, exhausted: bool) -> float | None:
+    def _bound(self, n: int, complete: bool) -> float | None:
         """Every unpulled draft sequence (ranks >= n) has ``draft_lp <= bound``."""
         if self.order is None:
             return None
-        if exhausted:
+        if complete:
             return -math.inf
         if n == 0:
             return math.inf
@@ -367,22 +380,25 @@ class RescoredIndex:
                 mismatch += 1
                 if t > -math.inf:
                     up = math.inf  # target-positive, draft-impossible: breaks target <= draft + g
-        bound = self._bound(n, exhausted)
+        dropped = getattr(self.draft_index, "dropped_upper", 0) or 0
+        truncated = (exhausted and self._draft_truncated) or dropped > 0
+        complete = exhausted and not truncated
+        bound = self._bound(n, complete)
         g = self.assumed_gap
         gap_broken = g is not None and up > g + _GAP_TOL * (1.0 + g)
         certified: bool | None
         if g is None:
             certified = None
-        elif self.order is None or gap_broken:
+        elif self.order is None or gap_broken or dropped > 0:
             certified = False
-        elif k == 0 or exhausted:
+        elif k == 0 or complete:
             certified = True
         else:
             last = items[-1][1] if len(items) == k else -math.inf
             certified = bool(last >= bound + g)  # type: ignore[operator]
         return {"items": items, "certified": certified, "gap": gap, "bound": bound,
-                "exhausted": exhausted, "pulled": n, "support_mismatch": mismatch,
-                "_gap_broken": gap_broken}
+                "exhausted": exhausted, "truncated": truncated, "pulled": n, "support_mismatch": mismatch,
+                "_hopeless": gap_broken or dropped > 0}
 
 
 def _declared_order(index: Any) -> Order | None:
