@@ -609,3 +609,109 @@ def test_draft_entries_validated():
         RescoredIndex(BadDraft((1, 2, 3)), lambda s: [0.0] * len(s)).top_k(1)
     with pytest.raises(ValueError, match="must be a real log-prob"):
         RescoredIndex(BadDraft(((1,), math.nan)), lambda s: [0.0] * len(s)).top_k(1)
+
+
+# ----------------------------------------------------------------------------- n-gram draft and target
+
+CORPUS = "the cat sat on the mat the cat ate the rat".split()
+NGRAM_MAX_LEN = 5  # tokens, eos included: 1 + 10 + ... + 10**4 = 11111 sequences over 10 letters
+
+
+@pytest.fixture(scope="module")
+def ngrams():
+    ngram = pytest.importorskip("arenum.models.ngram")
+    draft = ngram.NGramModel.fit(CORPUS, order=2)
+    target = ngram.NGramModel.fit(CORPUS, order=4)
+    assert draft.vocab == target.vocab
+    body = [t for t in range(draft.vocab_size) if t != draft.eos]
+    support = [p + (draft.eos,) for n in range(NGRAM_MAX_LEN) for p in itertools.product(body, repeat=n)]
+    d = draft.score_sequences(support)  # (N,) float64
+    t = target.score_sequences(support)  # (N,) float64
+    true_gap = float(np.max(np.abs(t - d)))
+    return draft, target, support, d, t, true_gap
+
+
+class ArrayIndex:
+    """Brute-force draft index over given support and scores, exact descending order, with ``slice``."""
+
+    exact_order = True
+
+    def __init__(self, support, scores):
+        order = sorted(range(len(support)), key=lambda i: (-scores[i], support[i]))
+        self.items = [(support[i], float(scores[i])) for i in order]
+
+    def unrank(self, i):
+        if not 0 <= i < len(self.items):
+            raise IndexError(i)
+        return self.items[i]
+
+    def slice(self, start, k):
+        return self.items[start:start + k]
+
+
+@pytest.mark.parametrize("k", [1, 10, 40])
+def test_ngram_order2_draft_order4_target(ngrams, k):
+    draft, target, support, d, t, true_gap = ngrams
+    true_sorted = sorted(t.tolist(), reverse=True)
+    index = ArrayIndex(support, d)
+    idx = RescoredIndex(index, target, rerank_window=16, assumed_gap=true_gap)
+    plain = idx.top_k(k)
+    assert plain.target_calls == 1 and plain.scored == k + 16
+    t_of = dict(zip(support, t.tolist()))
+    assert all(lp == t_of[s] for s, lp in plain.items)
+    if plain.certified:
+        assert [lp for _, lp in plain.items] == true_sorted[:k]
+    grown = idx.top_k(k, certify=True)
+    assert grown.certified is True
+    assert [lp for _, lp in grown.items] == true_sorted[:k]
+    assert grown.scored < len(support)  # the certificate came before exhausting the draft
+    assert idx.target_sequences == grown.pulled  # the growth re-scored nothing
+
+
+def _core():
+    try:
+        from arenum import AutoregressiveEnumerable  # noqa: F401
+    except ImportError:
+        pytest.skip("arenum.AutoregressiveEnumerable is not available yet")
+
+
+def _pairs(result):
+    items = result["items"] if isinstance(result, dict) else getattr(result, "items", result)
+    items = items() if callable(items) else items
+    return [(tuple(s), float(lp)) for s, lp in items]
+
+
+@pytest.mark.parametrize("k", [1, 10, 40])
+def test_ngram_seek_index_draft_matches_exact_target_top_k(ngrams, k):
+    _core()
+    draft, target, support, d, t, true_gap = ngrams
+    draft_index = draft.enumerable(max_len=NGRAM_MAX_LEN).seek_index()
+    assert draft_index.exact_order is True
+    target_enum = target.enumerable(max_len=NGRAM_MAX_LEN)
+    exact = _pairs(target_enum.top_k(k))
+    assert [lp for _, lp in exact] == pytest.approx(sorted(t.tolist(), reverse=True)[:k], rel=0, abs=1e-12)
+
+    idx = RescoredIndex(draft_index, target_enum, rerank_window=16, assumed_gap=true_gap)
+    res = idx.top_k(k, certify=True)
+    assert res.certified is True
+    assert [lp for _, lp in res.items] == pytest.approx([lp for _, lp in exact], rel=0, abs=1e-12)
+    assert res.target_calls == idx.target_calls and res.scored == idx.target_sequences < len(support)
+    # draft-rank random access scored by the target
+    seq, lp = idx.unrank(3)
+    assert seq == tuple(draft_index.unrank(3)[0])
+    assert lp == pytest.approx(float(target.score_sequences([seq])[0]), abs=1e-12)
+    # no gap assumed: a window covering the whole support reproduces the exact top-k, uncertified
+    wide = RescoredIndex(draft_index, target_enum, rerank_window=len(support)).top_k(k)
+    assert wide.certified is None and wide.exhausted
+    assert [lp for _, lp in wide.items] == pytest.approx([lp for _, lp in exact], rel=0, abs=1e-12)
+
+
+def test_ngram_seek_index_slice_certified(ngrams):
+    _core()
+    draft, target, support, d, t, true_gap = ngrams
+    draft_index = draft.enumerable(max_len=NGRAM_MAX_LEN).seek_index()
+    idx = RescoredIndex(draft_index, target.enumerable(max_len=NGRAM_MAX_LEN), rerank_window=8,
+                        assumed_gap=true_gap)
+    res = idx.slice(20, 10, certify=True)
+    assert res.certified is True
+    assert [lp for _, lp in res.items] == pytest.approx(sorted(t.tolist(), reverse=True)[20:30], abs=1e-12)
