@@ -528,8 +528,16 @@ class CausalLMOracle:
         """float64 log-softmax over the last axis (after ``logit_scale``)."""
         x = logits.to(torch.float64)
         if self.logit_scale != 1.0:
-            x = x * self.logit_scale
+            x = x.mul_(self.logit_scale) if x is not logits else x * self.logit_scale
         return torch.log_softmax(x, dim=-1)
+
+    @staticmethod
+    def _put(dst: torch.Tensor, rows: list[int], values: torch.Tensor) -> None:
+        """``dst[rows] = values`` (device -> CPU copy), as a slice copy when ``rows`` is a range."""
+        if rows[-1] - rows[0] + 1 == len(rows) and all(b - a == 1 for a, b in zip(rows, rows[1:])):
+            dst[rows[0] : rows[-1] + 1].copy_(values)
+        else:
+            dst.index_copy_(0, torch.tensor(rows, dtype=torch.long), values.to("cpu"))
 
     def _tensor(self, rows: list[Sequence[int]]) -> torch.Tensor:
         t = torch.tensor(rows, dtype=torch.long)
@@ -644,6 +652,7 @@ class CausalLMOracle:
         out = np.empty((n, V), dtype=np.float64)
         if n == 0:
             return out
+        out_t = torch.from_numpy(out)
         prompt_lp = self._prompt_state()
         by_len: dict[int, list[int]] = {}
         for i, p in enumerate(keys):
@@ -661,7 +670,7 @@ class CausalLMOracle:
                         chunk = idx[s : s + step]
                         ids = self._tensor([self.prompt_ids + list(keys[i]) for i in chunk])
                         logits, _ = self._forward(ids, keep=1)
-                        out[chunk] = self._logprobs(logits[:, -1]).cpu().numpy()
+                        self._put(out_t, chunk, self._logprobs(logits[:, -1]))
                     self.stats.kv_misses += len(idx)
                     continue
                 hits = [i for i in idx if d == 1 or keys[i][:-1] in self._index]
@@ -681,7 +690,7 @@ class CausalLMOracle:
                     ids = self._tensor([[p[-1]] for p in chunk_keys])
                     logits, cache = self._forward(ids, past=past, keep=1, use_cache=True)
                     del past
-                    out[chunk] = self._logprobs(logits[:, -1]).cpu().numpy()
+                    self._put(out_t, chunk, self._logprobs(logits[:, -1]))
                     self._store(chunk_keys, cache)
                     self.stats.kv_hits += len(chunk)
                 for s in range(0, len(misses), step):
@@ -689,7 +698,7 @@ class CausalLMOracle:
                     chunk_keys = [keys[i] for i in chunk]
                     ids = self._tensor(chunk_keys)
                     logits, cache = self._forward(ids, past=self._broadcast_prompt(len(chunk)), keep=1, use_cache=True)
-                    out[chunk] = self._logprobs(logits[:, -1]).cpu().numpy()
+                    self._put(out_t, chunk, self._logprobs(logits[:, -1]))
                     self._store(chunk_keys, cache)
                     self.stats.kv_misses += len(chunk)
         self.stats.callback_seconds += time.perf_counter() - t_start
