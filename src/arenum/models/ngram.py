@@ -863,55 +863,54 @@ def _count(
     w = flat[tgt].astype(np.int64)
     del tok_pos, eos_pos
 
-    # Distinct full n-grams (context of n1 tokens + next token) with their counts; X[:, j] is
-    # the context token j+1 positions back.
+    # Context ids per level: the level-L context extends its level-(L-1) parent by the token L
+    # back, with key_L = parent_id * B + token; ids index the sorted unique keys, so
+    # parent(id) = key // B and the context's oldest token = key % B.
+    ctx_keys: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
     if B**n1 * V <= _INT64_MAX:
+        # One mixed-radix key per prediction, most recent token most significant, next token
+        # least.  Sorted distinct keys list the n-grams lexicographically by (token 1 back,
+        # token 2 back, ..., next token), so every level's contexts are contiguous runs, their
+        # keys come out sorted, and no further sort is needed to number them.
         key = np.zeros(len(tgt), dtype=np.int64)
-        for j in range(n1, 0, -1):
+        for j in range(1, n1 + 1):
             key *= B
             key += flat[tgt - j]
         key *= V
         key += w
-        uk, raw = np.unique(key, return_counts=True)
+        del flat, tgt, w
+        uk, raw = np.unique(key, return_counts=True)  # (U,) int64 each
         del key
         w_top = uk % V
         rest = uk // V
-        X = np.empty((len(uk), n1), dtype=np.int64)
-        for j in range(n1):
+        X = np.empty((len(uk), n1), dtype=np.int64)  # X[:, j]: context token j+1 back
+        for j in range(n1 - 1, -1, -1):
             X[:, j] = rest % B
             rest //= B
-    else:  # large vocabulary: number contexts level by level to keep keys in range
+        del uk, rest
+        cid = np.zeros(len(raw), dtype=np.int64)
+        change = np.zeros(len(raw), dtype=bool)
+        change[0] = True
+        for L in range(1, n1 + 1):
+            x = X[:, L - 1]
+            change[1:] |= x[1:] != x[:-1]
+            ctx_keys.append((cid * B + x)[change])
+            cid = np.cumsum(change) - 1
+        g = cid * V + w_top  # strictly increasing: (context id, next token) order
+    else:
+        # Large vocabulary: the full key would overflow, so number the contexts level by level.
         cid = np.zeros(len(tgt), dtype=np.int64)
         for j in range(1, n1 + 1):
-            _, cid = np.unique(cid * B + flat[tgt - j], return_inverse=True)
+            keys, cid = np.unique(cid * B + flat[tgt - j], return_inverse=True)
             cid = cid.reshape(-1)
-        _, first, raw = np.unique(cid * V + w, return_index=True, return_counts=True)
-        w_top = w[first]
-        X = np.empty((len(first), n1), dtype=np.int64)
-        for j in range(n1):
-            X[:, j] = flat[tgt[first] - (j + 1)]
-    del flat, tgt, w
+            ctx_keys.append(keys)
+        g, raw = np.unique(cid * V + w, return_counts=True)
+        del flat, tgt, w, cid
     raw = raw.astype(np.int64)
-
-    # Context hierarchy over the distinct n-grams: the level-L context id extends the level L-1
-    # id by the token L back: key_L = id_{L-1} * B + X[:, L-1]; ids are indexes into the sorted
-    # unique keys, so parent(id) = key // B and its leftmost token = key % B.
-    ctx_keys: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
-    cid = np.zeros(len(raw), dtype=np.int64)
-    for L in range(1, n1 + 1):
-        keys, cid = np.unique(cid * B + X[:, L - 1], return_inverse=True)
-        cid = cid.reshape(-1)
-        ctx_keys.append(keys)
-    del X
 
     ptr: list = [None] * order
     words: list = [None] * order
     counts: list = [None] * order
-    # Top level: the distinct n-grams themselves, sorted by (context id, word).
-    g = cid * V + w_top
-    srt = np.argsort(g, kind="stable")
-    g = g[srt]
-    raw = raw[srt]
     for L in range(n1, -1, -1):
         ctx = g // V
         wl = g % V
