@@ -236,3 +236,45 @@ def test_from_pretrained_local_only(tmp_path, model):
 def test_import_arenum_does_not_import_torch():
     code = "import sys, arenum, arenum.models; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_rotary_model_kv_matches_full_forward():
+    """Positions stay exact through the KV path for a rotary-embedding model (tiny Llama)."""
+    cfg = transformers.LlamaConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=32, bos_token_id=BOS, eos_token_id=EOS,
+    )
+    torch.manual_seed(0)
+    llama = transformers.LlamaForCausalLM(cfg).eval()
+    o = CausalLMOracle(llama, prompt=[4, 5])
+    lv1 = all_prefixes(1)[:6]
+    lv2 = [p + (t,) for p in lv1[:3] for t in range(0, V, 5)]
+    lv3 = [p + (t,) for p in lv2[:4] for t in (2, 7)] + [(9, 9, 9)]
+    for prefixes in ([()], lv1, lv2, lv3):
+        got = o.batch_next_logprobs(prefixes)
+        want = np.stack([reference(llama, [4, 5] + list(p)) for p in prefixes])
+        assert np.abs(got - want).max() < 1e-4
+    assert o.stats.kv_misses == 1  # only (9, 9, 9)
+    seqs = [(1, 2, 3), (3, 2, 1)]
+    assert np.allclose(o.score_sequences(seqs), [o.all_position_logprobs(s)[[0, 1, 2], list(s)].sum() for s in seqs])
+
+
+class NoCacheLM(torch.nn.Module):
+    """A model whose forward takes no KV cache (and has no get_output_embeddings)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.config = inner.config
+
+    def forward(self, input_ids, use_cache=False):
+        return self.inner(input_ids=input_ids, use_cache=False)
+
+
+def test_model_without_cache_falls_back(model):
+    with pytest.warns(RuntimeWarning, match="KV reuse disabled"):
+        o = CausalLMOracle(NoCacheLM(model), prompt=PROMPT)
+    assert not o.kv_reuse and o.V == V
+    prefixes = [(), (3,), (3, 4)]
+    want = np.stack([reference(model, PROMPT + list(p)) for p in prefixes])
+    assert np.abs(o.batch_next_logprobs(prefixes) - want).max() < 1e-4

@@ -559,12 +559,14 @@ class CausalLMOracle:
         ids = self._tensor([self.prompt_ids])
         with torch.inference_mode():
             if self.kv_reuse:
-                logits, cache = self._forward(ids, keep=1, use_cache=True)
                 try:
+                    if not self._plain_cache_layers():
+                        raise _NoKV("the model's config asks for non-full-attention cache layers")
+                    logits, cache = self._forward(ids, keep=1, use_cache=True)
                     kv = _kv_list(cache)
                     if any(k.shape[-2] != len(self.prompt_ids) for k, _ in kv):
                         raise _NoKV("cache length differs from prompt length")
-                except _NoKV as exc:
+                except (_NoKV, TypeError, AttributeError, NotImplementedError) as exc:
                     warnings.warn(
                         f"model cache is not a plain full-attention KV cache ({exc}); KV reuse disabled",
                         RuntimeWarning,
@@ -572,7 +574,9 @@ class CausalLMOracle:
                     )
                     self.kv_reuse = False
                     kv = None
-                if kv is not None:
+                if kv is None:
+                    logits, _ = self._forward(ids, keep=1, use_cache=False)
+                else:
                     self._prompt_kv = [(k.clone(), v.clone()) for k, v in kv]
                     self._kv_bytes_per_token = sum(
                         (k[0, :, :1].numel() * k.element_size() + v[0, :, :1].numel() * v.element_size())
@@ -585,6 +589,17 @@ class CausalLMOracle:
             raise ValueError(f"model returned logits of width {lp.shape[-1]}, expected {self.vocab_size}")
         self._prompt_logprobs = lp
         return lp
+
+    def _plain_cache_layers(self) -> bool:
+        """False when the config asks for cache layers other than full-attention DynamicLayers."""
+        config = getattr(self.model, "config", None)
+        if config is None:
+            return True
+        try:
+            probe = DynamicCache(config=config)
+        except Exception:  # noqa: BLE001 - cannot tell; the prompt forward decides
+            return True
+        return all(type(layer).__name__ == "DynamicLayer" for layer in getattr(probe, "layers", []) or [])
 
     def _broadcast_prompt(self, rows: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         assert self._prompt_kv is not None
