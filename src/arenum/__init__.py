@@ -1,2 +1,42 @@
-"""arenum: count, rank and randomly access the sequences of any autoregressive model."""
+"""arenum: count, rank and randomly access the sequences of any autoregressive model, exactly.
+
+>>> import math, arenum
+>>> ar = arenum.AutoregressiveEnumerable(lambda p: [(0, math.log(0.9)), (1, math.log(0.1))], max_len=2)
+>>> ar.count(math.log(0.09)), ar.unrank(1)
+(3, ((0, 1), -2.4079456086518722))
+"""
+from .count_index import CountHistogram, CountIndex, autoregressive_count_index
+from .enumerable import AutoregressiveEnumerable, count_budget_index
+from .index import MassBracket
+from .oracle import OracleStats
+from .quantize import Quantizer
+from .results import CountBracket, CountDPTopPResult, DensityRankResult, SeekResult
+from .seek import BudgetExceeded, Limits, SeekIndex
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "AutoregressiveEnumerable",
+    "BudgetExceeded",
+    "CountBracket",
+    "CountDPTopPResult",
+    "CountHistogram",
+    "CountIndex",
+    "DensityRankResult",
+    "Limits",
+    "MassBracket",
+    "OracleStats",
+    "Quantizer",
+    "SeekIndex",
+    "SeekResult",
+    "autoregressive_count_index",
+    "count_budget_index",
+]
+
+
+def __getattr__(name: str):
+    if name == "RescoredIndex":
+        from .rescore import RescoredIndex
+
+        return RescoredIndex
+    raise AttributeError(f"module 'arenum' has no attribute {name!r}")

@@ -1,0 +1,69 @@
+"""Best-first listing of a model's support in exact descending score order.
+
+A heap of candidates keyed by ``(-score, length, table positions)``; popping a candidate pushes only
+its next sibling and, for a prefix, its first child (tables are sorted), so listing ``k`` sequences
+costs ``O(k)`` heap operations and one forward per prefix popped. The key is the library's one
+order: descending score, ties by length, then lexicographic table positions, the same order as
+``unrank``.
+
+This module does not count: use the index for ranks beyond the head.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+__all__ = ["best_first"]
+
+
+def best_first(
+    table: Callable[[tuple], tuple[np.ndarray, np.ndarray]],
+    *,
+    fixed_len: int | None,
+    eos_id: int | None,
+    cap: int,
+    branch_cap: int | None = None,
+) -> Iterator[tuple[tuple, float]]:
+    """Yield ``(id sequence, score)`` in exact descending order (ties as documented above).
+
+    ``table(prefix_ids)`` returns the sorted table ``(ids, logps)`` of a prefix.
+    """
+    # heap item: (-score, length, positions, ids, parent_table_key)
+    # a "child" candidate is (parent ids, position j) materialized lazily.
+    heap: list[tuple[float, int, tuple, tuple, Any]] = []
+    root: tuple = ()
+
+    def push_child(prefix: tuple, positions: tuple, base: float, tab: tuple[np.ndarray, np.ndarray], j: int) -> None:
+        ids, lps = tab
+        if j >= ids.shape[0] or (branch_cap is not None and j >= branch_cap):
+            return
+        tok = int(ids[j])
+        score = base + float(lps[j])
+        seq = prefix + (tok,)
+        heapq.heappush(heap, (-score, len(seq), positions + (j,), seq, (prefix, positions, base, tab)))
+
+    def is_complete(seq: tuple) -> bool:
+        if fixed_len is not None:
+            return len(seq) == fixed_len
+        return seq[-1] == eos_id
+
+    def expandable(seq: tuple) -> bool:
+        if fixed_len is not None:
+            return len(seq) < fixed_len
+        return len(seq) < cap
+
+    if fixed_len == 0:
+        yield (), 0.0
+        return
+    push_child(root, (), 0.0, table(root), 0)
+    while heap:
+        negs, _, pos, seq, parent = heapq.heappop(heap)
+        prefix, ppos, base, tab = parent
+        push_child(prefix, ppos, base, tab, pos[-1] + 1)
+        score = -negs
+        if is_complete(seq):
+            yield seq, score
+        elif expandable(seq):
+            push_child(seq, pos, score, table(seq), 0)

@@ -1,0 +1,530 @@
+"""``AutoregressiveEnumerable``: an autoregressive model as a countable, rankable, unrankable object.
+
+A sequence's score is ``s(x) = sum_t log p(x_t | x_<t)``, summed left to right in float64.
+Support: fixed-length (``max_len``: every length-``max_len`` sequence) or terminating (``eos``:
+sequences that end in ``eos``, ``eos`` nowhere earlier, length ``<= max_len`` if given, else
+``<= max_depth``). Order: descending score; ties shorter first, then lexicographically by table
+positions (each step table sorted by descending log-prob, ties in the model's order).
+
+Every query is EXACT (stronger than a quantized index): ``count``, ``threshold``, ``unrank``,
+``slice``, ``rank``, ``cumulative``, ``mass_above`` and ``nucleus_size``. Where a cap prevents
+exactness (``branch_cap``, the depth cap, ``max_prefixes``/``max_sequences``) the result is a
+certified bracket that says so. Cost: one forward per live prefix at the budget the answer needs
+(a prefix is live at a budget of ``B`` bits when its own bits are ``<= B``), never per rank.
+
+Data flow: model -> :mod:`arenum.oracle` -> :mod:`arenum.tree` -> :mod:`arenum.index` ->
+:mod:`arenum.seek` -> this facade.
+"""
+from __future__ import annotations
+
+import math
+from itertools import islice
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from ._validate import exact_int, finite_float, optional_exact_int
+from .best_first import best_first
+from .count_index import COUNT_MODES, CountIndex, build_count_index
+from .index import MassBracket
+from .oracle import NORM_TOL, StepOracle
+from .quantize import LN2, Quantizer
+from .results import CountBracket, CountDPTopPResult, DensityRankResult, SeekResult
+from .sampling import ARSampler
+from .seek import BudgetExceeded, Limits, SeekIndex
+from .tree import PrefixTree
+
+__all__ = ["AutoregressiveEnumerable", "count_budget_index"]
+
+
+class AutoregressiveEnumerable:
+    """An autoregressive ``next_logprobs(prefix)`` model as a count-/rank-/unrank-able object.
+
+    Parameters follow the library's contract:
+
+    next_logprobs: ``next_logprobs(prefix) -> [(token, log_prob), ...]`` (or a ``(tokens, log_probs)``
+        numpy pair, or a dense 1-D log-prob array indexed by token id).
+    max_len: fixed-length sequence length; with ``eos``, a hard length cap. Exact positive integer.
+    eos: end-of-sequence token; makes the model terminating.
+    max_depth: length cap for a terminating model without ``max_len``. Exact positive integer.
+    bin_width_bits, oversample: resolution of :meth:`quantized_count_index` buckets and the
+        :attr:`quantizer` handed to rescoring; they never change an answer of this class.
+    batch_next_logprobs: ``[prefix, ...] -> [result, ...]`` (or a 2-D array); the tree is filled
+        level by level in ``batch_size`` chunks through it.
+    batch_size: prefixes per batched forward. Exact positive integer.
+    count_mode: ``'auto'`` | ``'exact'`` | ``'float'``, arithmetic of bounds that can exceed int64
+        (``branch_cap``'s ``dropped_upper``); indexed counts are always exact integers.
+    branch_cap: keep only the top ``branch_cap`` tokens of every table (the sub-support); queries
+        count that sub-support exactly, and brackets add the certified bound on what was skipped.
+    batch_score_sequences: teacher-forcing scorer ``[sequence, ...] -> log_probs``.
+    all_position_logprobs: ``sequence -> [result at seq[:d] for d in range(len(seq))]``.
+
+    Keyword-only extras: ``norm_tol`` (accepted ``|sum p - 1|``), ``keep_margin_bits`` (stored table
+    heads reach this many bits below a build's budget), ``max_prefixes`` / ``max_sequences`` (caps on
+    an exact build; beyond them answers become brackets or raise :class:`BudgetExceeded`).
+
+    >>> import math
+    >>> def model(prefix):  # two tokens, p(0) = 0.75
+    ...     return [(0, math.log(0.75)), (1, math.log(0.25))]
+    >>> ar = AutoregressiveEnumerable(model, max_len=3)
+    >>> ar.unrank(0)[0], ar.count(math.log(0.75**2 * 0.25)), ar.rank((1, 1, 1)).rank
+    ((0, 0, 0), 4, 7)
+    """
+
+    def __init__(
+        self,
+        next_logprobs: Callable[[tuple], Any],
+        max_len: int | None = None,
+        eos: Any = None,
+        max_depth: int = 1024,
+        bin_width_bits: float = 1.0,
+        oversample: int = 8,
+        batch_next_logprobs: Callable[[list[tuple]], list[Any]] | None = None,
+        batch_size: int = 256,
+        count_mode: str = "auto",
+        branch_cap: int | None = None,
+        batch_score_sequences: Callable[[list[tuple]], Any] | None = None,
+        all_position_logprobs: Callable[[tuple], list[Any]] | None = None,
+        *,
+        norm_tol: float = NORM_TOL,
+        keep_margin_bits: float = 1.0,
+        max_prefixes: int | None = Limits.max_prefixes,
+        max_sequences: int | None = Limits.max_sequences,
+    ) -> None:
+        if not callable(next_logprobs):
+            raise TypeError(f"next_logprobs must be callable, got {type(next_logprobs).__name__}")
+        self.max_len = optional_exact_int("max_len", max_len, minimum=1)
+        self.max_depth = exact_int("max_depth", max_depth, minimum=1)
+        self.batch_size = exact_int("batch_size", batch_size, minimum=1)
+        self.branch_cap = optional_exact_int("branch_cap", branch_cap, minimum=1)
+        if not isinstance(count_mode, str) or count_mode not in COUNT_MODES:
+            raise ValueError(f"count_mode must be one of {COUNT_MODES}, got {count_mode!r}")
+        self.count_mode = count_mode
+        self.quantizer = Quantizer(bin_width_bits, oversample)
+        self.bin_width_bits = self.quantizer.bin_width_bits
+        self.oversample = self.quantizer.oversample
+        tol = finite_float("norm_tol", norm_tol)
+        if not 0 < tol < 1:
+            raise ValueError(f"norm_tol must be in (0, 1), got {norm_tol!r}")
+        margin = finite_float("keep_margin_bits", keep_margin_bits)
+        if margin < 0:
+            raise ValueError(f"keep_margin_bits must be >= 0, got {keep_margin_bits!r}")
+        self._limits = Limits(
+            max_depth_bits=4096.0,
+            max_prefixes=optional_exact_int("max_prefixes", max_prefixes, minimum=1),
+            max_sequences=optional_exact_int("max_sequences", max_sequences, minimum=1),
+        )
+        if eos is None and self.max_len is None:
+            raise ValueError(
+                "give max_len for a fixed-length model or eos for a terminating one (both are None)"
+            )
+        self.eos = eos
+        self.terminating = eos is not None
+        self.cap = (self.max_len if self.max_len is not None else self.max_depth) if self.terminating else self.max_len
+        self._oracle = StepOracle(
+            next_logprobs,
+            batch_next_logprobs=batch_next_logprobs,
+            batch_size=self.batch_size,
+            batch_score_sequences=batch_score_sequences,
+            all_position_logprobs=all_position_logprobs,
+            eos=eos,
+            norm_tol=tol,
+        )
+        self._tree = PrefixTree(
+            self._oracle,
+            fixed_len=None if self.terminating else self.max_len,
+            eos_id=self._oracle.eos_id,
+            cap=self.cap,
+            branch_cap=self.branch_cap,
+            keep_margin_bits=margin,
+        )
+        self._seek: SeekIndex | None = None
+
+    # ------------------------------------------------------------------ plumbing
+    @property
+    def stats(self) -> dict[str, Any]:
+        """Counters: forwards (prefixes scored), model calls, refetches, live prefixes held by the
+        tree, index builds, model/parse seconds, and memory held by the tree (bytes)."""
+        d = self._oracle.stats.as_dict()
+        d["tree_prefixes"] = self._tree.fetched_nodes
+        d["tree_nodes"] = self._tree.n_nodes
+        d["tree_bytes"] = self._tree.nbytes
+        d["built_bits"] = self.seek_index().built_bits
+        d["index_builds"] = self.seek_index().builds
+        d["indexed_sequences"] = self._seek._index.N if self._seek and self._seek._index else 0
+        return d
+
+    def _decode(self, ids: Iterable[int]) -> tuple:
+        return self._oracle.tokens(ids)
+
+    def _table_ids(self, prefix_ids: tuple) -> tuple[np.ndarray, np.ndarray]:
+        return self._oracle.table(self._decode(prefix_ids))
+
+    def _in_declared_support(self, sequence: Sequence[Any]) -> bool:
+        """Structural support check: length, and for a terminating model ``eos`` last and only last."""
+        n = len(sequence)
+        if not self.terminating:
+            return n == self.max_len
+        if n < 1 or n > self.cap:
+            return False
+        eos = self.eos
+        if sequence[-1] != eos:
+            return False
+        return all(t != eos for t in sequence[:-1])
+
+    def _as_tuple(self, sequence: Any, name: str = "sequence") -> tuple:
+        if isinstance(sequence, (str, bytes)) and not self._str_tokens():
+            raise TypeError(
+                f"{name} must be a sequence of tokens; got a {type(sequence).__name__} (encode it first)"
+            )
+        try:
+            return tuple(sequence)
+        except TypeError:
+            raise TypeError(f"{name} must be a sequence of tokens, got {type(sequence).__name__}") from None
+
+    def _str_tokens(self) -> bool:
+        return self._oracle.int_mode is False
+
+    def _walk_score(self, seq: tuple) -> float:
+        """Canonical score: left-to-right float64 sum of the validated table entries (memoized)."""
+        s = 0.0
+        o = self._oracle
+        for t in range(len(seq)):
+            ids, lps = o.table(seq[:t])
+            tid = o.ids_of((seq[t],))[0]
+            if tid is None:
+                return -math.inf
+            hit = np.flatnonzero(ids == tid)
+            if hit.size == 0:
+                return -math.inf
+            s = s + float(lps[hit[0]])
+        return s
+
+    def _canonical(self, sequence: Any) -> tuple[tuple, float]:
+        seq = self._as_tuple(sequence)
+        if not self._in_declared_support(seq):
+            return seq, -math.inf
+        return seq, self._walk_score(seq)
+
+    # ------------------------------------------------------------------ scores
+    def log_density(self, sequence: Sequence[Any]) -> float:
+        """Exact total log-probability of ``sequence``; ``-inf`` off the declared support.
+
+        Uses one teacher-forcing forward (``batch_score_sequences``) when some prefix of the sequence
+        is not cached, else the cached tables; without a scorer, one forward per uncached prefix.
+        """
+        seq = self._as_tuple(sequence)
+        if not self._in_declared_support(seq):
+            return -math.inf
+        o = self._oracle
+        if o.has_scorer and not all(o.cached(seq[:t]) for t in range(len(seq))):
+            return float(o.score_sequences([seq])[0])
+        return self._walk_score(seq)
+
+    def score_sequences(self, sequences: Iterable[Sequence[Any]]) -> np.ndarray:
+        """Exact total log-probabilities of many sequences (``-inf`` off the declared support).
+
+        With ``batch_score_sequences``: ONE call for all in-support sequences (cardinality checked).
+        Otherwise the memoized per-prefix walk. Returns a float64 array ``(n,)``.
+        """
+        seqs = [self._as_tuple(s, "sequences[i]") for s in sequences]
+        out = np.full(len(seqs), -math.inf)
+        ok = [i for i, s in enumerate(seqs) if self._in_declared_support(s)]
+        if not ok:
+            return out
+        if self._oracle.has_scorer:
+            out[ok] = self._oracle.score_sequences([seqs[i] for i in ok])
+        else:
+            for i in ok:
+                out[i] = self._walk_score(seqs[i])
+        return out
+
+    def harvest(self, sequence: Sequence[Any]) -> int:
+        """Cache the table at every prefix of ``sequence`` from one ``all_position_logprobs`` call.
+
+        A no-op (returns 0) without it; returns the number of newly cached prefixes. The result is
+        validated (one entry per position, every row) before anything is cached.
+        """
+        return self._oracle.harvest(self._as_tuple(sequence))
+
+    def structural_fine_bucket(self, sequence: Sequence[Any], quantizer: Quantizer) -> int:
+        """Fine bucket of the sequence's EXACT total bits under ``quantizer``."""
+        _, s = self._canonical(sequence)
+        if s == -math.inf:
+            raise ValueError(f"sequence {tuple(sequence)!r} has probability 0 under the model")
+        return quantizer.fine_bucket(s)
+
+    # ------------------------------------------------------------------ listing
+    def enumerator(self) -> Iterator[tuple[tuple, float]]:
+        """The support in exact descending order, lazily (best-first; one forward per prefix popped)."""
+        for ids, s in best_first(
+            self._table_ids,
+            fixed_len=None if self.terminating else self.max_len,
+            eos_id=self._oracle.eos_id,
+            cap=self.cap,
+            branch_cap=self.branch_cap,
+        ):
+            yield self._decode(ids), s
+
+    def top_k(self, k: int) -> list[tuple[tuple, float]]:
+        """The ``k`` most probable sequences, exact (best-first). ``k <= 0`` returns ``[]``.
+
+        Same as ``sorted(support, key=score, reverse=True)[:k]`` with the library's tie rule.
+        """
+        k = exact_int("k", k)
+        if k <= 0:
+            return []
+        return list(islice(self.enumerator(), k))
+
+    def sampler(self, seed: int | None = None) -> ARSampler:
+        """An ancestral sampler (``sample()``, ``sample_n(n)``, ``draw()``), seeded for replay."""
+        seed = optional_exact_int("seed", seed, minimum=0)
+        return ARSampler(
+            self._table_ids,
+            fixed_len=None if self.terminating else self.max_len,
+            eos_id=self._oracle.eos_id,
+            cap=self.cap,
+            decode=self._decode,
+            seed=seed,
+        )
+
+    # ------------------------------------------------------------------ indexes
+    def seek_index(self, *, max_depth_bits: float = 4096.0) -> SeekIndex:
+        """The persistent exact :class:`SeekIndex` (built lazily, deepened in place).
+
+        A larger ``max_depth_bits`` than before raises the ceiling in place; a smaller one is a no-op.
+        """
+        mdb = finite_float("max_depth_bits", max_depth_bits)
+        if mdb <= 0:
+            raise ValueError(f"max_depth_bits must be > 0, got {max_depth_bits!r}")
+        if self._seek is None:
+            self._limits.max_depth_bits = mdb
+            self._seek = SeekIndex(
+                self._tree, quantizer=self.quantizer, limits=self._limits, count_mode=self.count_mode,
+                decode=self._decode,
+            )
+        elif mdb > self._seek.max_depth_bits:
+            self._seek.max_depth_bits = mdb
+        return self._seek
+
+    def budget_index(self, budget_bits: float, max_depth_bits: float = 4096.0) -> SeekIndex:
+        """The seek index, deepened to cover at least ``2**budget_bits`` sequences (or the support)."""
+        b = finite_float("budget_bits", budget_bits)
+        if b < 0:
+            raise ValueError(f"budget_bits must be >= 0, got {budget_bits!r}")
+        seek = self.seek_index(max_depth_bits=max_depth_bits)
+        seek.ensure_count(int(math.ceil(2.0**b)))
+        return seek
+
+    def quantized_count_index(self, quantizer: Quantizer, max_fine_bucket: int) -> CountIndex:
+        """Count index over the support, by fine bucket of exact total bits, down to ``max_fine_bucket``.
+
+        Shares the tree (and every forward) with the other queries. ``.truncated`` is True when
+        sequences exist beyond the bucket bound.
+        """
+        if not isinstance(quantizer, Quantizer):
+            raise TypeError(f"quantizer must be a Quantizer, got {type(quantizer).__name__}")
+        mfb = exact_int("max_fine_bucket", max_fine_bucket, minimum=0)
+        seek = self.seek_index()
+        ci, truncated = build_count_index(self._tree, quantizer, mfb, self.count_mode, self._decode,
+                                          seek.dropped_bound)
+        ci.truncated = truncated
+        return ci
+
+    # ------------------------------------------------------------------ counting
+    def count(self, min_log_prob: float) -> int:
+        """How many sequences have ``log_density >= min_log_prob``: exact, from counts, not listed.
+
+        Same as ``sum(1 for x in support if score(x) >= min_log_prob)``. Cost: one forward per live
+        prefix at that budget. With ``branch_cap`` this counts the capped sub-support (a lower bound;
+        see :meth:`count_bracket`). Raises :class:`BudgetExceeded` past a cap.
+        """
+        return self.seek_index().count(min_log_prob)
+
+    def count_bracket(self, min_log_prob: float) -> CountBracket:
+        """``lo <= #{x : log_density(x) >= min_log_prob} <= hi``, certified.
+
+        ``lo`` counts the kept sub-support exactly; ``hi`` adds the bound on what ``branch_cap``
+        skipped. Past a resource cap, ``lo`` is the count at the deepest budget built and ``hi`` the
+        mass bound ``exp(-min_log_prob)`` (each such sequence has probability ``>= exp(min_log_prob)``).
+        """
+        t = finite_float("min_log_prob", min_log_prob, allow_neg_inf=True)
+        seek = self.seek_index()
+        try:
+            lo = seek.count(t)
+        except BudgetExceeded:
+            idx = seek.index()
+            return CountBracket(idx.N, _mass_count_bound(t))
+        if self.branch_cap is None:
+            return CountBracket(lo, lo)
+        return CountBracket(lo, lo + seek.dropped_bound(t))
+
+    def unrank(self, i: int) -> tuple[tuple, float]:
+        """The ``i``-th most probable sequence (0-based) and its exact log-probability.
+
+        Same as ``sorted(support, key=score, reverse=True)[i]`` (ties: shorter first, then table
+        positions), so ``rank(unrank(i)) == i`` whenever there are no ties. Exact. Cost: one forward
+        per live prefix at the budget of the ``i``-th score. ``IndexError`` past the support.
+        """
+        i = exact_int("i", i)
+        if i < 0:
+            raise IndexError(f"i must be >= 0, got {i}")
+        return self.seek_index().unrank(i)
+
+    def slice(self, start: int, k: int) -> list[tuple[tuple, float]]:
+        """Sequences ``start .. start+k-1`` of the exact order (fewer at the end of the support)."""
+        return self.seek_index().slice(start, k)
+
+    def threshold(self, rank: int) -> float:
+        """Log-probability of the ``rank``-th most probable sequence (1-based): the top-``rank`` boundary.
+
+        Exact: ``count(threshold(k)) >= k`` and ``count`` of any larger value is ``< k``.
+        """
+        return self.seek_index().threshold(rank)
+
+    def mass_above(self, min_log_prob: float) -> MassBracket:
+        """``(lower, upper)``: total probability of sequences with ``log_density >= min_log_prob``.
+
+        Exact up to float rounding (``lower <= mass <= upper``, relative width ~ ``n * 2**-53``).
+        With ``branch_cap`` the upper end adds the skipped mass; past a resource cap the bracket is
+        ``[mass built, 1]``.
+        """
+        t = finite_float("min_log_prob", min_log_prob, allow_neg_inf=True)
+        seek = self.seek_index()
+        if t > 0:
+            return MassBracket(0.0, 0.0)
+        try:
+            idx = seek.ensure_score(t) if t > -math.inf else seek._ensure_all()
+        except BudgetExceeded:
+            m = seek.index().total_mass()
+            return MassBracket(m.lo, 1.0)
+        m = idx.mass_ge(t)
+        if self.branch_cap is not None:
+            return MassBracket(m.lo, min(1.0, m.hi + seek.dropped_mass(t)))
+        return m
+
+    # ------------------------------------------------------------------ ranks
+    def rank(self, sequence: Sequence[Any]) -> DensityRankResult:
+        """Rank (number of sequences strictly more probable) and cumulative mass of ``sequence``.
+
+        Exact when the budget ``-log_density(sequence)`` bits is affordable: one forward per live
+        prefix at that budget. Past a resource cap: a certified bracket (``method='bracket'``).
+        ``ValueError`` if the sequence has probability 0 under the model.
+        """
+        seq, s = self._canonical(sequence)
+        if s == -math.inf:
+            why = "is outside the declared support" if not self._in_declared_support(seq) else "has probability 0"
+            raise ValueError(f"sequence {_short(seq)} {why}; its rank is undefined")
+        seek = self.seek_index()
+        trunc = self._tree.depth_truncated or self.branch_cap is not None
+        try:
+            idx = seek.ensure_score(s)
+        except BudgetExceeded:
+            idx = seek.index()
+            lo = idx.N
+            hi = _mass_count_bound(s) - 1
+            m = idx.total_mass()
+            c_lo = min(1.0, m.lo + math.exp(s))
+            return DensityRankResult(
+                rank=lo, cumulative=0.5 * (c_lo + 1.0), log_prob=s, exact=False, method="bracket",
+                rank_lo=lo, rank_hi=hi, cumulative_lo=c_lo, cumulative_hi=1.0, truncated=trunc,
+            )
+        lo = idx.count_gt(s)
+        m = idx.mass_ge(s)
+        hi: int | float = lo
+        c_hi = m.hi
+        if self.branch_cap is not None:
+            hi = lo + seek.dropped_bound(s)
+            c_hi = min(1.0, m.hi + seek.dropped_mass(s))
+        exact = hi == lo
+        return DensityRankResult(
+            rank=lo, cumulative=m.mid if exact else 0.5 * (m.lo + c_hi), log_prob=s, exact=exact,
+            method="exact" if exact else "bracket", rank_lo=lo, rank_hi=hi,
+            cumulative_lo=m.lo, cumulative_hi=c_hi, truncated=self._tree.depth_truncated or not exact,
+        )
+
+    def cumulative(self, sequence: Sequence[Any]) -> DensityRankResult:
+        """``G(seq) = P(p(Y) >= p(seq))``: the record of :meth:`rank`, read ``.cumulative``."""
+        return self.rank(sequence)
+
+    def nucleus_size(self, p: float) -> CountDPTopPResult:
+        """Size of the minimal set of most probable sequences with mass ``>= p``, without listing it.
+
+        Exact up to float rounding of the masses (``size_lo <= size <= size_hi``, usually equal).
+        Deepens until the built mass reaches ``p``; past a cap the result says ``truncated``.
+        """
+        p = finite_float("p", p)
+        if not 0 < p <= 1:
+            raise ValueError(f"p must be in (0, 1], got {p!r}")
+        seek = self.seek_index()
+        truncated = False
+        while True:
+            idx = seek.index()
+            tm = idx.total_mass()
+            if tm.hi >= p:
+                r = idx.nucleus(p)
+                if r is not None and (tm.lo >= p or seek.tree.built <= seek._floor_T):
+                    break
+            if seek.tree.built <= seek._floor_T:
+                truncated = True
+                break
+            try:
+                seek.ensure_count(max(2 * idx.N, idx.N + self.batch_size))
+            except BudgetExceeded:
+                truncated = True
+                break
+        idx = seek.index()
+        r = idx.nucleus(p)
+        if truncated and r is None:
+            tm = idx.total_mass()
+            thr = float(idx.item(idx.N - 1)[1]) if idx.N else 0.0
+            return CountDPTopPResult(size=idx.N, size_lo=idx.N, size_hi=None, mass_lo=tm.lo, mass_hi=tm.hi,
+                                     threshold=thr, p=p, truncated=True, exact=False)
+        assert r is not None
+        k_lo, k_hi = r
+        _, thr = idx.item(k_lo - 1)
+        m = idx.mass_ge(thr)
+        return CountDPTopPResult(size=k_lo, size_lo=k_lo, size_hi=k_hi, mass_lo=m.lo, mass_hi=m.hi,
+                                 threshold=thr, p=p, truncated=False, exact=k_lo == k_hi)
+
+    def seek(self, target: float) -> SeekResult:
+        """The sequence at which the descending cumulative mass first reaches ``target``.
+
+        ``rank`` is ``nucleus_size(target).size - 1``; exact up to float rounding.
+        """
+        r = self.nucleus_size(target)
+        if r.truncated:
+            return SeekResult(rank=r.size_lo, sequence=None, log_prob=r.threshold, target=r.p,
+                              mass_lo=r.mass_lo, mass_hi=r.mass_hi, exact=False, truncated=True)
+        seq, lp = self.unrank(r.size - 1)
+        return SeekResult(rank=r.size - 1, sequence=seq, log_prob=lp, target=r.p, mass_lo=r.mass_lo,
+                          mass_hi=r.mass_hi, exact=r.exact)
+
+    def _check(self) -> None:
+        """Assert the invariants of the tree and index (for tests)."""
+        self._tree._check()
+        if self._seek is not None and self._seek._index is not None:
+            self._seek._index._check()
+
+
+def count_budget_index(enumerable: AutoregressiveEnumerable, budget_bits: float,
+                       max_depth_bits: float = 4096.0) -> SeekIndex:
+    """The exact :class:`SeekIndex` of ``enumerable`` covering at least ``2**budget_bits`` sequences."""
+    if not isinstance(enumerable, AutoregressiveEnumerable):
+        raise TypeError(f"enumerable must be an AutoregressiveEnumerable, got {type(enumerable).__name__}")
+    return enumerable.budget_index(budget_bits, max_depth_bits)
+
+
+def _mass_count_bound(t: float) -> int | float:
+    """Sound bound on #sequences with score ``>= t``: each has mass ``>= e**t``, total ``<= 1``."""
+    if t == -math.inf:
+        return math.inf
+    y = -t
+    if y < 700:
+        return int(math.floor(math.exp(y) * (1 + 1e-12))) + 1
+    return math.inf
+
+
+def _short(x: Any, n: int = 60) -> str:
+    r = repr(x)
+    return r if len(r) <= n else r[: n - 3] + "..."

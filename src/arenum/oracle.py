@@ -1,0 +1,487 @@
+"""Step oracle: the only code that calls the user's model.
+
+It parses and validates every raw step table once, turns tokens into integer ids, memoizes full
+tables for prefixes scored outside the prefix tree (best-first listing, sampling, log-densities,
+harvests), fills the tree's tables in batches, and counts every forward.
+
+Accepted result forms for one prefix (``next_logprobs(prefix)``):
+
+- a list of ``(token, log_prob)`` pairs;
+- a ``(tokens, log_probs)`` pair of numpy arrays;
+- a dense 1-D float array of length ``V`` whose index is the token id (``arenum`` extension).
+
+``batch_next_logprobs(prefixes)`` returns a list of such results, or a dense 2-D array ``(n, V)``.
+
+Validation (each a ``ValueError`` naming the prefix): NaN; a log-prob ``> 0`` (this catches
+``+inf``); duplicate tokens; mismatched array lengths; no finite entry; ``|sum(p) - 1| > norm_tol``.
+``-inf`` entries are dropped. Rows whose ``|log sum p| > 1e-12`` (reduced precision) are renormalized
+by subtracting ``log sum p``; rows normalized to float64 precision are used verbatim, so scores are
+bit-identical to summing the model's own numbers.
+
+Table order: descending log-prob; equal log-probs keep the model's order (ascending id for dense
+rows). This order, and nothing else, defines "table position" in the tie rule.
+
+This module does not decide which prefixes to score: the prefix tree and the queries do.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+__all__ = ["StepOracle", "OracleStats", "NORM_TOL", "RENORM_TOL"]
+
+NORM_TOL = 1e-3
+"""Default tolerance on ``|sum(p) - 1|`` for one step table."""
+RENORM_TOL = 1e-12
+"""Rows with ``|log sum p|`` above this are renormalized; below it they are used verbatim."""
+
+
+@dataclass
+class OracleStats:
+    """Forward counters, all cumulative.
+
+    forwards: step tables computed by the model (prefixes scored), every path included.
+    calls: invocations of ``next_logprobs`` or ``batch_next_logprobs``.
+    batch_calls: invocations of ``batch_next_logprobs``.
+    refetches: forwards spent re-scoring a prefix whose stored head was too short for a deeper budget.
+    sequences_scored: sequences scored by ``batch_score_sequences`` (teacher forcing).
+    score_calls: invocations of ``batch_score_sequences``.
+    harvest_calls / harvested_positions: ``all_position_logprobs`` invocations and tables cached.
+    model_seconds: wall time spent inside user callbacks.
+    parse_seconds: wall time spent validating and sorting step tables.
+    """
+
+    forwards: int = 0
+    calls: int = 0
+    batch_calls: int = 0
+    refetches: int = 0
+    sequences_scored: int = 0
+    score_calls: int = 0
+    harvest_calls: int = 0
+    harvested_positions: int = 0
+    model_seconds: float = 0.0
+    parse_seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _is_int_token(t: Any) -> bool:
+    return isinstance(t, numbers.Integral) and not isinstance(t, bool)
+
+
+class StepOracle:
+    """Validated, memoized access to a model's next-token tables (see module docstring).
+
+    Tables handed out are ``(ids, logps)``: ``ids`` int64 token ids, ``logps`` float64, sorted by
+    descending log-prob (stable). In integer mode ids are the model's integer tokens; otherwise tokens
+    are interned (``token(id)`` maps back).
+    """
+
+    def __init__(
+        self,
+        next_logprobs: Callable[[tuple], Any],
+        *,
+        batch_next_logprobs: Callable[[list[tuple]], Any] | None = None,
+        batch_size: int = 256,
+        batch_score_sequences: Callable[[list[tuple]], Any] | None = None,
+        all_position_logprobs: Callable[[tuple], Any] | None = None,
+        eos: Any = None,
+        norm_tol: float = NORM_TOL,
+        cache_size: int = 200_000,
+    ) -> None:
+        if not callable(next_logprobs):
+            raise TypeError(f"next_logprobs must be callable, got {type(next_logprobs).__name__}")
+        for name, fn in (
+            ("batch_next_logprobs", batch_next_logprobs),
+            ("batch_score_sequences", batch_score_sequences),
+            ("all_position_logprobs", all_position_logprobs),
+        ):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be callable or None, got {type(fn).__name__}")
+        self._next = next_logprobs
+        self._batch = batch_next_logprobs
+        self._score = batch_score_sequences
+        self._allpos = all_position_logprobs
+        self.batch_size = batch_size
+        self.norm_tol = float(norm_tol)
+        self.stats = OracleStats()
+        # int mode: ids are the tokens themselves; object mode: interned.
+        self.int_mode: bool | None = None
+        self._tok2id: dict[Any, int] = {}
+        self._id2tok: list[Any] = []
+        self._cache: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._cache_size = int(cache_size)
+        self.eos_id: int | None = None
+        if eos is not None:
+            self.int_mode = _is_int_token(eos)
+            self.eos_id = self.token_id(eos)
+
+    # ------------------------------------------------------------------ token ids
+    def token_id(self, token: Any, *, intern: bool = True) -> int | None:
+        """Integer id of ``token`` (``None`` if unknown and ``intern`` is False)."""
+        if self.int_mode is None:
+            self.int_mode = _is_int_token(token)
+        if self.int_mode:
+            if not _is_int_token(token):
+                raise TypeError(
+                    f"token {token!r} is not an integer, but this model's tokens are integers"
+                )
+            return int(token)
+        try:
+            return self._tok2id[token]
+        except KeyError:
+            if not intern:
+                return None
+            i = len(self._id2tok)
+            self._tok2id[token] = i
+            self._id2tok.append(token)
+            return i
+        except TypeError:
+            raise TypeError(f"token {token!r} is not hashable") from None
+
+    def token(self, tid: int) -> Any:
+        """Inverse of :meth:`token_id`."""
+        return int(tid) if self.int_mode else self._id2tok[int(tid)]
+
+    def tokens(self, ids: Iterable[int]) -> tuple:
+        """Token tuple for an iterable of ids."""
+        if self.int_mode:
+            return tuple(int(i) for i in ids)
+        t = self._id2tok
+        return tuple(t[int(i)] for i in ids)
+
+    def ids_of(self, seq: Sequence[Any]) -> list[int | None]:
+        """Ids of a user sequence; ``None`` for a token the model never produced."""
+        if self.int_mode is None:
+            return [None] * len(seq)
+        if self.int_mode:
+            return [int(t) if _is_int_token(t) else None for t in seq]
+        out: list[int | None] = []
+        for t in seq:
+            try:
+                out.append(self._tok2id.get(t))
+            except TypeError:
+                raise TypeError(f"token {t!r} is not hashable") from None
+        return out
+
+    # ------------------------------------------------------------------ parsing
+    def _fail(self, prefix: Any, msg: str) -> ValueError:
+        return ValueError(f"next_logprobs({_short(prefix)}): {msg}")
+
+    def _parse_one(self, raw: Any, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """Validate one raw result; return ``(ids, logps)`` unsorted, ``-inf`` dropped, normalized."""
+        if isinstance(raw, np.ndarray) and raw.ndim == 1 and raw.dtype.kind == "f":
+            lps = raw.astype(np.float64, copy=False)
+            if self.int_mode is None:
+                self.int_mode = True
+            if self.int_mode:
+                ids = np.arange(lps.shape[0], dtype=np.int64)
+            else:
+                ids = np.array([self.token_id(i) for i in range(lps.shape[0])], dtype=np.int64)
+        elif (
+            isinstance(raw, (tuple, list))
+            and len(raw) == 2
+            and isinstance(raw[0], np.ndarray)
+            and isinstance(raw[1], np.ndarray)
+        ):
+            toks, lps = raw
+            if toks.ndim != 1 or lps.ndim != 1:
+                raise self._fail(prefix, f"tokens and log_probs must be 1-D arrays, got shapes {toks.shape} and {lps.shape}")
+            if toks.shape[0] != lps.shape[0]:
+                raise self._fail(
+                    prefix, f"tokens and log_probs differ in length ({toks.shape[0]} != {lps.shape[0]})"
+                )
+            if lps.dtype.kind not in "fiu":
+                raise self._fail(prefix, f"log_probs must be numeric, got dtype {lps.dtype}")
+            lps = lps.astype(np.float64, copy=False)
+            if toks.dtype.kind in "iu":
+                if self.int_mode is None:
+                    self.int_mode = True
+                if self.int_mode:
+                    ids = toks.astype(np.int64, copy=False)
+                else:
+                    ids = np.array([self.token_id(int(t)) for t in toks], dtype=np.int64)
+            else:
+                ids = np.array([self.token_id(t) for t in toks.tolist()], dtype=np.int64)
+            _check_unique(ids, lambda m: self._fail(prefix, m), self)
+        else:
+            try:
+                pairs = list(raw)
+            except TypeError:
+                raise TypeError(
+                    f"next_logprobs({_short(prefix)}) must return (token, log_prob) pairs, a "
+                    f"(tokens, log_probs) array pair or a dense log-prob array; got {type(raw).__name__}"
+                ) from None
+            toks = []
+            vals = []
+            for item in pairs:
+                try:
+                    t, v = item
+                except (TypeError, ValueError):
+                    raise self._fail(prefix, f"expected (token, log_prob) pairs, got item {item!r}") from None
+                toks.append(t)
+                vals.append(v)
+            try:
+                lps = np.asarray(vals, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise self._fail(prefix, "log_probs must be real numbers") from None
+            ids = np.fromiter((self.token_id(t) for t in toks), dtype=np.int64, count=len(toks))
+            _check_unique(ids, lambda m: self._fail(prefix, m), self)
+        return self._normalize(ids, lps, prefix)
+
+    def _normalize(self, ids: np.ndarray, lps: np.ndarray, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
+        if lps.shape[0] == 0:
+            raise self._fail(prefix, "empty step table (probabilities must sum to 1)")
+        mx = lps.max()
+        if not mx <= 0.0:
+            if np.isnan(lps).any():
+                j = int(np.flatnonzero(np.isnan(lps))[0])
+                raise self._fail(prefix, f"log_prob is NaN for token {self.token(ids[j])!r}")
+            j = int(np.argmax(lps))
+            raise self._fail(prefix, f"log_prob must be <= 0, got {lps[j]!r} for token {self.token(ids[j])!r}")
+        if mx == -math.inf:
+            raise self._fail(prefix, "no finite log_prob (probabilities must sum to 1)")
+        lse = float(mx + math.log(float(np.exp(lps - mx).sum())))
+        if abs(math.expm1(lse)) > self.norm_tol:
+            raise self._fail(
+                prefix,
+                f"probabilities sum to {math.exp(lse):.6g}, not 1 (tolerance {self.norm_tol:g})",
+            )
+        finite = lps > -math.inf
+        if not finite.all():
+            ids, lps = ids[finite], lps[finite]
+        if abs(lse) > RENORM_TOL:
+            lps = lps - lse
+        return ids, lps
+
+    def _parse_dense_batch(self, arr: np.ndarray, prefixes: list[tuple]) -> list[tuple[np.ndarray, np.ndarray]]:
+        arr = arr.astype(np.float64, copy=False)
+        mx = arr.max(axis=1)
+        bad = ~(mx <= 0.0) | (mx == -math.inf)
+        if bad.any():
+            r = int(np.flatnonzero(bad)[0])
+            self._normalize(np.arange(arr.shape[1], dtype=np.int64), arr[r], prefixes[r])  # raises
+        lse = mx + np.log(np.exp(arr - mx[:, None]).sum(axis=1))
+        off = np.abs(np.expm1(lse)) > self.norm_tol
+        if off.any():
+            r = int(np.flatnonzero(off)[0])
+            raise self._fail(
+                prefixes[r],
+                f"probabilities sum to {math.exp(lse[r]):.6g}, not 1 (tolerance {self.norm_tol:g})",
+            )
+        if self.int_mode is None:
+            self.int_mode = True
+        if self.int_mode:
+            ids_all = np.arange(arr.shape[1], dtype=np.int64)
+        else:
+            ids_all = np.array([self.token_id(i) for i in range(arr.shape[1])], dtype=np.int64)
+        renorm = np.abs(lse) > RENORM_TOL
+        if renorm.any():
+            arr = arr.copy()
+            arr[renorm] -= lse[renorm, None]
+        has_ninf = (arr == -math.inf).any(axis=1)
+        out = []
+        for r in range(arr.shape[0]):
+            row = arr[r]
+            if has_ninf[r]:
+                keep = row > -math.inf
+                out.append((ids_all[keep], row[keep]))
+            else:
+                out.append((ids_all, row))
+        return out
+
+    # ------------------------------------------------------------------ calling the model
+    def _call_single(self, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
+        t0 = time.perf_counter()
+        raw = self._next(prefix)
+        t1 = time.perf_counter()
+        self.stats.model_seconds += t1 - t0
+        self.stats.calls += 1
+        out = self._parse_one(raw, prefix)
+        self.stats.parse_seconds += time.perf_counter() - t1
+        return out
+
+    def _call_batch(self, prefixes: list[tuple]) -> list[tuple[np.ndarray, np.ndarray]]:
+        assert self._batch is not None
+        t0 = time.perf_counter()
+        raw = self._batch(list(prefixes))
+        t1 = time.perf_counter()
+        self.stats.model_seconds += t1 - t0
+        self.stats.calls += 1
+        self.stats.batch_calls += 1
+        try:
+            n = len(raw)
+        except TypeError:
+            raise TypeError(
+                f"batch_next_logprobs must return a sequence of results, got {type(raw).__name__}"
+            ) from None
+        if n != len(prefixes):
+            raise ValueError(
+                f"batch_next_logprobs returned {n} results for a batch of {len(prefixes)} prefixes; "
+                "it must return exactly one result per prefix"
+            )
+        if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype.kind == "f":
+            out = self._parse_dense_batch(raw, prefixes)
+        else:
+            out = [self._parse_one(r, p) for r, p in zip(raw, prefixes)]
+        self.stats.parse_seconds += time.perf_counter() - t1
+        return out
+
+    def fetch_unsorted(self, prefixes: list[tuple]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Validated, UNSORTED tables for ``prefixes`` (cached ones come from the cache, sorted).
+
+        Every result is validated before any is returned; one model forward per uncached prefix,
+        through ``batch_next_logprobs`` in ``batch_size`` chunks when available.
+        """
+        out: list[Any] = [None] * len(prefixes)
+        todo: list[int] = []
+        cache = self._cache
+        if cache:
+            for i, p in enumerate(prefixes):
+                hit = cache.get(p)
+                if hit is None:
+                    todo.append(i)
+                else:
+                    out[i] = hit
+        else:
+            todo = list(range(len(prefixes)))
+        if not todo:
+            return out
+        if self._batch is not None:
+            bs = self.batch_size
+            for a in range(0, len(todo), bs):
+                chunk = todo[a : a + bs]
+                res = self._call_batch([prefixes[i] for i in chunk])
+                for i, r in zip(chunk, res):
+                    out[i] = r
+                self.stats.forwards += len(chunk)
+        else:
+            for i in todo:
+                out[i] = self._call_single(prefixes[i])
+                self.stats.forwards += 1
+        return out
+
+    def table(self, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """Full sorted table for one prefix, memoized (LRU of ``cache_size`` prefixes)."""
+        hit = self._cache.get(prefix)
+        if hit is not None:
+            self._cache.move_to_end(prefix)
+            return hit
+        ids, lps = self.fetch_unsorted([prefix])[0]
+        tab = sort_table(ids, lps)
+        self._remember(prefix, tab)
+        return tab
+
+    def _remember(self, prefix: tuple, tab: tuple[np.ndarray, np.ndarray]) -> None:
+        self._cache[prefix] = tab
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    def cached(self, prefix: tuple) -> bool:
+        return prefix in self._cache
+
+    # ------------------------------------------------------------------ sequences
+    def score_sequences(self, seqs: list[tuple]) -> np.ndarray:
+        """Teacher-forcing scores through ``batch_score_sequences`` (cardinality checked)."""
+        assert self._score is not None
+        t0 = time.perf_counter()
+        raw = self._score(list(seqs))
+        self.stats.model_seconds += time.perf_counter() - t0
+        self.stats.score_calls += 1
+        try:
+            arr = np.asarray(raw, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"batch_score_sequences must return one real score per sequence, got {type(raw).__name__}"
+            ) from None
+        if arr.shape[0] != len(seqs):
+            raise ValueError(
+                f"batch_score_sequences returned {arr.shape[0]} scores for {len(seqs)} sequences; "
+                "it must return exactly one score per sequence"
+            )
+        if np.isnan(arr).any() or (arr > 0).any():
+            j = int(np.flatnonzero(np.isnan(arr) | (arr > 0))[0])
+            raise ValueError(
+                f"batch_score_sequences returned {arr[j]!r} for sequence {_short(seqs[j])}; "
+                "a total log-prob must be <= 0 and not NaN"
+            )
+        self.stats.sequences_scored += len(seqs)
+        return arr
+
+    @property
+    def has_scorer(self) -> bool:
+        return self._score is not None
+
+    @property
+    def has_harvest(self) -> bool:
+        return self._allpos is not None
+
+    def harvest(self, seq: tuple) -> int:
+        """Cache the table at every prefix of ``seq`` from one ``all_position_logprobs`` call.
+
+        Returns the number of new prefixes cached. The result's cardinality (one entry per
+        position) and every row are validated before anything is written.
+        """
+        if self._allpos is None:
+            return 0
+        t0 = time.perf_counter()
+        raw = self._allpos(tuple(seq))
+        self.stats.model_seconds += time.perf_counter() - t0
+        self.stats.harvest_calls += 1
+        try:
+            n = len(raw)
+        except TypeError:
+            raise TypeError(
+                f"all_position_logprobs must return a sequence of results, got {type(raw).__name__}"
+            ) from None
+        if n != len(seq):
+            raise ValueError(
+                f"all_position_logprobs returned {n} results for a sequence of length {len(seq)}; "
+                "it must return exactly one result per position"
+            )
+        prefixes = [tuple(seq[:d]) for d in range(len(seq))]
+        if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype.kind == "f":
+            parsed = self._parse_dense_batch(raw, prefixes)
+        else:
+            parsed = [self._parse_one(r, p) for r, p in zip(raw, prefixes)]
+        new = 0
+        for p, (ids, lps) in zip(prefixes, parsed):
+            if p not in self._cache:
+                self._remember(p, sort_table(ids, lps))
+                new += 1
+        self.stats.harvested_positions += new
+        return new
+
+
+def sort_table(ids: np.ndarray, lps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sort a table by descending log-prob, stable (ties keep the model's order)."""
+    order = np.argsort(-lps, kind="stable")
+    return ids[order], lps[order]
+
+
+def _check_unique(ids: np.ndarray, fail: Callable[[str], ValueError], oracle: StepOracle) -> None:
+    n = ids.shape[0]
+    if n < 2:
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo >= 0 and hi < 4 * n + 64:
+        counts = np.bincount(ids)
+        if counts.max() > 1:
+            raise fail(f"duplicate token {oracle.token(int(np.argmax(counts)))!r}")
+        return
+    s = np.sort(ids)
+    dup = np.flatnonzero(s[1:] == s[:-1])
+    if dup.size:
+        raise fail(f"duplicate token {oracle.token(int(s[dup[0]]))!r}")
+
+
+def _short(x: Any, n: int = 60) -> str:
+    r = repr(x)
+    return r if len(r) <= n else r[: n - 3] + "..."

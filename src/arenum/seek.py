@@ -1,0 +1,318 @@
+"""SeekIndex: the persistent, deepening exact index over one model.
+
+It owns a :class:`~arenum.tree.PrefixTree` and the :class:`~arenum.index.ExactIndex` at the tree's
+built threshold, and decides budgets:
+
+- a query with a known score bound (``count(t)``, ``rank`` of a sequence) deepens straight to it;
+- a query by position (``unrank(i)``, ``threshold(k)``) deepens in rounds chosen from the observed
+  growth of the counts: the tree keeps, for every table it has seen, a histogram of the completion
+  and prefix scores it contains, so the budget at which ``i + 1`` sequences are known is read off
+  directly, and each round adds at most ~5% more forwards near the target (doubling while far away).
+  Total forwards stay within a few percent of the minimum (the live prefixes at the answer's budget).
+
+Every answer is exact; caps (``max_depth_bits``, ``max_prefixes``, ``max_sequences``) raise
+:class:`BudgetExceeded` instead of answering approximately. The facade turns that into brackets.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from ._validate import exact_int, finite_float
+from .index import ExactIndex
+from .quantize import LN2, Quantizer
+from .tree import HIST_BINS_PER_BIT, PrefixTree
+
+__all__ = ["SeekIndex", "BudgetExceeded", "Limits"]
+
+
+class BudgetExceeded(RuntimeError):
+    """An exact answer would need more than a configured cap allows (the message says which)."""
+
+
+@dataclass
+class Limits:
+    """Caps on an exact build. ``None`` means no cap.
+
+    max_depth_bits: deepest budget ever built, in bits.
+    max_prefixes: live prefixes (forwards) the tree may hold.
+    max_sequences: complete sequences the index may hold.
+    """
+
+    max_depth_bits: float = 4096.0
+    max_prefixes: int | None = 20_000_000
+    max_sequences: int | None = 300_000_000
+
+
+class SeekIndex:
+    """Exact, deepening random access over a model's support in descending score order.
+
+    Same as ``sorted(support, key=score, reverse=True)`` materialized lazily: ``unrank(i)`` is its
+    ``i``-th element, ``count(t)`` the number of elements with score ``>= t``. Ties: shorter first,
+    then lexicographic by table positions. Cost: one forward per live prefix at the needed budget.
+    """
+
+    exact_order = True
+    """Items come in exact descending score order (a rescoring index may use the last score as a bound)."""
+
+    def __init__(self, tree: PrefixTree, *, quantizer: Quantizer, limits: Limits, count_mode: str = "auto",
+                 decode=None) -> None:
+        self.tree = tree
+        self.quantizer = quantizer
+        self.limits = limits
+        self.count_mode = count_mode
+        self._decode = decode if decode is not None else tree.oracle.tokens
+        self._index: ExactIndex | None = None
+        self.builds = 0
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def max_depth_bits(self) -> float:
+        return self.limits.max_depth_bits
+
+    @max_depth_bits.setter
+    def max_depth_bits(self, v: float) -> None:
+        self.limits.max_depth_bits = float(v)
+
+    @property
+    def _floor_T(self) -> float:
+        return -self.limits.max_depth_bits * LN2
+
+    @property
+    def built_bits(self) -> float:
+        """Budget (bits) the index currently covers exactly; 0.0 before the first build."""
+        T = self.tree.built
+        return 0.0 if T == math.inf else -T / LN2
+
+    @property
+    def truncated(self) -> bool:
+        """The declared support was cut: the depth cap bound a prefix with budget left, or the
+        build reached ``max_depth_bits`` while more sequences exist."""
+        return self.tree.depth_truncated or (
+            self.tree.built <= self._floor_T and self._more_beyond()
+        )
+
+    def _more_beyond(self) -> bool:
+        return bool(self.tree.h_comp[int(self.limits.max_depth_bits * HIST_BINS_PER_BIT) :].any())
+
+    @property
+    def dropped_upper(self) -> int | float:
+        """Certified bound on sequences within the built budget excluded by ``branch_cap``."""
+        T = self.tree.built
+        return 0 if T == math.inf else self.dropped_bound(T)
+
+    @property
+    def size(self) -> int:
+        """Sequences currently indexed (all with score ``>=`` the built threshold)."""
+        return self.index().N
+
+    # ------------------------------------------------------------------ building
+    def index(self) -> ExactIndex:
+        """The exact index at the tree's built threshold (rebuilt only after a deepening)."""
+        T = self.tree.built
+        if T == math.inf:
+            self._deepen(0.0, None)  # root only: sequences of probability 1
+            T = self.tree.built
+        if self._index is None or self._index.T != T:
+            self._index = ExactIndex(self.tree, T)
+            self.builds += 1
+            lim = self.limits.max_sequences
+            if lim is not None and self._index.N > lim:
+                raise BudgetExceeded(f"the index would hold {self._index.N} sequences > max_sequences={lim}")
+        return self._index
+
+    def _deepen(self, T: float, keep: float | None) -> None:
+        lim = self.limits.max_prefixes
+        if lim is not None:
+            known = self.tree.known_prefixes(-T / LN2)
+            if known > lim:
+                raise BudgetExceeded(
+                    f"an exact answer at {-T / LN2:.3f} bits needs at least {known} live prefixes "
+                    f"> max_prefixes={lim}"
+                )
+        self.tree.deepen(T, keep)
+        if lim is not None and self.tree.fetched_nodes > lim:
+            raise BudgetExceeded(f"the tree holds {self.tree.fetched_nodes} prefixes > max_prefixes={lim}")
+
+    def ensure_bits(self, bits: float) -> ExactIndex:
+        """Make the index exact down to ``bits`` of budget (score ``>= -bits * ln 2``)."""
+        bits = finite_float("bits", bits)
+        if bits > self.limits.max_depth_bits:
+            raise BudgetExceeded(f"budget {bits:.3f} bits exceeds max_depth_bits={self.limits.max_depth_bits}")
+        return self.ensure_score(-bits * LN2)
+
+    def ensure_score(self, t: float) -> ExactIndex:
+        """Make the index exact for every score ``>= t`` (nats)."""
+        if t < self._floor_T:
+            raise BudgetExceeded(
+                f"score {t:.6g} is below the depth cap max_depth_bits={self.limits.max_depth_bits}"
+            )
+        if t < self.tree.built:
+            self._deepen(t, t - self.tree.keep_margin_bits * LN2)
+        return self.index()
+
+    def ensure_count(self, n: int) -> ExactIndex:
+        """Deepen until at least ``n`` sequences are indexed, or the support (within caps) is exhausted."""
+        tree = self.tree
+        while True:
+            idx = self.index()
+            if idx.N >= n or tree.built <= self._floor_T:
+                return idx
+            cur = self.built_bits
+            b_lo = None if tree.branch_cap is not None else tree.bits_for(tree.h_comp, n)
+            if b_lo is not None and b_lo <= cur + 1e-9:
+                b_lo = None  # the histogram overcounted (float edge): grow instead
+            fetched = tree.fetched_nodes
+            grow = 0.05 if b_lo is not None else 1.0
+            want = fetched * (1 + grow) + tree.oracle.batch_size
+            known_total = 1 + int(tree.h_pref.sum())
+            b_cap = tree.bits_for(tree.h_pref, min(want, known_total) - 1) if known_total > 1 else None
+            if b_cap is not None and b_cap <= cur and known_total - 1 > 0:
+                # all known prefixes at or above cur are fetched; step to the next known one
+                nxt = np.flatnonzero(tree.h_pref[int(cur * HIST_BINS_PER_BIT) + 1 :])
+                b_cap = (int(cur * HIST_BINS_PER_BIT) + 1 + int(nxt[0]) + 1) / HIST_BINS_PER_BIT if nxt.size else None
+            cands = [b for b in (b_lo, b_cap) if b is not None]
+            b_next = min(cands) if cands else self.limits.max_depth_bits
+            b_next = max(b_next, cur + 1.0 / HIST_BINS_PER_BIT)
+            b_next = min(b_next, self.limits.max_depth_bits)
+            if b_lo is not None:
+                keep_bits = max(b_lo, b_next) + tree.keep_margin_bits
+            else:
+                keep_bits = b_next + max(tree.keep_margin_bits, 2.0 * (b_next - cur))
+            T = -b_next * LN2
+            self._deepen(T, -keep_bits * LN2)
+
+    # ------------------------------------------------------------------ queries
+    def _seq(self, P: np.ndarray) -> list[tuple]:
+        idx = self.index()
+        return [self._decode(s) for s in idx.sequences(np.asarray(P, np.int64))]
+
+    def unrank(self, i: int) -> tuple[tuple, float]:
+        """``(sequence, log_prob)`` at 0-based position ``i`` of the exact descending order."""
+        i = exact_int("i", i)
+        if i < 0:
+            raise IndexError(f"rank must be >= 0, got {i}")
+        idx = self.ensure_count(i + 1)
+        if i >= idx.N:
+            raise IndexError(self._exhausted_msg(i, idx.N))
+        p, x = idx.item(i)
+        return self._seq([p])[0], x
+
+    def _exhausted_msg(self, i: int, n: int) -> str:
+        if self.tree.built <= self._floor_T:
+            return (f"rank {i} is beyond the {n} sequences within max_depth_bits="
+                    f"{self.limits.max_depth_bits:g}")
+        return f"rank {i} is beyond the support ({n} sequences)"
+
+    def slice(self, start: int, k: int) -> list[tuple[tuple, float]]:
+        """Items ``start .. start+k-1`` (fewer at the end of the support)."""
+        start = exact_int("start", start, minimum=0)
+        k = exact_int("k", k, minimum=0)
+        if k == 0:
+            return []
+        idx = self.ensure_count(start + k)
+        P, xs = idx.items(start, start + k)
+        return list(zip(self._seq(P), xs.tolist()))
+
+    def iter_from(self, i: int = 0, *, chunk: int = 1024) -> Iterator[tuple[tuple, float]]:
+        """Iterate the order from position ``i`` on, deepening as needed."""
+        i = exact_int("i", i, minimum=0)
+        while True:
+            items = self.slice(i, chunk)
+            if not items:
+                return
+            yield from items
+            i += len(items)
+            if len(items) < chunk:
+                return
+
+    def count(self, min_log_prob: float) -> int:
+        """Exact number of sequences with ``log_prob >= min_log_prob``."""
+        t = finite_float("min_log_prob", min_log_prob, allow_neg_inf=True)
+        if t > 0:
+            return 0
+        idx = self.ensure_score(t) if t > -math.inf else self._ensure_all()
+        return idx.count_ge(t)
+
+    def _ensure_all(self) -> ExactIndex:
+        return self.ensure_score(self._floor_T)
+
+    def threshold(self, rank: int) -> float:
+        """Log-prob of the ``rank``-th most probable sequence (1-based): ``count(threshold(k)) >= k``."""
+        k = exact_int("rank", rank, minimum=1)
+        return self.unrank(k - 1)[1]
+
+    def rank_bracket(self, log_prob: float) -> tuple[int, int]:
+        """``(lo, hi)`` with ``lo <= #{x : s(x) > log_prob} <= hi``; ``lo == hi`` when exact."""
+        t = finite_float("log_prob", log_prob, allow_neg_inf=True)
+        idx = self.ensure_score(t)
+        c = idx.count_gt(t)
+        if self.tree.branch_cap is None:
+            return c, c
+        return c, c + self.dropped_bound(t)
+
+    # ------------------------------------------------------------------ branch_cap bound
+    def dropped_bound(self, T: float) -> int | float:
+        """Certified bound on sequences with score ``>= T`` excluded by ``branch_cap`` (tree built to T).
+
+        A skipped completion counts 1; a skipped prefix ``q`` counts ``exp(s(q) - T)`` (its
+        completions within the budget each have conditional probability ``>= exp(T - s(q))``).
+        """
+        return self._dropped(T)[0]
+
+    def dropped_mass(self, T: float) -> float:
+        """Upper bound on the probability mass of sequences with score ``>= T`` excluded by ``branch_cap``."""
+        return self._dropped(T)[1]
+
+    def _dropped(self, T: float) -> tuple[int | float, float]:
+        tree = self.tree
+        cap = tree.branch_cap
+        if cap is None or T == math.inf:
+            return 0, 0.0
+        ints = 0
+        mass = 0.0
+        floats: list[np.ndarray] = []
+        from .tree import _seg_first_below
+
+        for d, lev in enumerate(tree.levels[: tree.leaf_level + 1]):
+            if len(lev) == 0:
+                continue
+            sel = np.flatnonzero(lev.fetched & (lev.score >= T) & (lev.tlen > cap))
+            if sel.size == 0:
+                continue
+            pool = lev.pool_lp.v
+            off = lev.off[sel]
+            s = lev.score[sel]
+            lo = np.full(sel.shape[0], cap, np.int64)
+            h = _seg_first_below(pool, off, s, lo, lev.tlen[sel].astype(np.int64), T)
+            cnt = h - cap
+            tot = int(cnt.sum())
+            if tot == 0:
+                continue
+            node = np.repeat(np.arange(sel.shape[0]), cnt)
+            j = np.arange(tot) - np.repeat(np.cumsum(cnt) - cnt - cap, cnt)
+            x = s[node] + pool[off[node] + j]
+            mass += float(np.exp(x).sum())
+            if tree.fixed_len is not None:
+                if d == tree.leaf_level:
+                    ints += tot
+                    continue
+                floats.append(x - T)
+            else:
+                is_eos = j == lev.eos_j[sel][node]
+                ints += int(is_eos.sum())
+                if d < tree.leaf_level:
+                    floats.append((x - T)[~is_eos])
+        mass *= 1 + 1e-12
+        if not floats:
+            return ints, mass
+        y = np.concatenate(floats)
+        if self.count_mode == "exact":
+            return ints + sum(1 << int(math.ceil(v / LN2)) for v in y.tolist()), mass
+        tot_f = float(np.floor(np.exp(y)).sum()) + ints
+        if self.count_mode == "auto" and tot_f < 2**53:
+            return int(tot_f), mass
+        return tot_f, mass

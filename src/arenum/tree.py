@@ -1,0 +1,405 @@
+"""Prefix tree: the live prefixes for a score threshold, stored as arrays per level.
+
+A prefix is *live* at threshold ``T`` (nats; a budget of ``B = -T / ln 2`` bits) when its own
+score ``s(prefix) >= T``: only live prefixes can have completions with ``s >= T``. The tree holds
+every live prefix for its ``built`` threshold, each scored once by the model, and deepens in place:
+lowering the threshold scores only the newly live prefixes. Nodes are appended, never moved, so a
+node id is stable; levels are breadth-first (every node of level ``d`` has length ``d``), so one
+level is scored in full batches.
+
+Per level (shape ``(n_d,)`` each): ``parent`` int64, ``child`` int32 (position in the parent's
+table), ``tok`` int64 (token id), ``score`` float64 (exact cumulative log-prob, summed left to right),
+``fetched`` bool, ``off``/``tlen`` (the node's stored table head in the level's pool), ``floor``
+float64 (every entry with ``score + lp >= floor`` is stored; ``-inf`` when the whole table is),
+``made`` int32 (table positions ``< made`` were already turned into child nodes) and ``eos_j`` int32
+(table position of ``eos``, ``-1`` if absent from the stored head).
+
+Stored heads keep the entries that can matter for a budget a little below the one asked for
+(``keep_margin_bits``), never the whole vocabulary; a deeper budget re-scores a prefix whose head is
+too short (counted in ``stats.refetches``).
+
+This module does not answer queries: ``arenum.index`` builds the exact index from a tree.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import numpy as np
+
+from .oracle import StepOracle
+from .quantize import LN2
+
+__all__ = ["PrefixTree", "HIST_BINS_PER_BIT"]
+
+HIST_BINS_PER_BIT = 64
+_HIST_MAX_BITS = 8192
+_HIST_LEN = HIST_BINS_PER_BIT * _HIST_MAX_BITS + 1
+_COLS = {
+    "parent": np.int64,
+    "child": np.int32,
+    "tok": np.int64,
+    "score": np.float64,
+    "fetched": np.bool_,
+    "off": np.int64,
+    "tlen": np.int32,
+    "floor": np.float64,
+    "made": np.int32,
+    "eos_j": np.int32,
+}
+
+
+class _Grow:
+    """An append-only 1-D array with amortized doubling."""
+
+    __slots__ = ("a", "n")
+
+    def __init__(self, dtype: type, cap: int = 16) -> None:
+        self.a = np.empty(cap, dtype=dtype)
+        self.n = 0
+
+    def extend(self, values: np.ndarray) -> None:
+        m = values.shape[0]
+        need = self.n + m
+        if need > self.a.shape[0]:
+            new = np.empty(max(need, 2 * self.a.shape[0]), dtype=self.a.dtype)
+            new[: self.n] = self.a[: self.n]
+            self.a = new
+        self.a[self.n : need] = values
+        self.n = need
+
+    @property
+    def v(self) -> np.ndarray:
+        return self.a[: self.n]
+
+    @property
+    def nbytes(self) -> int:
+        return self.a.nbytes
+
+
+class Level:
+    """Arrays of one tree level (see module docstring)."""
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.cols = {k: _Grow(t) for k, t in _COLS.items()}
+        self.pool_tok = _Grow(np.int64)
+        self.pool_lp = _Grow(np.float64)
+
+    def __len__(self) -> int:
+        return self.cols["score"].n
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        cols = self.__dict__.get("cols")
+        if cols is not None and name in cols:
+            return cols[name].v
+        raise AttributeError(name)
+
+    def append(self, parent: np.ndarray, child: np.ndarray, tok: np.ndarray, score: np.ndarray) -> None:
+        m = score.shape[0]
+        c = self.cols
+        c["parent"].extend(parent)
+        c["child"].extend(child)
+        c["tok"].extend(tok)
+        c["score"].extend(score)
+        c["fetched"].extend(np.zeros(m, np.bool_))
+        c["off"].extend(np.zeros(m, np.int64))
+        c["tlen"].extend(np.zeros(m, np.int32))
+        c["floor"].extend(np.full(m, math.inf))
+        c["made"].extend(np.zeros(m, np.int32))
+        c["eos_j"].extend(np.full(m, -1, np.int32))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(g.nbytes for g in self.cols.values()) + self.pool_tok.nbytes + self.pool_lp.nbytes
+
+
+class PrefixTree:
+    """Live prefixes of a model for a descending score threshold (see module docstring).
+
+    ``fixed_len``: sequences are exactly this long (levels ``0..fixed_len-1`` are prefixes).
+    ``eos_id``: terminating support (sequences end in ``eos`` at length ``<= cap``).
+    """
+
+    def __init__(
+        self,
+        oracle: StepOracle,
+        *,
+        fixed_len: int | None,
+        eos_id: int | None,
+        cap: int,
+        branch_cap: int | None = None,
+        keep_margin_bits: float = 1.0,
+        prefix_ids: tuple[int, ...] = (),
+    ) -> None:
+        if (fixed_len is None) == (eos_id is None):
+            raise ValueError("exactly one of fixed_len and eos_id must be given")
+        self.oracle = oracle
+        self.fixed_len = fixed_len
+        self.eos_id = eos_id
+        self.cap = cap
+        self.branch_cap = branch_cap
+        self.keep_margin_bits = float(keep_margin_bits)
+        self.prefix = tuple(prefix_ids)  # conditioning ids prepended to every model call
+        # last level whose nodes are prefixes (its nodes make completions but no child nodes)
+        self.leaf_level = (fixed_len - 1) if fixed_len is not None else cap - 1
+        self.levels: list[Level] = [Level(0)]
+        self.levels[0].append(
+            np.array([-1], np.int64), np.array([-1], np.int32), np.array([-1], np.int64), np.zeros(1)
+        )
+        self.built = math.inf  # every live prefix with score >= built is fetched and expanded
+        self.depth_truncated = False  # a leaf-level prefix had non-eos children within budget
+        self.h_comp = np.zeros(_HIST_LEN, np.int64)  # completions seen, by 1/64-bit bin
+        self.h_pref = np.zeros(_HIST_LEN, np.int64)  # next-level prefixes seen, by bin
+        self.fetched_nodes = 0
+
+    # ------------------------------------------------------------------ paths
+    def token_paths(self, d: int, nodes: np.ndarray) -> np.ndarray:
+        """``(m, d)`` int64 token ids of the prefixes ``nodes`` of level ``d``."""
+        out = np.empty((nodes.shape[0], d), np.int64)
+        cur = nodes
+        for k in range(d, 0, -1):
+            lev = self.levels[k]
+            out[:, k - 1] = lev.tok[cur]
+            cur = lev.parent[cur]
+        return out
+
+    def child_paths(self, d: int, nodes: np.ndarray) -> np.ndarray:
+        """``(m, d)`` int64 table positions along the paths to ``nodes`` of level ``d``."""
+        out = np.empty((nodes.shape[0], d), np.int64)
+        cur = nodes
+        for k in range(d, 0, -1):
+            lev = self.levels[k]
+            out[:, k - 1] = lev.child[cur]
+            cur = lev.parent[cur]
+        return out
+
+    def _prefix_tuples(self, d: int, nodes: np.ndarray) -> list[tuple]:
+        paths = self.token_paths(d, nodes)
+        pre = self.prefix
+        o = self.oracle
+        if o.int_mode or o.int_mode is None:
+            rows = paths.tolist()
+            if pre:
+                return [pre + tuple(r) for r in rows]
+            return list(map(tuple, rows))
+        return [o.tokens(pre) + o.tokens(r) for r in paths]
+
+    # ------------------------------------------------------------------ fetching
+    def _fetch(self, d: int, nodes: np.ndarray, keep: float) -> None:
+        """Score ``nodes`` of level ``d`` (one forward each) and store their heads down to ``keep``."""
+        lev = self.levels[d]
+        o = self.oracle
+        chunk = max(1, o.batch_size) * 4
+        is_leaf = d == self.leaf_level
+        eos = self.eos_id
+        for a in range(0, nodes.shape[0], chunk):
+            ns = nodes[a : a + chunk]
+            refetch = lev.fetched[ns].copy()
+            tabs = o.fetch_unsorted(self._prefix_tuples(d, ns))
+            m = ns.shape[0]
+            lens = np.fromiter((t[0].shape[0] for t in tabs), np.int64, count=m)
+            ids = np.concatenate([t[0] for t in tabs])
+            lps = np.concatenate([t[1] for t in tabs])
+            row = np.repeat(np.arange(m), lens)
+            s = lev.score[ns]
+            x = s[row] + lps
+            # steering histograms over whole rows (first fetch of a node only)
+            fresh = ~refetch[row]
+            bins = np.minimum((-x[fresh] / LN2 * HIST_BINS_PER_BIT).astype(np.int64), _HIST_LEN - 1)
+            if eos is None:
+                target = self.h_comp if is_leaf else self.h_pref
+                np.add.at(target, bins, 1) if bins.size < 64 else _addbins(target, bins)
+            else:
+                is_eos = ids[fresh] == eos
+                _addbins(self.h_comp, bins[is_eos])
+                if not is_leaf:
+                    _addbins(self.h_pref, bins[~is_eos])
+            kmask = x >= keep
+            krow = row[kmask]
+            klp = lps[kmask]
+            order = np.lexsort((-klp, krow))
+            klp = klp[order]
+            kid = ids[kmask][order]
+            klen = np.bincount(krow, minlength=m)
+            base = lev.pool_lp.n
+            offs = base + np.concatenate(([0], np.cumsum(klen)[:-1]))
+            eos_j = np.full(m, -1, np.int32)
+            if eos is not None:
+                hit = np.flatnonzero(kid == eos)
+                if hit.size:
+                    r = krow[order][hit]
+                    eos_j[r] = (hit + base - offs[r]).astype(np.int32)
+            # commit (no exception possible past this point)
+            lev.pool_lp.extend(klp)
+            lev.pool_tok.extend(kid)
+            c = lev.cols
+            c["off"].a[ns] = offs
+            c["tlen"].a[ns] = klen
+            c["floor"].a[ns] = np.where(klen < lens, keep, -math.inf)
+            c["eos_j"].a[ns] = eos_j
+            c["fetched"].a[ns] = True
+            nref = int(refetch.sum())
+            o.stats.refetches += nref
+            self.fetched_nodes += m - nref
+
+    def _expand(self, d: int, T: float) -> None:
+        """Turn the stored heads of level ``d`` into child nodes of level ``d+1`` down to ``T``."""
+        lev = self.levels[d]
+        n = len(lev)
+        if n == 0:
+            return
+        lim = lev.tlen.astype(np.int64)
+        if self.branch_cap is not None:
+            lim = np.minimum(lim, self.branch_cap)
+        made = lev.made.astype(np.int64)
+        score = lev.score
+        cand = np.flatnonzero(lev.fetched & (made < lim) & (score >= T))
+        if cand.size == 0:
+            return
+        off = lev.off[cand]
+        pool = lev.pool_lp.v
+        ok = score[cand] + pool[off + made[cand]] >= T
+        cand = cand[ok]
+        if cand.size == 0:
+            return
+        off = lev.off[cand]
+        s = score[cand]
+        lo = made[cand] + 1
+        hi = lim[cand]
+        h = _seg_first_below(pool, off, s, lo, hi, T)
+        m0 = made[cand]
+        counts = h - m0
+        total = int(counts.sum())
+        node = np.repeat(cand, counts)
+        starts = np.cumsum(counts) - counts
+        j = np.arange(total, dtype=np.int64) - np.repeat(starts - m0, counts)
+        if self.eos_id is not None:
+            keepm = j != lev.eos_j[node]
+            node, j = node[keepm], j[keepm]
+        lev.cols["made"].a[cand] = h.astype(np.int32)
+        if d + 1 >= len(self.levels):
+            self.levels.append(Level(d + 1))
+        pidx = lev.off[node] + j
+        self.levels[d + 1].append(
+            node, j.astype(np.int32), lev.pool_tok.v[pidx], score[node] + pool[pidx]
+        )
+
+    def deepen(self, T: float, keep: float | None = None) -> None:
+        """Make the tree complete for threshold ``T``: fetch and expand every prefix with score >= T.
+
+        Each newly live prefix costs one forward; stored heads reach ``keep`` (default: ``T`` minus
+        ``keep_margin_bits``). Exception-safe: a failing model call leaves every stored table valid
+        and ``built`` unchanged, and the next call resumes.
+        """
+        if T >= self.built:
+            return
+        if keep is None:
+            keep = T - self.keep_margin_bits * LN2
+        keep = min(keep, T)
+        for d in range(self.leaf_level + 1):
+            if d >= len(self.levels):
+                break
+            lev = self.levels[d]
+            if len(lev) == 0:
+                break
+            need = np.flatnonzero((lev.score >= T) & (~lev.fetched | (lev.floor > T)))
+            if need.size:
+                self._fetch(d, need, keep)
+            if d < self.leaf_level:
+                self._expand(d, T)
+        if self.eos_id is not None and self.leaf_level < len(self.levels):
+            self._check_depth_truncation(T)
+        self.built = T
+
+    def _check_depth_truncation(self, T: float) -> None:
+        lev = self.levels[self.leaf_level]
+        if len(lev) == 0 or self.depth_truncated:
+            return
+        sel = np.flatnonzero(lev.fetched & (lev.score >= T) & (lev.tlen > 0))
+        if sel.size == 0:
+            return
+        # best non-eos entry: position 0, or 1 when eos sits at 0
+        pos = np.where(lev.eos_j[sel] == 0, 1, 0)
+        has = pos < lev.tlen[sel]
+        sel, pos = sel[has], pos[has]
+        if sel.size and (lev.score[sel] + lev.pool_lp.v[lev.off[sel] + pos] >= T).any():
+            self.depth_truncated = True
+
+    # ------------------------------------------------------------------ steering
+    def bits_for(self, hist: np.ndarray, count: float) -> float | None:
+        """Smallest budget (bits, at a bin edge) at which ``hist`` reaches ``count``; None if never."""
+        cum = np.cumsum(hist)
+        if cum[-1] < count:
+            return None
+        b = int(np.searchsorted(cum, count))
+        return (b + 1) / HIST_BINS_PER_BIT
+
+    def known_prefixes(self, bits: float) -> int:
+        """Prefixes with ``bits`` or fewer known so far (children seen in fetched tables, + root)."""
+        b = int(math.floor(bits * HIST_BINS_PER_BIT))
+        return 1 + int(self.h_pref[: max(0, min(b, _HIST_LEN))].sum())
+
+    def nodes(self) -> Iterator[Level]:
+        return iter(self.levels)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(lev.nbytes for lev in self.levels) + self.h_comp.nbytes + self.h_pref.nbytes
+
+    @property
+    def n_nodes(self) -> int:
+        return sum(len(lev) for lev in self.levels)
+
+    def _check(self) -> None:
+        """Assert the tree's invariants (for tests)."""
+        T = self.built
+        for d, lev in enumerate(self.levels):
+            n = len(lev)
+            if d == 0:
+                assert n == 1 and lev.score[0] == 0.0
+            else:
+                prev = self.levels[d - 1]
+                par = lev.parent
+                assert (par >= 0).all() and (par < len(prev)).all()
+                pidx = prev.off[par] + lev.child
+                assert np.array_equal(prev.pool_tok.v[pidx], lev.tok)
+                assert np.array_equal(prev.score[par] + prev.pool_lp.v[pidx], lev.score)
+                assert (lev.child < prev.made[par]).all()
+                if self.eos_id is not None:
+                    assert (lev.tok != self.eos_id).all()
+            for i in np.flatnonzero(lev.fetched):
+                seg = lev.pool_lp.v[lev.off[i] : lev.off[i] + lev.tlen[i]]
+                assert (np.diff(seg) <= 0).all()
+                if lev.floor[i] > -math.inf:
+                    assert (lev.score[i] + seg >= lev.floor[i]).all()
+            if T < math.inf:
+                live = lev.score >= T
+                assert lev.fetched[live].all(), f"unfetched live prefix at level {d}"
+                assert (lev.floor[live] <= T).all()
+
+
+def _addbins(hist: np.ndarray, bins: np.ndarray) -> None:
+    if bins.size:
+        hist += np.bincount(bins, minlength=hist.shape[0])[: hist.shape[0]]
+
+
+def _seg_first_below(
+    pool: np.ndarray, off: np.ndarray, s: np.ndarray, lo: np.ndarray, hi: np.ndarray, T: float
+) -> np.ndarray:
+    """Per segment: first position ``j`` in ``[lo, hi]`` with ``s + pool[off + j] < T`` (or ``hi``).
+
+    Vectorized binary search; the predicate ``s + lp >= T`` is evaluated exactly as scores are
+    computed, and is monotone because segments are sorted descending.
+    """
+    lo = lo.copy()
+    hi = hi.copy()
+    act = lo < hi
+    while act.any():
+        idx = np.flatnonzero(act)
+        mid = (lo[idx] + hi[idx]) // 2
+        ok = s[idx] + pool[off[idx] + mid] >= T
+        lo[idx] = np.where(ok, mid + 1, lo[idx])
+        hi[idx] = np.where(ok, hi[idx], mid)
+        act[idx] = lo[idx] < hi[idx]
+    return lo
