@@ -189,7 +189,13 @@ class AutoregressiveEnumerable:
         """Canonical score: left-to-right float64 sum of the validated table entries (memoized)."""
         s = 0.0
         o = self._oracle
-        for t in range(len(seq)):
+        ids = o.ids_of(seq)
+        known = self._tree.lookup(tuple(ids[: ids.index(None)] if None in ids else ids))
+        for v in known:
+            s = s + v
+        if len(known) == len(seq) or (known and known[-1] == -math.inf):
+            return s if not known or known[-1] != -math.inf else -math.inf
+        for t in range(len(known), len(seq)):
             ids, lps = o.table(seq[:t])
             tid = o.ids_of((seq[t],))[0]
             if tid is None:
@@ -484,6 +490,9 @@ class AutoregressiveEnumerable:
         k_lo, k_hi = r
         _, thr = idx.item(k_lo - 1)
         m = idx.mass_ge(thr)
+        if k_hi is None:  # even the whole built support may hold less than p (rounding or caps)
+            return CountDPTopPResult(size=k_lo, size_lo=k_lo, size_hi=None, mass_lo=m.lo, mass_hi=m.hi,
+                                     threshold=thr, p=p, truncated=True, exact=False)
         return CountDPTopPResult(size=k_lo, size_lo=k_lo, size_hi=k_hi, mass_lo=m.lo, mass_hi=m.hi,
                                  threshold=thr, p=p, truncated=False, exact=k_lo == k_hi)
 

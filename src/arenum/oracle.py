@@ -245,7 +245,7 @@ class StepOracle:
                 j = int(np.flatnonzero(np.isnan(lps))[0])
                 raise self._fail(prefix, f"log_prob is NaN for token {self.token(ids[j])!r}")
             j = int(np.argmax(lps))
-            raise self._fail(prefix, f"log_prob must be <= 0, got {lps[j]!r} for token {self.token(ids[j])!r}")
+            raise self._fail(prefix, f"log_prob must be <= 0, got {float(lps[j])!r} for token {self.token(ids[j])!r}")
         if mx == -math.inf:
             raise self._fail(prefix, "no finite log_prob (probabilities must sum to 1)")
         lse = float(mx + math.log(float(np.exp(lps - mx).sum())))

@@ -24,13 +24,9 @@ import numpy as np
 from ._validate import exact_int, finite_float
 from .index import ExactIndex
 from .quantize import LN2, Quantizer
-from .tree import HIST_BINS_PER_BIT, PrefixTree
+from .tree import HIST_BINS_PER_BIT, BudgetExceeded, PrefixTree
 
 __all__ = ["SeekIndex", "BudgetExceeded", "Limits"]
-
-
-class BudgetExceeded(RuntimeError):
-    """An exact answer would need more than a configured cap allows (the message says which)."""
 
 
 @dataclass
@@ -114,7 +110,7 @@ class SeekIndex:
         """The exact index at the tree's built threshold (rebuilt only after a deepening)."""
         T = self.tree.built
         if T == math.inf:
-            self._deepen(0.0, None)  # root only: sequences of probability 1
+            self._deepen(0.0, -math.inf)  # root only (whole table kept): sequences of probability 1
             T = self.tree.built
         if self._index is None or self._index.T != T:
             self._index = ExactIndex(self.tree, T)
@@ -133,9 +129,7 @@ class SeekIndex:
                     f"an exact answer at {-T / LN2:.3f} bits needs at least {known} live prefixes "
                     f"> max_prefixes={lim}"
                 )
-        self.tree.deepen(T, keep)
-        if lim is not None and self.tree.fetched_nodes > lim:
-            raise BudgetExceeded(f"the tree holds {self.tree.fetched_nodes} prefixes > max_prefixes={lim}")
+        self.tree.deepen(T, keep, max_prefixes=lim)
 
     def ensure_bits(self, bits: float) -> ExactIndex:
         """Make the index exact down to ``bits`` of budget (score ``>= -bits * ln 2``)."""
@@ -155,13 +149,29 @@ class SeekIndex:
         return self.index()
 
     def ensure_count(self, n: int) -> ExactIndex:
-        """Deepen until at least ``n`` sequences are indexed, or the support (within caps) is exhausted."""
+        """Deepen until at least ``n`` sequences are indexed, or the support (within caps) is exhausted.
+
+        Rounds: the budget where the completions already seen reach ``n`` is read off the tree's
+        histogram (an over-estimate of the budget needed, since unseen prefixes only add
+        completions); each round moves toward it adding at most ~5% forwards, or doubles the
+        forwards while too few completions are known. The index is rebuilt only when the histogram
+        says the built budget holds ``n``.
+        """
         tree = self.tree
+        if self._index is not None and self._index.T == tree.built and self._index.N >= n:
+            return self._index
         while True:
-            idx = self.index()
-            if idx.N >= n or tree.built <= self._floor_T:
-                return idx
+            if tree.built == math.inf:
+                self.index()
+                continue
             cur = self.built_bits
+            cum = np.cumsum(tree.h_comp)
+            at_built = int(cum[max(0, min(len(cum) - 1, int(round(cur * HIST_BINS_PER_BIT)) - 1))])
+            floor_hit = tree.built <= self._floor_T
+            if at_built >= n or floor_hit or tree.branch_cap is not None:
+                idx = self.index()
+                if idx.N >= n or floor_hit:
+                    return idx
             b_lo = None if tree.branch_cap is not None else tree.bits_for(tree.h_comp, n)
             if b_lo is not None and b_lo <= cur + 1e-9:
                 b_lo = None  # the histogram overcounted (float edge): grow instead
@@ -170,20 +180,31 @@ class SeekIndex:
             want = fetched * (1 + grow) + tree.oracle.batch_size
             known_total = 1 + int(tree.h_pref.sum())
             b_cap = tree.bits_for(tree.h_pref, min(want, known_total) - 1) if known_total > 1 else None
-            if b_cap is not None and b_cap <= cur and known_total - 1 > 0:
-                # all known prefixes at or above cur are fetched; step to the next known one
-                nxt = np.flatnonzero(tree.h_pref[int(cur * HIST_BINS_PER_BIT) + 1 :])
-                b_cap = (int(cur * HIST_BINS_PER_BIT) + 1 + int(nxt[0]) + 1) / HIST_BINS_PER_BIT if nxt.size else None
+            if b_cap is not None and b_cap <= cur:
+                # every known prefix above cur is fetched: step to the next known one
+                i0 = int(cur * HIST_BINS_PER_BIT) + 1
+                nxt = np.flatnonzero(tree.h_pref[i0:])
+                b_cap = (i0 + int(nxt[0]) + 1) / HIST_BINS_PER_BIT if nxt.size else None
             cands = [b for b in (b_lo, b_cap) if b is not None]
             b_next = min(cands) if cands else self.limits.max_depth_bits
             b_next = max(b_next, cur + 1.0 / HIST_BINS_PER_BIT)
             b_next = min(b_next, self.limits.max_depth_bits)
-            if b_lo is not None:
-                keep_bits = max(b_lo, b_next) + tree.keep_margin_bits
-            else:
-                keep_bits = b_next + max(tree.keep_margin_bits, 2.0 * (b_next - cur))
-            T = -b_next * LN2
-            self._deepen(T, -keep_bits * LN2)
+            keep_bits = max(b_lo if b_lo is not None else self._extrapolate(cum, n), b_next)
+            keep_bits += tree.keep_margin_bits
+            self._deepen(-b_next * LN2, -keep_bits * LN2)
+
+    def _extrapolate(self, cum: np.ndarray, n: int) -> float:
+        """Budget (bits) where ``n`` completions are expected, from the growth of those seen so far."""
+        total = int(cum[-1])
+        cur = self.built_bits
+        if total < 2:
+            return cur + max(2.0, cur)
+        b_hi = (int(np.searchsorted(cum, total)) + 1) / HIST_BINS_PER_BIT
+        b_half = (int(np.searchsorted(cum, max(1, total // 4))) + 1) / HIST_BINS_PER_BIT
+        if b_hi <= b_half:
+            return b_hi + 1.0
+        rate = math.log2(total / max(1, total // 4)) / (b_hi - b_half)  # bits of count per bit of budget
+        return b_hi + math.log2(max(n, 2) / total) / max(rate, 1e-3) + 1.0
 
     # ------------------------------------------------------------------ queries
     def _seq(self, P: np.ndarray) -> list[tuple]:
@@ -202,7 +223,7 @@ class SeekIndex:
         return self._seq([p])[0], x
 
     def _exhausted_msg(self, i: int, n: int) -> str:
-        if self.tree.built <= self._floor_T:
+        if self.tree.built <= self._floor_T and self._more_beyond():
             return (f"rank {i} is beyond the {n} sequences within max_depth_bits="
                     f"{self.limits.max_depth_bits:g}")
         return f"rank {i} is beyond the support ({n} sequences)"

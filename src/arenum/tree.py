@@ -30,9 +30,15 @@ import numpy as np
 from .oracle import StepOracle
 from .quantize import LN2
 
-__all__ = ["PrefixTree", "HIST_BINS_PER_BIT"]
+__all__ = ["PrefixTree", "HIST_BINS_PER_BIT", "BudgetExceeded"]
+
+
+class BudgetExceeded(RuntimeError):
+    """An exact answer would need more than a configured cap allows (the message says which)."""
 
 HIST_BINS_PER_BIT = 64
+KEEP_ALL_ENTRIES = 1 << 22
+"""Trees whose stored tables total fewer entries than this keep whole tables (no re-scoring ever)."""
 _HIST_MAX_BITS = 8192
 _HIST_LEN = HIST_BINS_PER_BIT * _HIST_MAX_BITS + 1
 _COLS = {
@@ -152,6 +158,8 @@ class PrefixTree:
         self.h_comp = np.zeros(_HIST_LEN, np.int64)  # completions seen, by 1/64-bit bin
         self.h_pref = np.zeros(_HIST_LEN, np.int64)  # next-level prefixes seen, by bin
         self.fetched_nodes = 0
+        self._pool_entries = 0
+        self._key_cache: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ paths
     def token_paths(self, d: int, nodes: np.ndarray) -> np.ndarray:
@@ -215,7 +223,10 @@ class PrefixTree:
                 _addbins(self.h_comp, bins[is_eos])
                 if not is_leaf:
                     _addbins(self.h_pref, bins[~is_eos])
-            kmask = x >= keep
+            if self._pool_entries + lps.shape[0] <= KEEP_ALL_ENTRIES:
+                kmask = np.ones(lps.shape[0], np.bool_)  # small trees keep whole tables
+            else:
+                kmask = x >= keep
             krow = row[kmask]
             klp = lps[kmask]
             order = np.lexsort((-klp, krow))
@@ -232,6 +243,7 @@ class PrefixTree:
                     eos_j[r] = (hit + base - offs[r]).astype(np.int32)
             # commit (no exception possible past this point)
             lev.pool_lp.extend(klp)
+            self._pool_entries += klp.shape[0]
             lev.pool_tok.extend(kid)
             c = lev.cols
             c["off"].a[ns] = offs
@@ -285,7 +297,7 @@ class PrefixTree:
             node, j.astype(np.int32), lev.pool_tok.v[pidx], score[node] + pool[pidx]
         )
 
-    def deepen(self, T: float, keep: float | None = None) -> None:
+    def deepen(self, T: float, keep: float | None = None, max_prefixes: int | None = None) -> None:
         """Make the tree complete for threshold ``T``: fetch and expand every prefix with score >= T.
 
         Each newly live prefix costs one forward; stored heads reach ``keep`` (default: ``T`` minus
@@ -304,6 +316,11 @@ class PrefixTree:
             if len(lev) == 0:
                 break
             need = np.flatnonzero((lev.score >= T) & (~lev.fetched | (lev.floor > T)))
+            if max_prefixes is not None and self.fetched_nodes + need.size > max_prefixes:
+                raise BudgetExceeded(
+                    f"an exact answer at {-T / LN2:.3f} bits needs more than max_prefixes={max_prefixes} "
+                    f"live prefixes (at least {self.fetched_nodes + need.size})"
+                )
             if need.size:
                 self._fetch(d, need, keep)
             if d < self.leaf_level:
@@ -325,6 +342,50 @@ class PrefixTree:
         sel, pos = sel[has], pos[has]
         if sel.size and (lev.score[sel] + lev.pool_lp.v[lev.off[sel] + pos] >= T).any():
             self.depth_truncated = True
+
+    # ------------------------------------------------------------------ lookup
+    def _child_keys(self, d: int) -> tuple[np.ndarray, np.ndarray]:
+        lev = self.levels[d]
+        hit = self._key_cache.get(d)
+        if hit is not None and hit[0] == len(lev):
+            return hit[1], hit[2]
+        keys = lev.parent * (1 << 32) + lev.child
+        order = np.argsort(keys, kind="stable")
+        self._key_cache[d] = (len(lev), keys[order], order)
+        return keys[order], order
+
+    def lookup(self, ids: tuple) -> list[float]:
+        """Step log-probs of the longest head of ``ids`` answerable from stored tables (no forward).
+
+        The list is shorter than ``ids`` where the tree stops; a ``-inf`` entry means the token has
+        probability 0 (absent from a whole stored table).
+        """
+        out: list[float] = []
+        node = 0
+        for d, tok in enumerate(ids):
+            if d >= len(self.levels) or d > self.leaf_level:
+                break
+            lev = self.levels[d]
+            if not lev.fetched[node]:
+                break
+            off, n = int(lev.off[node]), int(lev.tlen[node])
+            seg = lev.pool_tok.v[off : off + n]
+            hit = np.flatnonzero(seg == tok)
+            if hit.size == 0:
+                if lev.floor[node] == -math.inf:
+                    out.append(-math.inf)
+                break
+            j = int(hit[0])
+            out.append(float(lev.pool_lp.v[off + j]))
+            if d + 1 == len(ids) or d + 1 >= len(self.levels):
+                break
+            keys, order = self._child_keys(d + 1)
+            k = node * (1 << 32) + j
+            p = int(np.searchsorted(keys, k))
+            if p >= keys.shape[0] or keys[p] != k:
+                break
+            node = int(order[p])
+        return out
 
     # ------------------------------------------------------------------ steering
     def bits_for(self, hist: np.ndarray, count: float) -> float | None:

@@ -1,0 +1,184 @@
+"""Every bad-input path: a clear builtin exception naming the parameter or the offending value."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from arenum import AutoregressiveEnumerable, Quantizer, autoregressive_count_index
+from arenum.testing import RandomModel
+
+LOG_HALF = math.log(0.5)
+
+
+def coin(prefix):
+    return [(0, LOG_HALF), (1, LOG_HALF)]
+
+
+def make(fn, **kw):
+    kw.setdefault("max_len", 2)
+    return AutoregressiveEnumerable(fn, **kw)
+
+
+@pytest.mark.parametrize(
+    "kw, exc, match",
+    [
+        (dict(max_len=2.5), ValueError, "max_len must be an exact integer, got 2.5"),
+        (dict(max_len=0), ValueError, "max_len must be >= 1, got 0"),
+        (dict(max_len=True), TypeError, "max_len must be an integer, got bool"),
+        (dict(max_len="3"), TypeError, "max_len must be an integer, got str"),
+        (dict(max_len=None, eos=None), ValueError, "give max_len for a fixed-length model or eos"),
+        (dict(eos=1, max_depth=0), ValueError, "max_depth must be >= 1, got 0"),
+        (dict(eos=1, max_depth=3.5), ValueError, "max_depth must be an exact integer, got 3.5"),
+        (dict(oversample=0), ValueError, "oversample must be >= 1, got 0"),
+        (dict(oversample=2.5), ValueError, "oversample must be an exact integer, got 2.5"),
+        (dict(bin_width_bits=0.0), ValueError, "bin_width_bits must be > 0"),
+        (dict(bin_width_bits=float("nan")), ValueError, "bin_width_bits must be finite"),
+        (dict(batch_size=0), ValueError, "batch_size must be >= 1, got 0"),
+        (dict(batch_size=1.5), ValueError, "batch_size must be an exact integer, got 1.5"),
+        (dict(branch_cap=0), ValueError, "branch_cap must be >= 1, got 0"),
+        (dict(branch_cap=2.2), ValueError, "branch_cap must be an exact integer, got 2.2"),
+        (dict(count_mode="fast"), ValueError, "count_mode must be one of"),
+        (dict(batch_next_logprobs=3), TypeError, "batch_next_logprobs must be callable"),
+        (dict(norm_tol=2.0), ValueError, "norm_tol must be in"),
+    ],
+)
+def test_constructor_errors(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        make(coin, **kw)
+
+
+def test_exact_float_sizes_accepted():
+    ar = make(coin, max_len=2.0, oversample=4.0, batch_size=8.0)
+    assert ar.max_len == 2 and ar.oversample == 4 and ar.batch_size == 8
+    with pytest.raises(TypeError, match="next_logprobs must be callable"):
+        AutoregressiveEnumerable(None, max_len=2)
+
+
+@pytest.mark.parametrize(
+    "table, match",
+    [
+        ([(0, float("nan")), (1, 0.0)], r"log_prob is NaN for token 0"),
+        ([(0, 0.5), (1, -2.0)], r"log_prob must be <= 0, got 0.5 for token 0"),
+        ([(0, float("inf")), (1, -1.0)], r"log_prob must be <= 0, got inf"),
+        ([(0, LOG_HALF), (0, LOG_HALF)], r"duplicate token 0"),
+        ([(0, math.log(0.6)), (1, math.log(0.6))], r"probabilities sum to 1.2, not 1"),
+        ([(0, -math.inf), (1, -math.inf)], r"no finite log_prob"),
+        ([], r"empty step table"),
+        ([(0,)], r"expected \(token, log_prob\) pairs"),
+        ((np.array([0, 1]), np.array([LOG_HALF])), r"differ in length \(2 != 1\)"),
+        ((np.array(["a", "a"], dtype=object), np.array([LOG_HALF, LOG_HALF])), r"duplicate token 'a'"),
+    ],
+)
+def test_malformed_model_output(table, match):
+    ar = make(lambda p: table)
+    with pytest.raises(ValueError, match=match):
+        ar.count(-1.0)
+    with pytest.raises(ValueError, match=r"next_logprobs\(\(\)\)"):
+        make(lambda p: table).unrank(0)
+
+
+def test_non_iterable_output():
+    with pytest.raises(TypeError, match="must return"):
+        make(lambda p: 3.0).unrank(0)
+
+
+def test_neg_inf_entries_dropped_and_renormalized():
+    # float32 precision row: renormalized; -inf token never appears
+    def model(p):
+        return [(0, float(np.float32(math.log(0.7)))), (1, float(np.float32(math.log(0.3)))), (2, -math.inf)]
+
+    ar = make(model)
+    assert ar.count(-math.inf) == 4
+    total = sum(math.exp(s) for _, s in ar.slice(0, 4))
+    assert abs(total - 1.0) < 1e-14
+    assert ar.log_density((2, 0)) == -math.inf
+
+
+def test_batch_cardinality_checked_and_nothing_cached():
+    m = RandomModel(3, seed=1)
+    bad = lambda ps: [m(p) for p in ps][:-1]  # noqa: E731
+    ar = make(m, batch_next_logprobs=bad, max_len=3)
+    with pytest.raises(ValueError, match="returned 0 results for a batch of 1 prefixes"):
+        ar.unrank(0)
+    assert ar.stats["forwards"] == 0
+    long = lambda ps: [m(p) for p in ps] + [m(())]  # noqa: E731
+    with pytest.raises(ValueError, match="returned 2 results for a batch of 1"):
+        make(m, batch_next_logprobs=long).unrank(0)
+
+
+def test_scorer_and_harvest_cardinality():
+    m = RandomModel(3, seed=1)
+    ar = make(m, max_len=2, batch_score_sequences=lambda seqs: [-1.0] * (len(seqs) + 1))
+    with pytest.raises(ValueError, match="returned 3 scores for 2 sequences"):
+        ar.score_sequences([(0, 1), (1, 1)])
+    ar = make(m, max_len=2, all_position_logprobs=lambda seq: [m(seq[:d]) for d in range(len(seq))][:-1])
+    with pytest.raises(ValueError, match="returned 1 results for a sequence of length 2"):
+        ar.harvest((0, 1))
+    assert ar.stats["harvested_positions"] == 0
+    ar = make(m, max_len=2, batch_score_sequences=lambda seqs: [0.5] * len(seqs))
+    with pytest.raises(ValueError, match="must be <= 0"):
+        ar.score_sequences([(0, 1)])
+
+
+@pytest.mark.parametrize("bad, exc", [(2.5, ValueError), (True, TypeError), ("1", TypeError)])
+def test_query_argument_errors(bad, exc):
+    ar = make(coin)
+    with pytest.raises(exc):
+        ar.unrank(bad)
+    with pytest.raises(exc):
+        ar.threshold(bad)
+    with pytest.raises(exc):
+        ar.slice(bad, 2)
+    with pytest.raises(exc):
+        ar.top_k(bad)
+
+
+def test_out_of_range_and_domain_errors():
+    ar = make(coin)
+    with pytest.raises(IndexError, match="beyond the support \\(4 sequences\\)"):
+        ar.unrank(4)
+    with pytest.raises(IndexError):
+        ar.unrank(-1)
+    with pytest.raises(ValueError, match="rank must be >= 1, got 0"):
+        ar.threshold(0)
+    with pytest.raises(ValueError, match="min_log_prob must be finite"):
+        ar.count(float("nan"))
+    with pytest.raises(ValueError, match=r"p must be in \(0, 1\]"):
+        ar.nucleus_size(1.5)
+    with pytest.raises(ValueError, match="outside the declared support"):
+        ar.rank((0, 1, 1))
+    with pytest.raises(TypeError, match="sequence must be a sequence of tokens; got a str"):
+        ar.rank("ab")
+    assert ar.top_k(0) == [] and ar.top_k(-3) == []
+    assert ar.count(0.5) == 0
+
+
+def test_zero_probability_rank():
+    ar = make(lambda p: [(0, 0.0), (1, -math.inf)])
+    with pytest.raises(ValueError, match="has probability 0"):
+        ar.rank((0, 1))
+
+
+def test_mixed_token_types_rejected():
+    calls = []
+
+    def model(p):
+        calls.append(p)
+        return [(0, LOG_HALF), ("x", LOG_HALF)] if p else [(0, LOG_HALF), (1, LOG_HALF)]
+
+    with pytest.raises(TypeError, match="is not an integer"):
+        make(model).count(-5.0)
+
+
+def test_count_index_errors():
+    q = Quantizer(1.0, 4)
+    with pytest.raises(ValueError, match="depth must be >= 1"):
+        autoregressive_count_index(coin, (), 0, q, 8)
+    with pytest.raises(ValueError, match="max_fine_bucket must be an exact integer"):
+        autoregressive_count_index(coin, (), 2, q, 1.5)
+    with pytest.raises(TypeError, match="quantizer must be a Quantizer"):
+        make(coin).quantized_count_index("q", 3)
+    with pytest.raises(ValueError, match="log_prob must be finite and <= 0"):
+        q.fine_bucket(0.5)
