@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import subprocess
 import sys
 
@@ -45,6 +46,15 @@ class CharTokenizer:
 
     def decode(self, ids) -> str:
         return "".join(self.alphabet[i - self.offset] if i >= self.offset else "" for i in ids)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny models: one intra-op thread is ~50x faster than two on a shared, loaded CPU."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -278,3 +288,91 @@ def test_model_without_cache_falls_back(model):
     prefixes = [(), (3,), (3, 4)]
     want = np.stack([reference(model, PROMPT + list(p)) for p in prefixes])
     assert np.abs(o.batch_next_logprobs(prefixes) - want).max() < 1e-4
+
+
+# ------------------------------------------------------------------ the core, against brute force
+def _core():
+    try:
+        import arenum
+
+        return arenum.AutoregressiveEnumerable
+    except AttributeError:
+        pytest.skip("arenum.AutoregressiveEnumerable is not available yet")
+
+
+def _brute_force(oracle, max_len, eos=None):
+    """Every support sequence scored by teacher forcing, sorted by descending score."""
+    V = oracle.V
+    if eos is None:
+        support = [tuple(s) for s in itertools.product(range(V), repeat=max_len)]
+    else:
+        letters = [t for t in range(V) if t != eos]
+        support = [b + (eos,) for n in range(max_len) for b in itertools.product(letters, repeat=n)]
+    scores = oracle.score_sequences(support)
+    order = np.argsort(-scores, kind="stable")
+    return [support[i] for i in order], scores[order]
+
+
+def _gap_thresholds(scores, n=8, min_gap=1e-3):
+    """Thresholds in the middle of wide gaps between consecutive brute-force scores."""
+    gaps = [i for i in range(len(scores) - 1) if scores[i] - scores[i + 1] > min_gap]
+    pick = gaps[:: max(1, len(gaps) // n)]
+    return [(i + 1, (scores[i] + scores[i + 1]) / 2) for i in pick]
+
+
+@pytest.mark.parametrize("vocab, max_len, eos", [(V, 2, None), (12, 3, None), (12, 3, EOS)])
+def test_enumerable_agrees_with_brute_force(vocab, max_len, eos):
+    _core()
+    model = tiny_gpt2(vocab=vocab, seed=1)
+    oracle = CausalLMOracle(model, prompt=[3, 4], forward_batch_size=16)
+    enum = oracle.enumerable(max_len=max_len, eos=eos, batch_size=32)
+    seqs, scores = _brute_force(oracle, max_len, eos)
+    n = len(seqs)
+    assert n == (vocab**max_len if eos is None else sum((vocab - 1) ** k for k in range(max_len)))
+    # counts at thresholds in the middle of gaps: float differences cannot move a sequence across
+    for k, t in _gap_thresholds(scores):
+        assert enum.count(t) == k
+    assert enum.count(scores[-1] - 1.0) == n
+    assert enum.count(scores[0] + 1.0) == 0
+    # unrank / threshold / rank: the core's own numbers agree with each other exactly, and with
+    # teacher-forced brute force to float rounding (KV path vs plain forward)
+    check = sorted({*range(10), *range(0, n, max(1, n // 25)), n - 1})
+    for i in check:
+        seq, lp = enum.unrank(i)
+        assert abs(lp - scores[i]) < 1e-4
+        assert abs(oracle.score_sequences([seq])[0] - lp) < 1e-4
+        assert math.isclose(enum.threshold(i + 1), lp, rel_tol=1e-9, abs_tol=1e-12)
+        if min(abs(scores[i] - scores[j]) for j in (i - 1, i + 1) if 0 <= j < n) > 1e-3:
+            assert seq == seqs[i]
+            assert enum.rank(seq).rank == i
+    assert sorted(enum.unrank(i)[0] for i in range(min(n, 40))) == sorted(seqs[:40]) or n > 40
+    assert enum.stats["forwards"] > 0
+    assert oracle.stats.kv_hits > 0
+
+
+def test_enumerable_wiring_and_eos_override(model):
+    _core()
+    tok = CharTokenizer("abcdefghijklmnopqrstuv")
+    o = CausalLMOracle(model, tok, prompt="ab")
+    assert o.enumerable(max_len=2).eos == EOS
+    assert o.enumerable(max_len=2, eos=None).eos is None
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        o.enumerable(max_len=2, eos=V)
+    enum = o.enumerable(max_len=2, eos=None, batch_next_logprobs=None)
+    seq, lp = enum.unrank(0)
+    assert abs(lp - o.score_sequences([seq])[0]) < 1e-4
+    assert isinstance(o.decode(seq), str)
+
+
+def test_parents_gathered_from_several_blocks(model):
+    """One forward whose parents sit in different cached blocks (and in non-consecutive rows)."""
+    o = CausalLMOracle(model, prompt=PROMPT, forward_batch_size=3)
+    o.batch_next_logprobs(all_prefixes(1))  # blocks of 3 depth-1 prefixes
+    lv2 = [(0, 1), (5, 2), (6, 3), (2, 4), (23, 5), (1, 6), (4, 4)]
+    got = o.batch_next_logprobs(lv2)
+    lv3 = [(6, 3, 1), (0, 1, 2), (4, 4, 9), (23, 5, 0)]
+    got3 = o.batch_next_logprobs(lv3)
+    for prefixes, rows in ((lv2, got), (lv3, got3)):
+        want = np.stack([reference(model, PROMPT + list(p)) for p in prefixes])
+        assert np.abs(rows - want).max() < 1e-4
+    assert o.stats.kv_misses == 0

@@ -650,7 +650,9 @@ class CausalLMOracle:
         for layer, (pk, pv) in enumerate(prompt):
             ks = [self._blocks[bid].kv[layer][0].index_select(0, ix) for (bid, _), ix in zip(runs, idx)]
             vs = [self._blocks[bid].kv[layer][1].index_select(0, ix) for (bid, _), ix in zip(runs, idx)]
-            past.append((torch.cat([pk, *ks], dim=2), torch.cat([pv, *vs], dim=2)))
+            gk = ks[0] if len(ks) == 1 else torch.cat(ks, dim=0)
+            gv = vs[0] if len(vs) == 1 else torch.cat(vs, dim=0)
+            past.append((torch.cat([pk, gk], dim=2), torch.cat([pv, gv], dim=2)))
         return past
 
     # ------------------------------------------------------------------ callbacks
