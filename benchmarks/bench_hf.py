@@ -27,6 +27,8 @@ import json
 import math
 import os
 import platform
+import resource
+import signal
 import sys
 import time
 from pathlib import Path
@@ -138,7 +140,16 @@ def as_float(x) -> float | None:
     return None
 
 
-def run_method(method: str, model, args, scale: float, max_len: int, rank: int, keep: bool = False) -> dict:
+class _TimeUp(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _TimeUp()
+
+
+def run_method(method: str, model, args, scale: float, max_len: int, rank: int, keep: bool = False,
+               budget_s: float | None = None) -> dict:
     oracle = CausalLMOracle(
         model, prompt=None, bos_token_id=model.config.bos_token_id,
         eos=model.config.eos_token_id if args.eos else None, device=args.device, dtype=args.dtype,
@@ -160,9 +171,20 @@ def run_method(method: str, model, args, scale: float, max_len: int, rank: int, 
         rec.next_logprobs, max_len=max_len, eos=oracle.eos if args.eos else None, **wiring
     )
     t0 = time.perf_counter()
-    thr = enum.threshold(rank)
+    timed_out = False
+    if budget_s:
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, budget_s)
+    try:
+        thr = enum.threshold(rank)
+    except _TimeUp:
+        thr, timed_out = None, True
+    finally:
+        if budget_s:
+            signal.setitimer(signal.ITIMER_REAL, 0)
     wall = time.perf_counter() - t0
     st = oracle.stats
+    cs = core_stats(enum) if not timed_out else None
     return {
         "method": method,
         "max_len": max_len,
@@ -177,7 +199,11 @@ def run_method(method: str, model, args, scale: float, max_len: int, rank: int, 
         "kv_misses": st.kv_misses,
         "model_forward_s": st.forward_seconds,
         "oracle_callback_s": st.callback_seconds,
-        "core_stats": core_stats(enum),
+        "adapter_overhead_s": st.callback_seconds - st.forward_seconds,
+        "core_s": wall - st.callback_seconds,
+        "core_stats": cs,
+        "timed_out": timed_out,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "extrapolated": False,
         "_prefixes": rec.prefixes if keep else None,
     }
@@ -223,6 +249,8 @@ def main(argv=None) -> int:
     ap.add_argument("--eos", action="store_true", help="enumerate with the EOS token (default: fixed length)")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="abandon one timed threshold() after this many seconds (row marked timed_out)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "hf.json"))
     args = ap.parse_args(argv)
 
@@ -255,6 +283,9 @@ def main(argv=None) -> int:
           f"{cal['contexts']} contexts (min {cal['entropy_bits_min']:.2f}, max {cal['entropy_bits_max']:.2f}, "
           f"empty prefix {cal['entropy_bits_empty_prefix']:.2f}; unscaled {cal['entropy_bits_unscaled_mean']:.2f})")
 
+    # warm-up (allocator, kernels, first-touch pages), not timed
+    run_method("kv", model, args, scale, min(args.max_len), 10)
+
     results = []
     for L in args.max_len:
         kv_row = None
@@ -262,8 +293,8 @@ def main(argv=None) -> int:
             if method not in args.methods:
                 continue
             r_rank = naive_rank if method == "naive" else rank
-            row = run_method(method, model, args, scale, L, r_rank, keep=(method == "kv"))
-            if method == "kv":
+            row = run_method(method, model, args, scale, L, r_rank, keep=(method == "kv"), budget_s=args.budget_s)
+            if method == "kv" and not row["timed_out"]:
                 kv_row = row
                 prefixes = row.pop("_prefixes")
                 bare, bare_tokens = bare_forward_seconds(model, probe.prompt_ids, prefixes, args.batch_size, device)
@@ -271,43 +302,47 @@ def main(argv=None) -> int:
                 row["bare_full_prefix_tokens"] = bare_tokens
             else:
                 row.pop("_prefixes")
-            if method == "naive" and r_rank != rank:
-                per = row["wall_s"] / max(1, row["prefixes_scored"])
-                target = kv_row["prefixes_scored"] if kv_row else None
-                row["measured"] = {k: row[k] for k in ("rank", "wall_s", "prefixes_scored", "model_forward_s")}
-                if target is not None:
-                    row.update(
-                        rank=rank, extrapolated=True, wall_s=per * target, prefixes_scored=target,
-                        model_forward_s=row["model_forward_s"] / max(1, row["measured"]["prefixes_scored"]) * target,
-                        threshold=None,
-                    )
+            if method == "naive" and r_rank != rank and kv_row is not None and not row["timed_out"]:
+                measured_n = max(1, row["prefixes_scored"])
+                factor = kv_row["prefixes_scored"] / measured_n
+                row["measured"] = {k: row[k] for k in ("rank", "wall_s", "prefixes_scored", "model_forward_s",
+                                                       "adapter_overhead_s", "core_s", "forward_calls",
+                                                       "tokens_computed", "threshold")}
+                row.update(rank=rank, extrapolated=True, threshold=None, prefixes_scored=kv_row["prefixes_scored"])
+                for k in ("wall_s", "model_forward_s", "adapter_overhead_s", "core_s"):
+                    row[k] = row["measured"][k] * factor
+                for k in ("forward_calls", "tokens_computed"):
+                    row[k] = round(row["measured"][k] * factor)
             results.append(row)
             tag = " (extrapolated)" if row["extrapolated"] else ""
             print(f"  max_len {L} {method:7s} done in {row.get('measured', row)['wall_s']:.1f}s{tag}", flush=True)
 
     # ---- table ----------------------------------------------------------------------------
-    head = (f"{'max_len':>7} {'method':<8} {'rank':>7} {'wall s':>9} {'model s':>9} {'overhead s':>10} "
-            f"{'prefixes':>9} {'forwards':>8} {'tokens':>9} {'kv hit/miss':>13} {'threshold':>12}")
+    head = (f"{'max_len':>7} {'method':<7} {'rank':>7} {'wall s':>8} {'model s':>8} {'adapter s':>9} "
+            f"{'core s':>8} {'prefixes':>8} {'forwards':>8} {'tokens':>8} {'kv hit/miss':>12} {'threshold':>11}")
     print()
     print(head)
     print("-" * len(head))
     for r in results:
-        thr = "" if r["threshold"] is None else f"{r['threshold']:.6f}"
+        thr = "" if r["threshold"] is None else f"{r['threshold']:.5f}"
         hm = f"{r['kv_hits']}/{r['kv_misses']}" if r["method"] == "kv" else ""
-        print(f"{r['max_len']:>7} {r['method']:<8} {r['rank']:>7} {r['wall_s']:>9.2f} {r['model_forward_s']:>9.2f} "
-              f"{r['wall_s'] - r['model_forward_s']:>10.2f} {r['prefixes_scored']:>9} {r['forward_calls']:>8} "
-              f"{r['tokens_computed']:>9} {hm:>13} {thr:>12}" + ("  extrapolated" if r["extrapolated"] else ""))
-        if r["method"] == "kv":
-            print(f"{'':>7} {'bare':<8} {r['rank']:>7} {r['bare_full_prefix_forward_s']:>9.2f} "
-                  f"{'':>9} {'':>10} {r['prefixes_scored']:>9} {'':>8} {r['bare_full_prefix_tokens']:>9}"
-                  "   (batched full-prefix forwards of the same prefixes, no core)")
+        note = "  extrapolated" if r["extrapolated"] else ("  TIMED OUT" if r["timed_out"] else "")
+        print(f"{r['max_len']:>7} {r['method']:<7} {r['rank']:>7} {r['wall_s']:>8.2f} {r['model_forward_s']:>8.2f} "
+              f"{r['adapter_overhead_s']:>9.2f} {r['core_s']:>8.2f} {r['prefixes_scored']:>8} "
+              f"{r['forward_calls']:>8} {r['tokens_computed']:>8} {hm:>12} {thr:>11}" + note)
+        if r["method"] == "kv" and "bare_full_prefix_forward_s" in r:
+            print(f"{'':>7} {'bare':<7} {'':>7} {r['bare_full_prefix_forward_s']:>8.2f} {'':>8} {'':>9} {'':>8} "
+                  f"{r['prefixes_scored']:>8} {'':>8} {r['bare_full_prefix_tokens']:>8}"
+                  "   <- batched full-prefix forwards of the same prefixes, no core")
     for L in args.max_len:
         thrs = {r["method"]: r["threshold"] for r in results if r["max_len"] == L and r["threshold"] is not None
                 and r["rank"] == rank}
         if len(thrs) > 1:
             spread = max(thrs.values()) - min(thrs.values())
             print(f"max_len {L}: thresholds agree across {sorted(thrs)} to {spread:.2e} nats")
-    print("model s = seconds in the bare model forward; overhead = wall - model s (core + adapter).")
+    print("model s: bare model forward; adapter s: rest of the oracle callbacks (log-softmax, gathers, copies);\n"
+          "core s: wall - callbacks (the core's parsing, tree and index). 'naive' extrapolated rows scale the\n"
+          "measured per-prefix cost to the number of prefixes 'kv' scored at the full rank.")
 
     out = {
         "benchmark": "bench_hf",

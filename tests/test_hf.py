@@ -345,7 +345,9 @@ def test_enumerable_agrees_with_brute_force(vocab, max_len, eos):
         if min(abs(scores[i] - scores[j]) for j in (i - 1, i + 1) if 0 <= j < n) > 1e-3:
             assert seq == seqs[i]
             assert enum.rank(seq).rank == i
-    assert sorted(enum.unrank(i)[0] for i in range(min(n, 40))) == sorted(seqs[:40]) or n > 40
+    # the top k as a set, for k at a wide gap (near-ties may swap order within it, never across it)
+    k = next(k for k, _ in _gap_thresholds(scores, n=len(scores)) if k >= 40)
+    assert sorted(seq for seq, _ in enum.slice(0, k)) == sorted(seqs[:k])
     assert enum.stats["forwards"] > 0
     assert oracle.stats.kv_hits > 0
 
