@@ -118,6 +118,7 @@ class StepOracle:
         self._id2tok: list[Any] = []
         self._cache: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._cache_size = int(cache_size)
+        self._bufs: dict[Any, np.ndarray] = {}
         self.eos_id: int | None = None
         if eos is not None:
             self.int_mode = _is_int_token(eos)
@@ -261,14 +262,18 @@ class StepOracle:
             lps = lps - lse
         return ids, lps
 
-    def _parse_dense_batch(self, arr: np.ndarray, prefixes: list[tuple]) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _parse_dense_batch(self, arr: np.ndarray, prefixes: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
+        """Validate a dense ``(n, V)`` batch; return ``(normalized rows, ids of the columns)``."""
         arr = arr.astype(np.float64, copy=False)
         mx = arr.max(axis=1)
         bad = ~(mx <= 0.0) | (mx == -math.inf)
         if bad.any():
             r = int(np.flatnonzero(bad)[0])
             self._normalize(np.arange(arr.shape[1], dtype=np.int64), arr[r], prefixes[r])  # raises
-        lse = mx + np.log(np.exp(arr - mx[:, None]).sum(axis=1))
+        buf = self._scratch(arr.shape)
+        np.subtract(arr, mx[:, None], out=buf)
+        np.exp(buf, out=buf)
+        lse = mx + np.log(buf.sum(axis=1))
         off = np.abs(np.expm1(lse)) > self.norm_tol
         if off.any():
             r = int(np.flatnonzero(off)[0])
@@ -286,15 +291,21 @@ class StepOracle:
         if renorm.any():
             arr = arr.copy()
             arr[renorm] -= lse[renorm, None]
-        has_ninf = (arr == -math.inf).any(axis=1)
+        return arr, ids_all
+
+    def _scratch(self, shape: tuple[int, int], dtype: Any = np.float64) -> np.ndarray:
+        """A reusable work buffer per dtype (avoids page faults of fresh temporaries)."""
+        n = shape[0] * shape[1]
+        buf = self._bufs.get(dtype)
+        if buf is None or buf.shape[0] < n:
+            buf = self._bufs[dtype] = np.empty(n, dtype)
+        return buf[:n].reshape(shape)
+
+    def _rows_of_dense(self, arr: np.ndarray, ids_all: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         out = []
-        for r in range(arr.shape[0]):
-            row = arr[r]
-            if has_ninf[r]:
-                keep = row > -math.inf
-                out.append((ids_all[keep], row[keep]))
-            else:
-                out.append((ids_all, row))
+        for row in arr:
+            keep = row > -math.inf
+            out.append((ids_all, row) if keep.all() else (ids_all[keep], row[keep]))
         return out
 
     # ------------------------------------------------------------------ calling the model
@@ -308,7 +319,8 @@ class StepOracle:
         self.stats.parse_seconds += time.perf_counter() - t1
         return out
 
-    def _call_batch(self, prefixes: list[tuple]) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _call_batch(self, prefixes: list[tuple]) -> Any:
+        """One batched call: a validated ``(rows, column ids)`` dense pair or a list of tables."""
         assert self._batch is not None
         t0 = time.perf_counter()
         raw = self._batch(list(prefixes))
@@ -328,45 +340,90 @@ class StepOracle:
                 "it must return exactly one result per prefix"
             )
         if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype.kind == "f":
-            out = self._parse_dense_batch(raw, prefixes)
+            out: Any = self._parse_dense_batch(raw, prefixes)
         else:
             out = [self._parse_one(r, p) for r, p in zip(raw, prefixes)]
         self.stats.parse_seconds += time.perf_counter() - t1
         return out
 
-    def fetch_unsorted(self, prefixes: list[tuple]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Validated, UNSORTED tables for ``prefixes`` (cached ones come from the cache, sorted).
+    def fetch_heads(self, prefixes: list[tuple], floors: np.ndarray) -> "Heads":
+        """Sorted heads of the tables of ``prefixes``: the entries with ``lp >= floors[i]``.
 
-        Every result is validated before any is returned; one model forward per uncached prefix,
-        through ``batch_next_logprobs`` in ``batch_size`` chunks when available.
+        One forward per uncached prefix, through ``batch_next_logprobs`` in ``batch_size`` chunks
+        when available (every row validated before anything is returned; only one chunk of full
+        rows is held at a time). Returns :class:`Heads` in the order of ``prefixes``.
         """
-        out: list[Any] = [None] * len(prefixes)
+        n = len(prefixes)
+        floors = np.maximum(np.asarray(floors, np.float64), np.finfo(np.float64).min)
+        parts_row: list[np.ndarray] = []
+        parts_ids: list[np.ndarray] = []
+        parts_lp: list[np.ndarray] = []
+        full = np.zeros(n, np.int64)
         todo: list[int] = []
         cache = self._cache
-        if cache:
-            for i, p in enumerate(prefixes):
-                hit = cache.get(p)
-                if hit is None:
-                    todo.append(i)
-                else:
-                    out[i] = hit
-        else:
-            todo = list(range(len(prefixes)))
-        if not todo:
-            return out
+        for i, p in enumerate(prefixes) if cache else ():
+            hit = cache.get(p)
+            if hit is None:
+                todo.append(i)
+                continue
+            ids, lps = hit
+            k = int(np.searchsorted(-lps, -floors[i], side="right"))
+            parts_row.append(np.full(k, i, np.int64))
+            parts_ids.append(ids[:k])
+            parts_lp.append(lps[:k])
+            full[i] = lps.shape[0]
+        if not cache:
+            todo = list(range(n))
+        t_parse = 0.0
         if self._batch is not None:
             bs = self.batch_size
             for a in range(0, len(todo), bs):
-                chunk = todo[a : a + bs]
+                chunk = np.array(todo[a : a + bs], np.int64)
                 res = self._call_batch([prefixes[i] for i in chunk])
-                for i, r in zip(chunk, res):
-                    out[i] = r
+                t0 = time.perf_counter()
+                if isinstance(res, tuple):
+                    arr, ids_all = res
+                    V = arr.shape[1]
+                    mask = self._scratch(arr.shape, np.bool_)
+                    np.greater_equal(arr, floors[chunk][:, None], out=mask)
+                    flat = np.flatnonzero(mask)
+                    r, c = np.divmod(flat, V)
+                    parts_row.append(chunk[r])
+                    parts_ids.append(ids_all[c])
+                    parts_lp.append(arr.reshape(-1)[flat])
+                    full[chunk] = V  # -inf entries count as present: at worst a needless re-score
+                else:
+                    self._collect_rows(res, chunk, floors, parts_row, parts_ids, parts_lp, full)
+                t_parse += time.perf_counter() - t0
                 self.stats.forwards += len(chunk)
         else:
             for i in todo:
-                out[i] = self._call_single(prefixes[i])
+                tab = self._call_single(prefixes[i])
+                t0 = time.perf_counter()
+                self._collect_rows([tab], np.array([i]), floors, parts_row, parts_ids, parts_lp, full)
+                t_parse += time.perf_counter() - t0
                 self.stats.forwards += 1
-        return out
+        t0 = time.perf_counter()
+        if parts_row:
+            row = np.concatenate(parts_row)
+            ids = np.concatenate(parts_ids)
+            lps = np.concatenate(parts_lp)
+        else:
+            row, ids, lps = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+        order = np.lexsort((-lps, row))
+        heads = Heads(ids[order], lps[order], np.bincount(row, minlength=n).astype(np.int64), full)
+        self.stats.parse_seconds += t_parse + time.perf_counter() - t0
+        return heads
+
+    @staticmethod
+    def _collect_rows(tabs, rows, floors, parts_row, parts_ids, parts_lp, full) -> None:
+        for i, (ids, lps) in zip(rows.tolist(), tabs):
+            m = lps >= floors[i]
+            k = int(m.sum())
+            parts_row.append(np.full(k, i, np.int64))
+            parts_ids.append(ids[m])
+            parts_lp.append(lps[m])
+            full[i] = lps.shape[0]
 
     def table(self, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
         """Full sorted table for one prefix, memoized (LRU of ``cache_size`` prefixes)."""
@@ -374,7 +431,12 @@ class StepOracle:
         if hit is not None:
             self._cache.move_to_end(prefix)
             return hit
-        ids, lps = self.fetch_unsorted([prefix])[0]
+        if self._batch is not None:
+            res = self._call_batch([prefix])
+            ids, lps = self._rows_of_dense(*res)[0] if isinstance(res, tuple) else res[0]
+        else:
+            ids, lps = self._call_single(prefix)
+        self.stats.forwards += 1
         tab = sort_table(ids, lps)
         self._remember(prefix, tab)
         return tab
@@ -448,7 +510,7 @@ class StepOracle:
             )
         prefixes = [tuple(seq[:d]) for d in range(len(seq))]
         if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype.kind == "f":
-            parsed = self._parse_dense_batch(raw, prefixes)
+            parsed = self._rows_of_dense(*self._parse_dense_batch(raw, prefixes))
         else:
             parsed = [self._parse_one(r, p) for r, p in zip(raw, prefixes)]
         new = 0
@@ -458,6 +520,20 @@ class StepOracle:
                 new += 1
         self.stats.harvested_positions += new
         return new
+
+
+class Heads:
+    """Sorted table heads of many prefixes, CSR: row ``i`` is ``ids/lps[off[i]:off[i] + lens[i]]``.
+
+    ids int64 ``(M,)``, lps float64 ``(M,)`` (descending within a row, ties in the model's order),
+    lens int64 ``(n,)``, full int64 ``(n,)`` = finite entries in the whole row (``lens < full`` means
+    the head was cut).
+    """
+
+    __slots__ = ("ids", "lps", "lens", "full")
+
+    def __init__(self, ids: np.ndarray, lps: np.ndarray, lens: np.ndarray, full: np.ndarray) -> None:
+        self.ids, self.lps, self.lens, self.full = ids, lps, lens, full
 
 
 def sort_table(ids: np.ndarray, lps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -187,10 +187,16 @@ class SeekIndex:
                 b_cap = (i0 + int(nxt[0]) + 1) / HIST_BINS_PER_BIT if nxt.size else None
             cands = [b for b in (b_lo, b_cap) if b is not None]
             b_next = min(cands) if cands else self.limits.max_depth_bits
+            # grow the budget by at most a quarter per round: descendants of the known prefixes
+            # are not known yet, and live prefixes grow exponentially with the budget
+            b_next = min(b_next, cur + max(1.0, 0.25 * cur))
             b_next = max(b_next, cur + 1.0 / HIST_BINS_PER_BIT)
             b_next = min(b_next, self.limits.max_depth_bits)
-            keep_bits = max(b_lo if b_lo is not None else self._extrapolate(cum, n), b_next)
-            keep_bits += tree.keep_margin_bits
+            margin = tree.keep_margin_bits
+            aim = self._extrapolate(cum, n) + margin  # less certain than b_lo: one more margin
+            if b_lo is not None:
+                aim = min(aim, b_lo)
+            keep_bits = max(aim, b_next) + margin
             self._deepen(-b_next * LN2, -keep_bits * LN2)
 
     def _extrapolate(self, cum: np.ndarray, n: int) -> float:

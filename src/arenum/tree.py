@@ -37,7 +37,7 @@ class BudgetExceeded(RuntimeError):
     """An exact answer would need more than a configured cap allows (the message says which)."""
 
 HIST_BINS_PER_BIT = 64
-KEEP_ALL_ENTRIES = 1 << 22
+KEEP_ALL_ENTRIES = 1 << 20
 """Trees whose stored tables total fewer entries than this keep whole tables (no re-scoring ever)."""
 _HIST_MAX_BITS = 8192
 _HIST_LEN = HIST_BINS_PER_BIT * _HIST_MAX_BITS + 1
@@ -195,60 +195,56 @@ class PrefixTree:
 
     # ------------------------------------------------------------------ fetching
     def _fetch(self, d: int, nodes: np.ndarray, keep: float) -> None:
-        """Score ``nodes`` of level ``d`` (one forward each) and store their heads down to ``keep``."""
+        """Score ``nodes`` of level ``d`` (one forward each) and store their heads down to ``keep``.
+
+        Small trees (fewer than ``KEEP_ALL_ENTRIES`` stored entries) store whole tables.
+        """
         lev = self.levels[d]
         o = self.oracle
-        chunk = max(1, o.batch_size) * 4
+        chunk = 1 << 16
         is_leaf = d == self.leaf_level
         eos = self.eos_id
         for a in range(0, nodes.shape[0], chunk):
             ns = nodes[a : a + chunk]
-            refetch = lev.fetched[ns].copy()
-            tabs = o.fetch_unsorted(self._prefix_tuples(d, ns))
             m = ns.shape[0]
-            lens = np.fromiter((t[0].shape[0] for t in tabs), np.int64, count=m)
-            ids = np.concatenate([t[0] for t in tabs])
-            lps = np.concatenate([t[1] for t in tabs])
-            row = np.repeat(np.arange(m), lens)
+            refetch = lev.fetched[ns].copy()
             s = lev.score[ns]
-            x = s[row] + lps
-            # steering histograms over whole rows (first fetch of a node only)
-            fresh = ~refetch[row]
-            bins = np.minimum((-x[fresh] / LN2 * HIST_BINS_PER_BIT).astype(np.int64), _HIST_LEN - 1)
+            keep_all = self._pool_entries < KEEP_ALL_ENTRIES
+            # a superset in lp terms (float slack), then the exact test on s + lp
+            floors = np.full(m, -math.inf) if keep_all else (keep - s) - 1e-9 * (1.0 + abs(keep))
+            heads = o.fetch_heads(self._prefix_tuples(d, ns), floors)
+            row = np.repeat(np.arange(m), heads.lens)
+            x = s[row] + heads.lps
+            kmask = np.ones(x.shape[0], np.bool_) if keep_all else x >= keep
+            krow, klp, kid, kx = row[kmask], heads.lps[kmask], heads.ids[kmask], x[kmask]
+            klen = np.bincount(krow, minlength=m)
+            # steering histograms over the stored entries (first fetch of a node only)
+            fresh = ~refetch[krow]
+            bins = np.minimum((-kx[fresh] / LN2 * HIST_BINS_PER_BIT).astype(np.int64), _HIST_LEN - 1)
             if eos is None:
-                target = self.h_comp if is_leaf else self.h_pref
-                np.add.at(target, bins, 1) if bins.size < 64 else _addbins(target, bins)
+                _addbins(self.h_comp if is_leaf else self.h_pref, bins)
             else:
-                is_eos = ids[fresh] == eos
+                is_eos = kid[fresh] == eos
                 _addbins(self.h_comp, bins[is_eos])
                 if not is_leaf:
                     _addbins(self.h_pref, bins[~is_eos])
-            if self._pool_entries + lps.shape[0] <= KEEP_ALL_ENTRIES:
-                kmask = np.ones(lps.shape[0], np.bool_)  # small trees keep whole tables
-            else:
-                kmask = x >= keep
-            krow = row[kmask]
-            klp = lps[kmask]
-            order = np.lexsort((-klp, krow))
-            klp = klp[order]
-            kid = ids[kmask][order]
-            klen = np.bincount(krow, minlength=m)
             base = lev.pool_lp.n
             offs = base + np.concatenate(([0], np.cumsum(klen)[:-1]))
             eos_j = np.full(m, -1, np.int32)
             if eos is not None:
                 hit = np.flatnonzero(kid == eos)
                 if hit.size:
-                    r = krow[order][hit]
+                    r = krow[hit]
                     eos_j[r] = (hit + base - offs[r]).astype(np.int32)
+            cut = klen < heads.full
             # commit (no exception possible past this point)
             lev.pool_lp.extend(klp)
-            self._pool_entries += klp.shape[0]
             lev.pool_tok.extend(kid)
+            self._pool_entries += klp.shape[0]
             c = lev.cols
             c["off"].a[ns] = offs
             c["tlen"].a[ns] = klen
-            c["floor"].a[ns] = np.where(klen < lens, keep, -math.inf)
+            c["floor"].a[ns] = np.where(cut, keep, -math.inf)
             c["eos_j"].a[ns] = eos_j
             c["fetched"].a[ns] = True
             nref = int(refetch.sum())

@@ -17,7 +17,8 @@ nothing is ever downloaded)::
     oracle = CausalLMOracle.from_pretrained("/models/distilgpt2", prompt="The password is")
     enum = oracle.enumerable(max_len=3)          # eos taken from the tokenizer / config
     enum.threshold(10**5)                         # log-prob of the 100000-th most likely text
-    oracle.decode(enum.unrank(0)[0])              # (the return shape of unrank is the core's)
+    seq, logp = enum.unrank(0)                    # the most likely continuation
+    oracle.decode(seq)
 
 See ``docs/hf.md`` for the KV-reuse scheme, its memory bound, devices and dtypes, and costs.
 """
