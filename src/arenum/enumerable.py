@@ -61,7 +61,9 @@ class AutoregressiveEnumerable:
 
     Keyword-only extras: ``norm_tol`` (accepted ``|sum p - 1|``), ``keep_margin_bits`` (stored table
     heads reach this many bits below a build's budget), ``max_prefixes`` / ``max_sequences`` (caps on
-    an exact build; beyond them answers become brackets or raise :class:`BudgetExceeded`).
+    an exact build; beyond them answers become brackets or raise :class:`BudgetExceeded`),
+    ``progress`` (called with a dict of counters after every chunk of forwards, e.g. to draw a bar;
+    also settable later as :attr:`progress`).
 
     >>> import math
     >>> def model(prefix):  # two tokens, p(0) = 0.75
@@ -90,6 +92,7 @@ class AutoregressiveEnumerable:
         keep_margin_bits: float = 1.0,
         max_prefixes: int | None = Limits.max_prefixes,
         max_sequences: int | None = Limits.max_sequences,
+        progress: Callable[[dict], None] | None = None,
     ) -> None:
         if not callable(next_logprobs):
             raise TypeError(f"next_logprobs must be callable, got {type(next_logprobs).__name__}")
@@ -138,9 +141,22 @@ class AutoregressiveEnumerable:
             branch_cap=self.branch_cap,
             keep_margin_bits=margin,
         )
+        self.progress = progress
         self._seek: SeekIndex | None = None
 
     # ------------------------------------------------------------------ plumbing
+    @property
+    def progress(self) -> Callable[[dict], None] | None:
+        """Callback receiving ``{"prefixes", "forwards", "level", "level_done", "level_todo",
+        "keep_bits"}`` after every chunk of forwards during a build (``None``: silent)."""
+        return self._tree.progress
+
+    @progress.setter
+    def progress(self, fn: Callable[[dict], None] | None) -> None:
+        if fn is not None and not callable(fn):
+            raise TypeError(f"progress must be callable or None, got {type(fn).__name__}")
+        self._tree.progress = fn
+
     @property
     def stats(self) -> dict[str, Any]:
         """Counters: forwards (prefixes scored), model calls, refetches, live prefixes held by the

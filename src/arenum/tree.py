@@ -23,7 +23,7 @@ This module does not answer queries: ``arenum.index`` builds the exact index fro
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -160,6 +160,7 @@ class PrefixTree:
         self.fetched_nodes = 0
         self._pool_entries = 0
         self._key_cache: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
+        self.progress: Callable[[dict], None] | None = None  # called after every fetched chunk
 
     # ------------------------------------------------------------------ paths
     def token_paths(self, d: int, nodes: np.ndarray) -> np.ndarray:
@@ -250,6 +251,9 @@ class PrefixTree:
             nref = int(refetch.sum())
             o.stats.refetches += nref
             self.fetched_nodes += m - nref
+            if self.progress is not None:
+                self.progress({"prefixes": self.fetched_nodes, "forwards": o.stats.forwards, "level": d,
+                               "level_done": a + m, "level_todo": nodes.shape[0], "keep_bits": -keep / LN2})
 
     def _expand(self, d: int, T: float) -> None:
         """Turn the stored heads of level ``d`` into child nodes of level ``d+1`` down to ``T``."""
