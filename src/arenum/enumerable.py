@@ -167,6 +167,7 @@ class AutoregressiveEnumerable:
         d["tree_bytes"] = self._tree.nbytes
         d["built_bits"] = self.seek_index().built_bits
         d["index_builds"] = self.seek_index().builds
+        d["index_seconds"] = self.seek_index().index_seconds
         d["indexed_sequences"] = self._seek._index.N if self._seek and self._seek._index else 0
         return d
 

@@ -16,6 +16,7 @@ Every answer is exact; caps (``max_depth_bits``, ``max_prefixes``, ``max_sequenc
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -63,6 +64,7 @@ class SeekIndex:
         self._decode = decode if decode is not None else tree.oracle.tokens
         self._index: ExactIndex | None = None
         self.builds = 0
+        self.index_seconds = 0.0  # wall time spent building exact indexes
 
     # ------------------------------------------------------------------ properties
     @property
@@ -113,7 +115,9 @@ class SeekIndex:
             self._deepen(0.0, -math.inf)  # root only (whole table kept): sequences of probability 1
             T = self.tree.built
         if self._index is None or self._index.T != T:
+            t0 = time.perf_counter()
             self._index = ExactIndex(self.tree, T)
+            self.index_seconds += time.perf_counter() - t0
             self.builds += 1
             lim = self.limits.max_sequences
             if lim is not None and self._index.N > lim:
