@@ -180,7 +180,7 @@ class SeekIndex:
             if b_lo is not None and b_lo <= cur + 1e-9:
                 b_lo = None  # the histogram overcounted (float edge): grow instead
             fetched = tree.fetched_nodes
-            grow = 0.05 if b_lo is not None else 1.0
+            grow = 0.03 if b_lo is not None else 1.0
             want = fetched * (1 + grow) + tree.oracle.batch_size
             known_total = 1 + int(tree.h_pref.sum())
             b_cap = tree.bits_for(tree.h_pref, min(want, known_total) - 1) if known_total > 1 else None
@@ -204,17 +204,23 @@ class SeekIndex:
             self._deepen(-b_next * LN2, -keep_bits * LN2)
 
     def _extrapolate(self, cum: np.ndarray, n: int) -> float:
-        """Budget (bits) where ``n`` completions are expected, from the growth of those seen so far."""
-        total = int(cum[-1])
+        """Budget (bits) where ``n`` completions are expected, from the growth of the exact counts.
+
+        Counts at budgets up to the built one are exact (every live prefix there is fetched); their
+        growth over the last stretch of bits extrapolates to ``n``.
+        """
         cur = self.built_bits
-        if total < 2:
+        i1 = int(round(cur * HIST_BINS_PER_BIT)) - 1
+        if i1 < 1:
             return cur + max(2.0, cur)
-        b_hi = (int(np.searchsorted(cum, total)) + 1) / HIST_BINS_PER_BIT
-        b_half = (int(np.searchsorted(cum, max(1, total // 4))) + 1) / HIST_BINS_PER_BIT
-        if b_hi <= b_half:
-            return b_hi + 1.0
-        rate = math.log2(total / max(1, total // 4)) / (b_hi - b_half)  # bits of count per bit of budget
-        return b_hi + math.log2(max(n, 2) / total) / max(rate, 1e-3) + 1.0
+        c1 = int(cum[min(i1, len(cum) - 1)])
+        span = max(HIST_BINS_PER_BIT // 2, i1 // 4)
+        i0 = max(0, i1 - span)
+        c0 = int(cum[i0])
+        if c1 < 8 or c0 < 1 or c1 <= c0:
+            return cur + max(2.0, cur)
+        rate = math.log2(c1 / c0) / ((i1 - i0) / HIST_BINS_PER_BIT)  # bits of count per bit of budget
+        return cur + math.log2(max(n, 2) / c1) / max(rate, 1e-3)
 
     # ------------------------------------------------------------------ queries
     def _seq(self, P: np.ndarray) -> list[tuple]:
