@@ -7,7 +7,7 @@ built threshold, and decides budgets:
 - a query by position (``unrank(i)``, ``threshold(k)``) deepens in rounds chosen from the observed
   growth of the counts: the tree keeps, for every table it has seen, a histogram of the completion
   and prefix scores it contains, so the budget at which ``i + 1`` sequences are known is read off
-  directly, and each round adds at most ~5% more forwards near the target (doubling while far away).
+  directly, and each round adds at most ~3% more forwards near the target (doubling while far away).
   Total forwards stay within a few percent of the minimum (the live prefixes at the answer's budget).
 
 Every answer is exact; caps (``max_depth_bits``, ``max_prefixes``, ``max_sequences``) raise
