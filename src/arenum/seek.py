@@ -157,7 +157,7 @@ class SeekIndex:
 
         Rounds: the budget where the completions already seen reach ``n`` is read off the tree's
         histogram (an over-estimate of the budget needed, since unseen prefixes only add
-        completions); each round moves toward it adding at most ~5% forwards, or doubles the
+        completions); each round moves toward it adding at most ~3% forwards, or doubles the
         forwards while too few completions are known. The index is rebuilt only when the histogram
         says the built budget holds ``n``.
         """
