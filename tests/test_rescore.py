@@ -156,8 +156,9 @@ def test_certified_is_never_wrong(seed):
     _, target, index, t_scores, true_sorted, true_gap = make_pair(
         seed, eps=float(rng.uniform(0.1, 1.5)), eos=eos, max_len=4 if eos is None else 5)
     n = len(index.items)
-    for trial in range(6):
-        g = true_gap * float(rng.choice([1.0, 1.0, 1.2, 2.0]))
+    true_up = max(t_scores[s] - d for s, d in index.items)  # the half of the gap the proof uses
+    for trial in range(8):
+        g = max(true_up, 0.0) if trial >= 6 else true_gap * float(rng.choice([1.0, 1.0, 1.2, 2.0]))
         W = int(rng.integers(0, n // 2 + 1))
         k = int(rng.integers(0, 12))
         start = int(rng.integers(0, 8)) if trial % 2 else 0
@@ -214,6 +215,41 @@ def test_broken_gap_assumption_is_not_certified():
                         assumed_gap=0.0).top_k(3)
     assert res.exhausted is True and res.gap == pytest.approx(true_gap)
     assert res.certified is False
+
+
+def test_only_the_upper_half_of_the_gap_is_used():
+    # The target is the draft shifted DOWN by 5 nats everywhere: |t - d| = 5, but t <= d + 0.
+    _, _, index, _, _, _ = make_pair(4)
+    d_of = dict(index.items)
+    res = RescoredIndex(index, lambda seqs: [d_of[s] - 5.0 for s in seqs], rerank_window=len(index.items),
+                        assumed_gap=0.0).top_k(5)
+    assert res.gap == pytest.approx(5.0) and res.excess == pytest.approx(-5.0)
+    assert res.exhausted and res.certified is True  # the pulled data do not refute t <= d + 0
+    assert [s for s, _ in res.items] == [s for s, _ in index.items[:5]]
+    # not exhausted: an unpulled u could still have t(u) = d(u) > d(x_5) - 5, so no certificate
+    res = RescoredIndex(index, lambda seqs: [d_of[s] - 5.0 for s in seqs], rerank_window=3,
+                        assumed_gap=0.0).top_k(5)
+    assert res.certified is False
+    # shifted UP by 0.5: the pulled sequences themselves refute assumed_gap=0.4
+    res = RescoredIndex(index, lambda seqs: [d_of[s] + 0.5 for s in seqs], rerank_window=len(index.items),
+                        assumed_gap=0.4).top_k(5)
+    assert res.excess == pytest.approx(0.5) and res.exhausted and res.certified is False
+
+
+def test_draft_impossible_target_possible_breaks_the_assumption():
+    class WithImpossible(BruteIndex):
+        def __init__(self, model):
+            super().__init__(model)
+            self.items = self.items + [((9, 9, 9, 9), -math.inf)]
+
+    draft, target, _, t_scores, _, true_gap = make_pair(6)
+    index = WithImpossible(draft)
+    scores = dict(t_scores)
+    scores[(9, 9, 9, 9)] = -1.0
+    res = RescoredIndex(index, lambda seqs: [scores[s] for s in seqs], rerank_window=len(index.items),
+                        assumed_gap=true_gap).top_k(len(index.items))
+    assert res.support_mismatch == 1 and res.excess == math.inf and res.certified is False
+    assert ((9, 9, 9, 9), -1.0) in res.items
 
 
 def test_identical_models_certify_with_zero_gap():
@@ -675,9 +711,7 @@ def _core():
         pytest.skip("arenum.AutoregressiveEnumerable is not available yet")
 
 
-def _pairs(result):
-    items = result["items"] if isinstance(result, dict) else getattr(result, "items", result)
-    items = items() if callable(items) else items
+def _pairs(items):
     return [(tuple(s), float(lp)) for s, lp in items]
 
 

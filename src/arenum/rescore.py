@@ -79,6 +79,9 @@ class RescoreResult:
         forbid a certificate.
     pulled: size of the reranked draft head.
     support_mismatch: pulled sequences with exactly one of the two scores ``-inf`` (left out of ``gap``).
+    excess: observed ``max(target_lp - draft_lp)`` over the pulled sequences: the half of the gap the
+        certificate relies on (``+inf`` if a draft-impossible sequence is target-possible, ``-inf`` when
+        nothing was compared). ``certified`` is withheld when it exceeds ``assumed_gap``.
     """
 
     items: list[tuple[Any, float]]
@@ -91,6 +94,7 @@ class RescoreResult:
     truncated: bool
     pulled: int
     support_mismatch: int
+    excess: float
 
     def keys(self) -> list[str]:
         return [f.name for f in fields(self)]
@@ -130,6 +134,8 @@ class RescoredIndex:
     assumed_gap:
         Optional global bound ``g`` (nats) with ``|target_lp - draft_lp| <= g`` for every sequence.
         When given, results carry a sound ``certified`` verdict; otherwise ``certified`` is ``None``.
+        Only the upper half, ``target_lp <= draft_lp + g``, is used (a target far BELOW the draft
+        somewhere harms no certificate), and it is checked on every pulled sequence.
 
     Target scores of the draft head are cached, so paging through a ranking, re-asking a query or
     growing a window never scores a sequence twice. Counters: ``target_calls`` and
@@ -364,22 +370,21 @@ class RescoredIndex:
         return hi + _EDGE_SLACK * abs(hi)
 
     def _verdict(self, start: int, k: int, n: int) -> dict[str, Any]:
-        dlp = self._dlp[:n]
-        tlp = self._tlp[:n]
+        d = np.asarray(self._dlp[:n], dtype=np.float64)  # (n,) draft scores of the head
+        t = np.asarray(self._tlp[:n], dtype=np.float64)  # (n,) target scores of the head
         exhausted = self._draft_exhausted and n == len(self._seqs)
+        fd, ft = d > -math.inf, t > -math.inf
         # Ranked: target-positive pulled sequences by descending target score, ties by draft rank.
-        ranked = sorted((r for r in range(n) if tlp[r] > -math.inf), key=lambda r: -tlp[r])
-        chosen = ranked[start:start + k]
-        items = [(self._seqs[r], tlp[r]) for r in chosen]
-        gap, mismatch, up = 0.0, 0, -math.inf
-        for d, t in zip(dlp, tlp):
-            if d > -math.inf and t > -math.inf:
-                gap = max(gap, abs(t - d))
-                up = max(up, t - d)
-            elif (d > -math.inf) != (t > -math.inf):
-                mismatch += 1
-                if t > -math.inf:
-                    up = math.inf  # target-positive, draft-impossible: breaks target <= draft + g
+        pos = np.flatnonzero(ft)
+        ranked = pos[np.argsort(-t[pos], kind="stable")]
+        items = [(self._seqs[r], float(t[r])) for r in ranked[start:start + k].tolist()]
+        both = fd & ft
+        diff = t[both] - d[both]
+        gap = float(np.max(np.abs(diff))) if diff.size else 0.0
+        # up: max(target_lp - draft_lp), the half of the gap the proof uses; a target-positive,
+        # draft-impossible sequence makes it +inf.
+        up = math.inf if (ft & ~fd).any() else (float(diff.max()) if diff.size else -math.inf)
+        mismatch = int(np.count_nonzero(fd != ft))
         dropped = getattr(self.draft_index, "dropped_upper", 0) or 0
         truncated = (exhausted and self._draft_truncated) or dropped > 0
         complete = exhausted and not truncated
@@ -396,7 +401,7 @@ class RescoredIndex:
         else:
             last = items[-1][1] if len(items) == k else -math.inf
             certified = bool(last >= bound + g)  # type: ignore[operator]
-        return {"items": items, "certified": certified, "gap": gap, "bound": bound,
+        return {"items": items, "certified": certified, "gap": gap, "bound": bound, "excess": up,
                 "exhausted": exhausted, "truncated": truncated, "pulled": n, "support_mismatch": mismatch,
                 "_hopeless": gap_broken or dropped > 0}
 
