@@ -2,8 +2,8 @@
 
 >>> import math, arenum
 >>> ar = arenum.AutoregressiveEnumerable(lambda p: [(0, math.log(0.9)), (1, math.log(0.1))], max_len=2)
->>> ar.count(math.log(0.09)), ar.unrank(1)
-(3, ((0, 1), -2.4079456086518722))
+>>> ar.count(math.log(0.09)), ar.unrank(1)[0], round(ar.unrank(1)[1], 6)
+(3, (0, 1), -2.407946)
 """
 from .count_index import CountHistogram, CountIndex, autoregressive_count_index
 from .enumerable import AutoregressiveEnumerable, count_budget_index
