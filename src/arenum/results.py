@@ -12,6 +12,9 @@ from typing import Any
 
 __all__ = [
     "CountBracket",
+    "CountResult",
+    "ThresholdResult",
+    "Estimate",
     "DensityRankResult",
     "SeekResult",
     "CountDPTopPResult",
@@ -132,6 +135,137 @@ class CountDPTopPResult:
     p: float
     truncated: bool
     exact: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Annotated:
+    """Shared behaviour of the annotated numbers :class:`CountResult` and :class:`ThresholdResult`.
+
+    They ARE numbers (arithmetic, comparison, hashing and JSON treat them as the plain value) and also
+    say how they were obtained. Fields: ``exact`` (the value is the true value), ``method``
+    (``"exact"``, ``"bracket"`` or an estimator's name), ``estimate`` (the unrounded point value),
+    ``stderr`` (standard error of an estimate, ``0.0`` otherwise), ``ci_lo``/``ci_hi``
+    (``ci_lo <= true <= ci_hi``: certified for ``exact``/``bracket``, a confidence interval at
+    ``confidence`` for an estimator), ``confidence`` (``None`` unless estimated), ``samples`` and
+    ``forwards`` (Monte Carlo draws used, and model forwards their drawing cost), ``extra`` (details).
+    """
+
+    _FIELDS = ("exact", "method", "estimate", "stderr", "ci_lo", "ci_hi", "confidence", "samples",
+               "forwards", "extra")
+
+    def _init(self, value, exact, method, estimate, stderr, ci_lo, ci_hi, confidence, samples, forwards,
+              extra) -> None:
+        self.exact = bool(exact)
+        self.method = method
+        self.estimate = value if estimate is None else estimate
+        self.stderr = float(stderr)
+        self.ci_lo = value if ci_lo is None else ci_lo
+        self.ci_hi = value if ci_hi is None else ci_hi
+        self.confidence = confidence
+        self.samples = int(samples)
+        self.forwards = int(forwards)
+        self.extra = dict(extra or {})
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {"value": self._plain()}
+        d.update({k: getattr(self, k) for k in self._FIELDS})
+        return d
+
+    def __repr__(self) -> str:
+        if self.exact:
+            return repr(self._plain())
+        return (f"{type(self).__name__}({self._plain()!r}, method={self.method!r}, "
+                f"ci=({self.ci_lo!r}, {self.ci_hi!r}), confidence={self.confidence!r})")
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self._plain(), {k: getattr(self, k) for k in self._FIELDS}))
+
+
+def _rebuild(cls, value, fields):
+    return cls(value, **fields)
+
+
+class CountResult(_Annotated, int):
+    """A number of sequences: an ``int`` that also says how it was obtained (see ``_Annotated``).
+
+    Exact: ``CountResult(n)`` equals ``n`` and ``ci_lo == ci_hi == n``. An estimate rounds its point
+    value to the nearest integer; ``estimate`` keeps the float, ``ci_lo <= true count <= ci_hi`` at
+    ``confidence``.
+
+    >>> c = CountResult(41.6, exact=False, method="monte_carlo", stderr=3.0, ci_lo=36.0, ci_hi=48.0,
+    ...                 confidence=0.95, samples=1000)
+    >>> c + 0, c.estimate, c.exact, (c.ci_lo, c.ci_hi)
+    (42, 41.6, False, (36.0, 48.0))
+    >>> CountResult(7) == 7, repr(CountResult(7)), CountResult(7).method
+    (True, '7', 'exact')
+    """
+
+    def __new__(cls, value: int | float, *, exact: bool = True, method: str = "exact",
+                estimate: float | None = None, stderr: float = 0.0, ci_lo: int | float | None = None,
+                ci_hi: int | float | None = None, confidence: float | None = None, samples: int = 0,
+                forwards: int = 0, extra: dict | None = None) -> "CountResult":
+        if isinstance(value, float):
+            est = value if estimate is None else estimate
+            iv = int(round(value)) if value < 2.0**63 else int(value)
+        else:
+            est = estimate
+            iv = int(value)
+        obj = int.__new__(cls, iv)
+        obj._init(iv, exact, method, est, stderr, ci_lo, ci_hi, confidence, samples, forwards, extra)
+        return obj
+
+    def _plain(self) -> int:
+        return int(self)
+
+
+class ThresholdResult(_Annotated, float):
+    """A log-probability threshold: a ``float`` that also says how it was obtained (see ``_Annotated``).
+
+    ``ci_lo <= true threshold <= ci_hi`` (log-probs, nats): certified when exact, a confidence
+    interval at ``confidence`` for an estimate.
+
+    >>> t = ThresholdResult(-3.5)
+    >>> t == -3.5, t.exact, repr(t)
+    (True, True, '-3.5')
+    """
+
+    def __new__(cls, value: float, *, exact: bool = True, method: str = "exact",
+                estimate: float | None = None, stderr: float = 0.0, ci_lo: float | None = None,
+                ci_hi: float | None = None, confidence: float | None = None, samples: int = 0,
+                forwards: int = 0, extra: dict | None = None) -> "ThresholdResult":
+        obj = float.__new__(cls, value)
+        obj._init(float(value), exact, method, estimate, stderr, ci_lo, ci_hi, confidence, samples,
+                  forwards, extra)
+        return obj
+
+    def _plain(self) -> float:
+        return float(self)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A Monte Carlo estimate of a real quantity (e.g. a probability mass), with its interval.
+
+    value: the point estimate. stderr: its standard error. lo, hi: ``lo <= true <= hi`` at
+    ``confidence``. method: the estimator's name. samples: draws used. hits: draws that fell in the
+    region counted. forwards: model forwards the draws cost. extra: details.
+    """
+
+    value: float
+    stderr: float
+    lo: float
+    hi: float
+    confidence: float
+    method: str
+    samples: int
+    hits: int
+    forwards: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __iter__(self):
+        return iter((self.lo, self.hi))
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
