@@ -29,7 +29,8 @@ from .count_index import COUNT_MODES, CountIndex, build_count_index
 from .index import MassBracket
 from .oracle import NORM_TOL, StepOracle
 from .quantize import LN2, Quantizer
-from .results import CountBracket, CountDPTopPResult, DensityRankResult, SeekResult
+from .estimate import INTERVALS, ExactHead, MonteCarloEstimator, draw_samples
+from .results import CountBracket, CountDPTopPResult, CountResult, DensityRankResult, SeekResult, ThresholdResult
 from .sampling import ARSampler
 from .seek import BudgetExceeded, Limits, SeekIndex
 from .tree import PrefixTree
@@ -65,6 +66,15 @@ class AutoregressiveEnumerable:
     ``progress`` (called with a dict of counters after every chunk of forwards, e.g. to draw a bar;
     also settable later as :attr:`progress`).
 
+    Beyond the exact budget (keyword-only): ``exact_limit`` caps the live prefixes (forwards) an exact
+    answer may hold; a ``rank``, ``count``, ``threshold`` or ``cumulative`` query that needs more is
+    answered by a Monte Carlo ESTIMATE instead (``exact=False``, ``method`` naming the estimator, a
+    confidence interval at ``confidence``). ``None`` (default): no estimates; past ``max_prefixes`` /
+    ``max_sequences`` answers are certified brackets or :class:`BudgetExceeded`, as without it. The
+    first estimate deepens the exact head as far as ``exact_limit`` allows, then draws
+    ``estimate_samples`` sequences from the tail beyond it (seeded by ``estimate_seed``), once; every
+    later estimate reuses them. See :meth:`monte_carlo` and ``docs/estimates.md``.
+
     >>> import math
     >>> def model(prefix):  # two tokens, p(0) = 0.75
     ...     return [(0, math.log(0.75)), (1, math.log(0.25))]
@@ -93,6 +103,10 @@ class AutoregressiveEnumerable:
         max_prefixes: int | None = Limits.max_prefixes,
         max_sequences: int | None = Limits.max_sequences,
         progress: Callable[[dict], None] | None = None,
+        exact_limit: int | None = None,
+        estimate_samples: int = 10_000,
+        estimate_seed: int | None = 0,
+        confidence: float = 0.95,
     ) -> None:
         if not callable(next_logprobs):
             raise TypeError(f"next_logprobs must be callable, got {type(next_logprobs).__name__}")
@@ -117,6 +131,17 @@ class AutoregressiveEnumerable:
             max_prefixes=optional_exact_int("max_prefixes", max_prefixes, minimum=1),
             max_sequences=optional_exact_int("max_sequences", max_sequences, minimum=1),
         )
+        self.exact_limit = optional_exact_int("exact_limit", exact_limit, minimum=1)
+        if self.exact_limit is not None:
+            mp = self._limits.max_prefixes
+            self._limits.max_prefixes = self.exact_limit if mp is None else min(mp, self.exact_limit)
+        self.estimate_samples = exact_int("estimate_samples", estimate_samples, minimum=2)
+        self.estimate_seed = optional_exact_int("estimate_seed", estimate_seed, minimum=0)
+        conf = finite_float("confidence", confidence)
+        if not 0 < conf < 1:
+            raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+        self.confidence = conf
+        self._mc: dict[tuple, MonteCarloEstimator] = {}
         if eos is None and self.max_len is None:
             raise ValueError(
                 "give max_len for a fixed-length model or eos for a terminating one (both are None)"
@@ -355,14 +380,29 @@ class AutoregressiveEnumerable:
         return ci
 
     # ------------------------------------------------------------------ counting
-    def count(self, min_log_prob: float) -> int:
+    def count(self, min_log_prob: float) -> CountResult:
         """How many sequences have ``log_density >= min_log_prob``: exact, from counts, not listed.
 
         Same as ``sum(1 for x in support if score(x) >= min_log_prob)``. Cost: one forward per live
-        prefix at that budget. With ``branch_cap`` this counts the capped sub-support (a lower bound;
-        see :meth:`count_bracket`). Raises :class:`BudgetExceeded` past a cap.
+        prefix at that budget. Returns a :class:`~arenum.results.CountResult`: an ``int`` with
+        ``.exact``, ``.method``, ``.ci_lo``/``.ci_hi`` and, for an estimate, ``.stderr``,
+        ``.confidence`` and ``.estimate`` (the unrounded value). With ``branch_cap`` this counts the
+        capped sub-support (``method='bracket'``, ``ci_hi`` adds what the cap skipped; see
+        :meth:`count_bracket`). Past a cap: a Monte Carlo estimate when ``exact_limit`` is set, else
+        :class:`BudgetExceeded`.
         """
-        return self.seek_index().count(min_log_prob)
+        t = finite_float("min_log_prob", min_log_prob, allow_neg_inf=True)
+        seek = self.seek_index()
+        try:
+            c = seek.count(t)
+        except BudgetExceeded:
+            if self.exact_limit is None:
+                raise
+            est, head = self._estimator_and_head()
+            return est.count(t, head=head)
+        if self.branch_cap is None or t > 0:
+            return CountResult(c)
+        return CountResult(c, exact=False, method="bracket", ci_lo=c, ci_hi=c + seek.dropped_bound(t))
 
     def count_bracket(self, min_log_prob: float) -> CountBracket:
         """``lo <= #{x : log_density(x) >= min_log_prob} <= hi``, certified.
@@ -398,12 +438,26 @@ class AutoregressiveEnumerable:
         """Sequences ``start .. start+k-1`` of the exact order (fewer at the end of the support)."""
         return self.seek_index().slice(start, k)
 
-    def threshold(self, rank: int) -> float:
+    def threshold(self, rank: int) -> ThresholdResult:
         """Log-probability of the ``rank``-th most probable sequence (1-based): the top-``rank`` boundary.
 
-        Exact: ``count(threshold(k)) >= k`` and ``count`` of any larger value is ``< k``.
+        Exact: ``count(threshold(k)) >= k`` and ``count`` of any larger value is ``< k``. Returns a
+        :class:`~arenum.results.ThresholdResult` (a ``float`` with ``.exact``, ``.method``,
+        ``.ci_lo``/``.ci_hi``). With ``branch_cap`` it is the sub-support's threshold, a lower bound
+        (``method='bracket'``). Past a cap: a Monte Carlo estimate when ``exact_limit`` is set (the
+        count estimate inverted), else :class:`BudgetExceeded`.
         """
-        return self.seek_index().threshold(rank)
+        k = exact_int("rank", rank, minimum=1)
+        try:
+            x = self.seek_index().threshold(k)
+        except BudgetExceeded:
+            if self.exact_limit is None:
+                raise
+            est, head = self._estimator_and_head()
+            return est.threshold(k, head=head)
+        if self.branch_cap is None:
+            return ThresholdResult(x)
+        return ThresholdResult(x, exact=False, method="bracket", ci_lo=x, ci_hi=0.0)
 
     def mass_above(self, min_log_prob: float) -> MassBracket:
         """``(lower, upper)``: total probability of sequences with ``log_density >= min_log_prob``.
@@ -431,7 +485,10 @@ class AutoregressiveEnumerable:
         """Rank (number of sequences strictly more probable) and cumulative mass of ``sequence``.
 
         Exact when the budget ``-log_density(sequence)`` bits is affordable: one forward per live
-        prefix at that budget. Past a resource cap: a certified bracket (``method='bracket'``).
+        prefix at that budget. Past a resource cap: a Monte Carlo estimate when ``exact_limit`` is
+        set (``method`` names the estimator; ``rank_lo``/``rank_hi`` and ``cumulative_lo``/
+        ``cumulative_hi`` are intervals at ``confidence``), else a certified bracket
+        (``method='bracket'``).
         ``ValueError`` if the sequence has probability 0 under the model.
         """
         seq, s = self._canonical(sequence)
@@ -443,6 +500,9 @@ class AutoregressiveEnumerable:
         try:
             idx = seek.ensure_score(s)
         except BudgetExceeded:
+            if self.exact_limit is not None:
+                est, head = self._estimator_and_head()
+                return est.rank(s, head=head)
             idx = seek.index()
             lo = idx.N
             hi = _mass_count_bound(s) - 1
@@ -469,6 +529,65 @@ class AutoregressiveEnumerable:
     def cumulative(self, sequence: Sequence[Any]) -> DensityRankResult:
         """``G(seq) = P(p(Y) >= p(seq))``: the record of :meth:`rank`, read ``.cumulative``."""
         return self.rank(sequence)
+
+    # ------------------------------------------------------------------ estimates
+    def monte_carlo(self, n: int | None = None, *, seed: int | None = -1, head: bool = True,
+                    interval: str = "bernstein") -> MonteCarloEstimator:
+        """A :class:`~arenum.estimate.MonteCarloEstimator` over ``n`` draws (default
+        ``estimate_samples``, seed ``estimate_seed``), drawn once and cached per arguments.
+
+        ``head=True``: the draws avoid the exact index built so far (none if nothing is built), and
+        every estimate adds that head's exact part (lower variance; pass the current head with
+        :meth:`exact_head`). ``head=False``: plain ancestral draws. Cost: at most ``n`` forwards per
+        level of the draws (draws sharing a prefix share its forward), one batched call per level.
+        Estimates only: ``.count(t)``, ``.rank(log_prob)``, ``.mass_above(t)``, ``.threshold(k)``.
+        """
+        n = self.estimate_samples if n is None else exact_int("n", n, minimum=2)
+        seed = self.estimate_seed if seed == -1 else optional_exact_int("seed", seed, minimum=0)
+        if interval not in INTERVALS:
+            raise ValueError(f"interval must be one of {INTERVALS}, got {interval!r}")
+        key = (n, seed, bool(head), interval)
+        est = self._mc.get(key)
+        if est is not None:
+            return est
+        h = self.exact_head() if head else None
+        samples = draw_samples(
+            self._oracle, n, fixed_len=None if self.terminating else self.max_len,
+            eos_id=self._oracle.eos_id, cap=self.cap, seed=seed,
+            tree=self._tree if h is not None else None, head_T=h.T if h is not None else math.inf,
+            head_count=h.count if h is not None else 0,
+        )
+        est = MonteCarloEstimator(samples, confidence=self.confidence, interval=interval, head=h)
+        self._mc[key] = est
+        return est
+
+    def exact_head(self) -> ExactHead | None:
+        """The exact index built so far as an :class:`~arenum.estimate.ExactHead` (every sequence with
+        score ``>= T`` counted exactly); ``None`` when nothing is built or with ``branch_cap`` (whose
+        index is a sub-support, not a head of the support)."""
+        if self.branch_cap is not None or self._tree.built == math.inf:
+            return None
+        seek = self.seek_index()
+        try:
+            idx = seek.index()
+        except BudgetExceeded:
+            idx = seek._index
+        if idx is None or idx.N == 0:
+            return None
+        return ExactHead(idx.T, idx)
+
+    def _estimator_and_head(self) -> tuple[MonteCarloEstimator, ExactHead | None]:
+        """The default estimator for the automatic regime: the exact head is first deepened as far as
+        the caps allow (its forwards also serve later exact answers), then tail draws are made once."""
+        key = (self.estimate_samples, self.estimate_seed, True, "bernstein")
+        if key not in self._mc:
+            seek = self.seek_index()
+            try:
+                seek.ensure_count(1 << 62)
+            except BudgetExceeded:
+                pass
+        est = self.monte_carlo()
+        return est, (self.exact_head() if est.head is not None else None)
 
     def nucleus_size(self, p: float) -> CountDPTopPResult:
         """Size of the minimal set of most probable sequences with mass ``>= p``, without listing it.
