@@ -1,0 +1,259 @@
+"""Plotting helpers: the guessing curve and the cumulative-mass curve of an enumerable, as a PNG.
+
+- :func:`exact_curve` reads points off the EXACT index: for log-spaced ranks ``k`` it takes
+  ``t = threshold(k)``, ``count(t)`` and ``mass_above(t)``. Cost: one forward per live prefix at the
+  budget of the deepest rank asked for (``threshold(max_rank)``); every other point is free.
+- :func:`estimated_curve` asks ``arenum.estimate`` (when that module is installed) for count
+  estimates with confidence intervals at thresholds past the exact region; absent module: ``None``.
+- :func:`draw_curves` draws both panels from plain point records, so any object with
+  ``log_prob``, ``estimate``, ``ci_lo`` and ``ci_hi`` can feed the estimated band.
+- :func:`save_png` writes a figure atomically (temporary file in the same folder, then rename).
+
+matplotlib is imported lazily (Agg backend); numpy only otherwise. What it does not do: pick the
+ranks for you past the exact budget, or plot anything interactively.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+__all__ = ["CurvePoint", "EstimatePoint", "Mark", "exact_curve", "estimated_curve", "draw_curves", "save_png"]
+
+LN2 = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """One exact point: ``count`` sequences have ``log_prob >= log_prob`` (``rank = threshold``'s k).
+
+    mass_lo <= P(log p(Y) >= log_prob) <= mass_hi.
+    """
+
+    rank: int
+    count: int
+    log_prob: float
+    mass_lo: float
+    mass_hi: float
+
+
+@dataclass(frozen=True)
+class EstimatePoint:
+    """One estimated point: ``ci_lo <= #{x : log p(x) >= log_prob} <= ci_hi`` at the stated confidence."""
+
+    log_prob: float
+    estimate: float
+    ci_lo: float
+    ci_hi: float
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A ranked sequence to mark: guess number ``rank_lo + 1`` (``.. rank_hi + 1``), cumulative mass
+    ``cum_lo .. cum_hi`` (a bracket, drawn as an arrow or listed off scale, when ``rank_lo < rank_hi``)."""
+
+    label: str
+    log_prob: float
+    rank_lo: float
+    rank_hi: float
+    cum_lo: float = 0.0
+    cum_hi: float = 0.0
+
+    @property
+    def exact(self) -> bool:
+        return self.rank_lo == self.rank_hi
+
+
+def log_ranks(max_rank: int, n_points: int) -> list[int]:
+    """About ``n_points`` distinct integers from 1 to ``max_rank``, log-spaced, both ends included."""
+    if max_rank < 1:
+        return []
+    ks = np.unique(np.rint(np.logspace(0.0, math.log10(max_rank), max(2, n_points))).astype(np.int64))
+    ks = ks[(ks >= 1) & (ks <= max_rank)]
+    out = [int(k) for k in ks]
+    if out[-1] != max_rank:
+        out.append(max_rank)
+    return out
+
+
+def exact_curve(enum: Any, max_rank: int, n_points: int = 40) -> list[CurvePoint]:
+    """Exact guessing-curve points at log-spaced ranks ``1 .. max_rank``.
+
+    Same as sorting the support by score and reading the ``k``-th score, the number of sequences at
+    least that probable, and their total mass, at each ``k``. Exact (mass to float rounding). Cost:
+    the forwards of ``enum.threshold(max_rank)``. Raises whatever ``threshold`` raises past the
+    support (``IndexError``) or past a cap (``BudgetExceeded``).
+    """
+    ks = log_ranks(int(max_rank), int(n_points))
+    if not ks:
+        return []
+    enum.threshold(ks[-1])  # build once, at the deepest budget
+    pts = []
+    for k in ks:
+        t = float(enum.threshold(k))
+        c = int(enum.count(t))
+        lo, hi = enum.mass_above(t)
+        pts.append(CurvePoint(rank=k, count=c, log_prob=t, mass_lo=float(lo), mass_hi=float(hi)))
+    return pts
+
+
+def estimator_available() -> bool:
+    """Whether ``arenum.estimate`` is installed (its band is drawn only then)."""
+    try:
+        return importlib.util.find_spec("arenum.estimate") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def estimated_curve(enum: Any, log_probs: Iterable[float], **kwargs: Any) -> list[EstimatePoint] | None:
+    """Estimated counts with confidence intervals at ``log_probs``, or ``None`` without an estimator.
+
+    Reads ``arenum.estimate.estimate_count(enum, min_log_prob, **kwargs)``; its result must carry
+    ``.estimate``, ``.ci_lo`` and ``.ci_hi``. Guarantee: the estimator's (an interval at its stated
+    confidence, never exact). ``None`` when the module or the function is absent.
+    """
+    if not estimator_available():
+        return None
+    mod = importlib.import_module("arenum.estimate")
+    fn = getattr(mod, "estimate_count", None)
+    if not callable(fn):
+        return None
+    out = []
+    for t in log_probs:
+        r = fn(enum, float(t), **kwargs)
+        out.append(EstimatePoint(log_prob=float(t), estimate=float(r.estimate), ci_lo=float(r.ci_lo),
+                                 ci_hi=float(r.ci_hi)))
+    return out
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def draw_curves(
+    exact: Sequence[CurvePoint],
+    estimated: Sequence[Any] | None = None,
+    marks: Sequence[Mark] = (),
+    *,
+    title: str = "",
+    subtitle: str = "",
+) -> Any:
+    """A two-panel matplotlib Figure: guessing curve (log-log) and cumulative mass (log-linear).
+
+    Left: the probability of the ``k``-th most likely sequence against ``k`` (exact region, solid;
+    estimated region, dashed with its confidence band, when ``estimated`` is given: any records with
+    ``log_prob``, ``estimate``, ``ci_lo``, ``ci_hi``), and the ``marks`` at their guess numbers.
+    Right: the probability mass of the ``k`` most likely sequences (``mass_above`` at the same
+    thresholds), with its bracket.
+    """
+    if not exact:
+        raise ValueError("no exact points to plot (max_rank must be >= 1)")
+    plt = _pyplot()
+    from matplotlib.transforms import blended_transform_factory
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12.5, 5.2), dpi=110, constrained_layout=True)
+    x = np.array([p.count for p in exact], dtype=float)
+    y = np.exp(np.array([p.log_prob for p in exact], dtype=float))
+    last = exact[-1]
+    y_floor = float(y.min())
+
+    ax.axvspan(1.0, last.count, color="C0", alpha=0.06, lw=0)
+    ax.plot(x, y, "-o", color="C0", lw=2.0, ms=3.0, label="exact (from the index)")
+    ax.axvline(last.count, color="0.55", lw=0.8, ls=":")
+    ax.text(last.count, 0.5, f"exact to rank {last.count:,} ({-last.log_prob / LN2:.1f} bits) ", fontsize=8,
+            color="0.35", va="center", ha="right", rotation=90,
+            transform=blended_transform_factory(ax.transData, ax.transAxes))
+    if estimated:
+        est = sorted(estimated, key=lambda e: -e.log_prob)
+        ey = np.exp(np.array([e.log_prob for e in est], dtype=float))
+        ex = np.array([e.estimate for e in est], dtype=float)
+        lo = np.array([e.ci_lo for e in est], dtype=float)
+        hi = np.array([e.ci_hi for e in est], dtype=float)
+        ax.fill_betweenx(ey, np.maximum(lo, 1.0), np.maximum(hi, 1.0), color="C1", alpha=0.25,
+                         label="estimate: confidence interval")
+        ax.plot(ex, ey, "--", color="C1", lw=1.8, label="estimate")
+        y_floor = min(y_floor, float(ey.min()))
+    off_scale = []
+    x_right = max(float(x.max()), max([mk.rank_lo + 1.0 for mk in marks], default=1.0))
+
+    def _side(px: float) -> dict:  # labels of points near the right edge go to their left
+        left = math.log(px) > 0.55 * math.log(max(x_right, 2.0))
+        return {"xytext": (-9 if left else 7, 6), "ha": "right" if left else "left"}
+
+    for i, mk in enumerate(marks):
+        px, py = mk.rank_lo + 1.0, math.exp(mk.log_prob)
+        color = f"C{2 + i % 7}"
+        if mk.exact:
+            ax.plot([px], [py], "D", color=color, ms=6, zorder=5)
+            ax.annotate(f"{mk.label}: #{int(px):,}", (px, py), textcoords="offset points", fontsize=8,
+                        color=color, **_side(px))
+            cy = 0.5 * (mk.cum_lo + mk.cum_hi)
+            bx.plot([px], [cy], "D", color=color, ms=6, zorder=5)
+            bx.annotate(mk.label, (px, cy), textcoords="offset points", fontsize=8, color=color, **_side(px))
+        elif py >= y_floor * 1e-3:
+            ax.plot([px], [py], ">", color=color, ms=8, zorder=5)
+            ax.annotate(f"{mk.label}: # > {int(mk.rank_lo):,} (bracket)", (px, py), textcoords="offset points",
+                        fontsize=8, color=color, **_side(px))
+        else:
+            off_scale.append(f"{mk.label}: p = {py:.2g}, # > {int(mk.rank_lo):,} (bracket, off scale)")
+    if off_scale:
+        ax.text(0.02, 0.02, "\n".join(off_scale), transform=ax.transAxes, fontsize=8, va="bottom", ha="left",
+                bbox=dict(boxstyle="round", fc="white", ec="0.7"))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("guess number k (rank + 1)")
+    ax.set_ylabel("probability of the k-th most likely sequence")
+    ax.set_title("Guessing curve")
+    ax.grid(True, which="major", alpha=0.35)
+    ax.legend(loc="upper right", fontsize=8)
+
+    mlo = np.array([p.mass_lo for p in exact], dtype=float)
+    mhi = np.array([p.mass_hi for p in exact], dtype=float)
+    bx.axvspan(1.0, last.count, color="C0", alpha=0.06, lw=0)
+    bx.fill_between(x, mlo, mhi, color="C0", alpha=0.3, label="bracket (float rounding)")
+    bx.plot(x, 0.5 * (mlo + mhi), "-o", color="C0", lw=2.0, ms=3.0, label="exact mass of the top k")
+    bx.set_xscale("log")
+    top = max([float(mhi.max())] + [0.5 * (mk.cum_lo + mk.cum_hi) for mk in marks if mk.exact])
+    bx.set_ylim(0.0, max(0.05, min(1.02, top * 1.12)))
+    bx.set_xlabel("number of guesses k")
+    bx.set_ylabel("probability mass of the k most likely (success rate)")
+    bx.set_title("Cumulative mass")
+    bx.grid(True, which="major", alpha=0.35)
+    bx.legend(loc="upper left", fontsize=8)
+    if title or subtitle:
+        fig.suptitle(title + (("\n" + subtitle) if subtitle else ""), fontsize=11)
+    return fig
+
+
+def save_png(fig: Any, path: str | os.PathLike) -> int:
+    """Write ``fig`` as a PNG to ``path`` atomically (temp file in the same folder, then rename).
+
+    Returns the file size in bytes. Nothing is left at ``path`` (or beside it) if writing fails.
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".arenum-", suffix=".png.tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, format="png")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    finally:
+        _pyplot().close(fig)
+    return os.path.getsize(path)
