@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from itertools import islice
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from .results import CountBracket, CountDPTopPResult, CountResult, DensityRankRe
 from .sampling import ARSampler
 from .seek import BudgetExceeded, Limits, SeekIndex
 from .tree import PrefixTree
+
+if TYPE_CHECKING:
+    from .envelope import AREnvelopeIndex
 
 __all__ = ["AutoregressiveEnumerable", "count_budget_index"]
 
@@ -142,6 +145,7 @@ class AutoregressiveEnumerable:
             raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
         self.confidence = conf
         self._mc: dict[tuple, MonteCarloEstimator] = {}
+        self._envelopes: dict[tuple, Any] = {}
         if eos is None and self.max_len is None:
             raise ValueError(
                 "give max_len for a fixed-length model or eos for a terminating one (both are None)"
@@ -560,6 +564,31 @@ class AutoregressiveEnumerable:
         est = MonteCarloEstimator(samples, confidence=self.confidence, interval=interval, head=h)
         self._mc[key] = est
         return est
+
+    def envelope_index(self, *, n_paths: int = 64, seed: int | None = 0,
+                       budget_bits: float = 64.0) -> "AREnvelopeIndex":
+        """Approximate count / threshold / unrank beyond the exact tree's reach, from per-depth step
+        distributions averaged over ``n_paths`` sampled contexts (:class:`~arenum.envelope.AREnvelopeIndex`).
+
+        ESTIMATES (``method='envelope'``, no interval), exact for models whose steps do not depend on
+        the prefix; ``unrank`` returns real sequences with exact log-probs. Cost: at most ``n_paths``
+        forwards per depth to build, one forward per step per ``unrank``. Cached per
+        ``(n_paths, seed)``; a larger ``budget_bits`` widens the cached one.
+        """
+        from .envelope import AREnvelopeIndex
+
+        n_paths = exact_int("n_paths", n_paths, minimum=1)
+        seed = optional_exact_int("seed", seed, minimum=0)
+        b = finite_float("budget_bits", budget_bits)
+        if b <= 0:
+            raise ValueError(f"budget_bits must be > 0, got {budget_bits!r}")
+        key = ("envelope", n_paths, seed)
+        env = self._envelopes.get(key)
+        if env is None:
+            env = self._envelopes[key] = AREnvelopeIndex(self, n_paths=n_paths, seed=seed, budget_bits=b)
+        elif b > env.budget_bits:
+            env._build(b)
+        return env
 
     def exact_head(self) -> ExactHead | None:
         """The exact index built so far as an :class:`~arenum.estimate.ExactHead` (every sequence with
