@@ -269,7 +269,6 @@ def _tail_weights(tree, H, T, d, nodes, heads, off, p_cond, eos_id, terminal_lev
     """
     w = p_cond.copy()
     child = np.full(w.shape[0], -1, np.int64)
-    lens = np.diff(off)
     rows = np.flatnonzero(nodes >= 0)
     lev = tree.levels[d]
     for r in rows:  # rows in the tree are the distinct live prefixes of one level: few
@@ -307,7 +306,6 @@ def _tail_weights(tree, H, T, d, nodes, heads, off, p_cond, eos_id, terminal_lev
         if not (ww > 0).any():  # every completion is in the head: draw from p (lands in the head)
             ww = pj
         w[a:b] = ww / pu
-    del lens
     return w, child
 
 
@@ -600,9 +598,11 @@ class MonteCarloEstimator:
         t_hi = first_reach(hi)
         t_hi = float(sc[0]) if t_hi == -math.inf and hi[-1] >= need else (t_hi if t_hi > -math.inf else point)
         t_lo = first_reach(lo)
-        # se of the threshold: read off the count band near the point (bits per e-fold of count)
+        lo_t, hi_t = min(t_lo, point), max(t_hi, point)
+        # a standard error read off the interval (half-width over z); nan when it is unbounded
+        se_t = (hi_t - lo_t) / (2 * self._z) if lo_t > -math.inf else float("nan")
         return ThresholdResult(point, exact=False, method=self.method, estimate=point,
-                               stderr=float("nan"), ci_lo=min(t_lo, point), ci_hi=max(t_hi, point),
+                               stderr=se_t, ci_lo=lo_t, ci_hi=hi_t,
                                confidence=self.confidence, samples=n, forwards=self.samples.forwards,
                                extra=extra)
 
