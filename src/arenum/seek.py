@@ -157,8 +157,9 @@ class SeekIndex:
 
         Rounds: the budget where the completions already seen reach ``n`` is read off the tree's
         histogram (an over-estimate of the budget needed, since unseen prefixes only add
-        completions); each round moves toward it adding at most ~3% forwards, or doubles the
-        forwards while too few completions are known. The index is rebuilt only when the histogram
+        completions) and the growth of the exact counts extrapolates it; rounds close in from
+        below, halving the distance, or at most double the forwards while too few completions are
+        known. The index is rebuilt only when the histogram
         says the built budget holds ``n``.
         """
         tree = self.tree
@@ -179,25 +180,31 @@ class SeekIndex:
             b_lo = None if tree.branch_cap is not None else tree.bits_for(tree.h_comp, n)
             if b_lo is not None and b_lo <= cur + 1e-9:
                 b_lo = None  # the histogram overcounted (float edge): grow instead
-            fetched = tree.fetched_nodes
-            grow = 0.03 if b_lo is not None else 1.0
-            want = fetched * (1 + grow) + tree.oracle.batch_size
-            known_total = 1 + int(tree.h_pref.sum())
-            b_cap = tree.bits_for(tree.h_pref, min(want, known_total) - 1) if known_total > 1 else None
-            if b_cap is not None and b_cap <= cur:
-                # every known prefix above cur is fetched: step to the next known one
-                i0 = int(cur * HIST_BINS_PER_BIT) + 1
-                nxt = np.flatnonzero(tree.h_pref[i0:])
-                b_cap = (i0 + int(nxt[0]) + 1) / HIST_BINS_PER_BIT if nxt.size else None
-            cands = [b for b in (b_lo, b_cap) if b is not None]
-            b_next = min(cands) if cands else self.limits.max_depth_bits
-            # grow the budget by at most a quarter per round: descendants of the known prefixes
-            # are not known yet, and live prefixes grow exponentially with the budget
-            b_next = min(b_next, cur + max(1.0, 0.25 * cur))
-            b_next = max(b_next, cur + 1.0 / HIST_BINS_PER_BIT)
+            est = self._extrapolate(cum, n)
+            step = 1.0 / HIST_BINS_PER_BIT
+            if b_lo is None:
+                # few completions seen: at most double the forwards (by the prefixes already
+                # seen), grow the budget by at most a quarter, and never pass the extrapolation
+                want = 2 * tree.fetched_nodes + tree.oracle.batch_size
+                known_total = 1 + int(tree.h_pref.sum())
+                b_cap = tree.bits_for(tree.h_pref, min(want, known_total) - 1) if known_total > 1 else None
+                if b_cap is not None and b_cap <= cur:
+                    i0 = int(cur * HIST_BINS_PER_BIT) + 1
+                    nxt = np.flatnonzero(tree.h_pref[i0:])
+                    b_cap = (i0 + int(nxt[0]) + 1) / HIST_BINS_PER_BIT if nxt.size else None
+                b_next = b_cap if b_cap is not None else self.limits.max_depth_bits
+                b_next = min(b_next, cur + max(1.0, 0.25 * cur), est + step)
+            else:
+                # the target lies in (cur, min(b_lo, est)]-ish: close in from below, halving the
+                # distance while it is large (growth is not exactly exponential), so the last
+                # round overshoots the needed budget by a small fraction of a bit at most
+                target = min(b_lo, max(est, cur + step))
+                gap = target - cur
+                b_next = target if gap <= 0.125 else cur + 0.5 * gap
+            b_next = max(b_next, cur + step)
             b_next = min(b_next, self.limits.max_depth_bits)
             margin = tree.keep_margin_bits
-            aim = self._extrapolate(cum, n) + margin  # less certain than b_lo: one more margin
+            aim = est + margin  # less certain than b_lo: one more margin
             if b_lo is not None:
                 aim = min(aim, b_lo)
             keep_bits = max(aim, b_next) + margin
@@ -214,10 +221,10 @@ class SeekIndex:
         if i1 < 1:
             return cur + max(2.0, cur)
         c1 = int(cum[min(i1, len(cum) - 1)])
-        span = max(HIST_BINS_PER_BIT // 2, i1 // 4)
-        i0 = max(0, i1 - span)
+        # the local growth over the last half bit: log-count is not linear in the budget
+        i0 = max(0, i1 - HIST_BINS_PER_BIT // 2)
         c0 = int(cum[i0])
-        if c1 < 8 or c0 < 1 or c1 <= c0:
+        if c1 < 64 or c0 < 8 or c1 <= c0:
             return cur + max(2.0, cur)
         rate = math.log2(c1 / c0) / ((i1 - i0) / HIST_BINS_PER_BIT)  # bits of count per bit of budget
         return cur + math.log2(max(n, 2) / c1) / max(rate, 1e-3)

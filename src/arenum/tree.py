@@ -209,6 +209,7 @@ class PrefixTree:
             ns = nodes[a : a + chunk]
             m = ns.shape[0]
             refetch = lev.fetched[ns].copy()
+            old_floor = np.where(refetch, lev.floor[ns], math.inf)  # entries below it are new
             s = lev.score[ns]
             keep_all = self._pool_entries < KEEP_ALL_ENTRIES
             # a superset in lp terms (float slack), then the exact test on s + lp
@@ -219,8 +220,8 @@ class PrefixTree:
             kmask = np.ones(x.shape[0], np.bool_) if keep_all else x >= keep
             krow, klp, kid, kx = row[kmask], heads.lps[kmask], heads.ids[kmask], x[kmask]
             klen = np.bincount(krow, minlength=m)
-            # steering histograms over the stored entries (first fetch of a node only)
-            fresh = ~refetch[krow]
+            # steering histograms over the stored entries not stored before
+            fresh = kx < old_floor[krow]
             bins = np.minimum((-kx[fresh] / LN2 * HIST_BINS_PER_BIT).astype(np.int64), _HIST_LEN - 1)
             if eos is None:
                 _addbins(self.h_comp if is_leaf else self.h_pref, bins)
