@@ -3,8 +3,8 @@
 - :func:`exact_curve` reads points off the EXACT index: for log-spaced ranks ``k`` it takes
   ``t = threshold(k)``, ``count(t)`` and ``mass_above(t)``. Cost: one forward per live prefix at the
   budget of the deepest rank asked for (``threshold(max_rank)``); every other point is free.
-- :func:`estimated_curve` asks ``arenum.estimate`` (when that module is installed) for count
-  estimates with confidence intervals at thresholds past the exact region; absent module: ``None``.
+- :func:`estimated_curve` draws Monte Carlo count estimates with confidence intervals at thresholds
+  past the exact region (``enum.monte_carlo``, from ``arenum.estimate``); ``None`` without them.
 - :func:`draw_curves` draws both panels from plain point records, so any object with
   ``log_prob``, ``estimate``, ``ci_lo`` and ``ci_hi`` can feed the estimated band.
 - :func:`save_png` writes a figure atomically (temporary file in the same folder, then rename).
@@ -56,7 +56,8 @@ class EstimatePoint:
 @dataclass(frozen=True)
 class Mark:
     """A ranked sequence to mark: guess number ``rank_lo + 1`` (``.. rank_hi + 1``), cumulative mass
-    ``cum_lo .. cum_hi`` (a bracket, drawn as an arrow or listed off scale, when ``rank_lo < rank_hi``)."""
+    ``cum_lo .. cum_hi``. ``method`` ``"exact"``: a point; ``"bracket"``: an arrow from ``rank_lo``;
+    an estimator's name: ``estimate`` with its interval as an error bar. Far below the curve: listed."""
 
     label: str
     log_prob: float
@@ -64,6 +65,8 @@ class Mark:
     rank_hi: float
     cum_lo: float = 0.0
     cum_hi: float = 0.0
+    method: str = "exact"
+    estimate: float | None = None
 
     @property
     def exact(self) -> bool:
@@ -87,13 +90,24 @@ def exact_curve(enum: Any, max_rank: int, n_points: int = 40) -> list[CurvePoint
 
     Same as sorting the support by score and reading the ``k``-th score, the number of sequences at
     least that probable, and their total mass, at each ``k``. Exact (mass to float rounding). Cost:
-    the forwards of ``enum.threshold(max_rank)``. Raises whatever ``threshold`` raises past the
-    support (``IndexError``) or past a cap (``BudgetExceeded``).
+    the forwards of ``enum.threshold(max_rank)``. When a cap stops that build (or ``threshold`` would
+    only estimate), the curve stops at the sequences the exact index holds. ``IndexError`` past the
+    end of the support.
     """
+    from .seek import BudgetExceeded
+
     ks = log_ranks(int(max_rank), int(n_points))
     if not ks:
         return []
-    enum.threshold(ks[-1])  # build once, at the deepest budget
+    try:
+        capped = not getattr(enum.threshold(ks[-1]), "exact", True)  # build once, at the deepest budget
+    except BudgetExceeded:
+        capped = True
+    if capped:
+        held = int(enum.count_bracket(-math.inf).lo)  # past the cap: the sequences indexed so far
+        if held < 1:
+            raise BudgetExceeded(f"no sequence is affordable exactly (rank {ks[-1]:,} asked)")
+        ks = log_ranks(min(held, ks[-1]), int(n_points))
     pts = []
     for k in ks:
         t = float(enum.threshold(k))
@@ -103,32 +117,36 @@ def exact_curve(enum: Any, max_rank: int, n_points: int = 40) -> list[CurvePoint
     return pts
 
 
-def estimator_available() -> bool:
-    """Whether ``arenum.estimate`` is installed (its band is drawn only then)."""
+def estimator_available(enum: Any = None) -> bool:
+    """Whether Monte Carlo estimates can be drawn: ``arenum.estimate`` is installed and ``enum``
+    (when given) has ``monte_carlo``. The estimated band is drawn only then."""
     try:
-        return importlib.util.find_spec("arenum.estimate") is not None
+        if importlib.util.find_spec("arenum.estimate") is None:
+            return False
     except (ImportError, ValueError):
         return False
+    return enum is None or callable(getattr(enum, "monte_carlo", None))
 
 
-def estimated_curve(enum: Any, log_probs: Iterable[float], **kwargs: Any) -> list[EstimatePoint] | None:
-    """Estimated counts with confidence intervals at ``log_probs``, or ``None`` without an estimator.
+def estimated_curve(enum: Any, log_probs: Iterable[float], *, samples: int | None = None,
+                    seed: int | None = 0) -> list[EstimatePoint] | None:
+    """Estimated counts ``#{x : log p(x) >= t}`` with confidence intervals at each ``t``, or ``None``.
 
-    Reads ``arenum.estimate.estimate_count(enum, min_log_prob, **kwargs)``; its result must carry
-    ``.estimate``, ``.ci_lo`` and ``.ci_hi``. Guarantee: the estimator's (an interval at its stated
-    confidence, never exact). ``None`` when the module or the function is absent.
+    Uses ``enum.monte_carlo(samples, seed=seed)``: one set of draws from the tail beyond the exact
+    index built so far (its head), reused at every threshold; each count is the head's exact count
+    plus the tail's importance-sampling estimate. Guarantee: an ESTIMATE, ``ci_lo <= count <= ci_hi``
+    at ``enum.confidence``; thresholds the head covers come back exact (``ci_lo == ci_hi``). Cost: at
+    most ``samples`` forwards per level of the draws. ``None`` when no estimator is available.
     """
-    if not estimator_available():
+    if not estimator_available(enum):
         return None
-    mod = importlib.import_module("arenum.estimate")
-    fn = getattr(mod, "estimate_count", None)
-    if not callable(fn):
-        return None
+    est = enum.monte_carlo(samples, seed=seed)
+    head = enum.exact_head() if est.head is not None else None
     out = []
     for t in log_probs:
-        r = fn(enum, float(t), **kwargs)
-        out.append(EstimatePoint(log_prob=float(t), estimate=float(r.estimate), ci_lo=float(r.ci_lo),
-                                 ci_hi=float(r.ci_hi)))
+        c = est.count(float(t), head=head)
+        out.append(EstimatePoint(log_prob=float(t), estimate=float(c.estimate), ci_lo=float(c.ci_lo),
+                                 ci_hi=float(c.ci_hi)))
     return out
 
 
@@ -160,7 +178,6 @@ def draw_curves(
     if not exact:
         raise ValueError("no exact points to plot (max_rank must be >= 1)")
     plt = _pyplot()
-    from matplotlib.transforms import blended_transform_factory
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12.5, 5.2), dpi=110, constrained_layout=True)
     x = np.array([p.count for p in exact], dtype=float)
@@ -168,24 +185,25 @@ def draw_curves(
     last = exact[-1]
     y_floor = float(y.min())
 
-    ax.axvspan(1.0, last.count, color="C0", alpha=0.06, lw=0)
+    ax.axvspan(1.0, last.count, color="C0", alpha=0.07, lw=0,
+               label=f"exact region: ranks 1..{last.count:,} ({-last.log_prob / LN2:.1f} bits)")
     ax.plot(x, y, "-o", color="C0", lw=2.0, ms=3.0, label="exact (from the index)")
     ax.axvline(last.count, color="0.55", lw=0.8, ls=":")
-    ax.text(last.count, 0.5, f"exact to rank {last.count:,} ({-last.log_prob / LN2:.1f} bits) ", fontsize=8,
-            color="0.35", va="center", ha="right", rotation=90,
-            transform=blended_transform_factory(ax.transData, ax.transAxes))
     if estimated:
         est = sorted(estimated, key=lambda e: -e.log_prob)
         ey = np.exp(np.array([e.log_prob for e in est], dtype=float))
         ex = np.array([e.estimate for e in est], dtype=float)
         lo = np.array([e.ci_lo for e in est], dtype=float)
         hi = np.array([e.ci_hi for e in est], dtype=float)
-        ax.fill_betweenx(ey, np.maximum(lo, 1.0), np.maximum(hi, 1.0), color="C1", alpha=0.25,
+        ax.fill_betweenx(ey, np.maximum(lo, 1.0), np.maximum(hi, 1.0), color="C1", alpha=0.3, lw=0,
                          label="estimate: confidence interval")
-        ax.plot(ex, ey, "--", color="C1", lw=1.8, label="estimate")
+        for edge in (lo, hi):
+            ax.plot(np.maximum(edge, 1.0), ey, "-", color="C1", lw=0.6, alpha=0.8)
+        ax.plot(ex, ey, "--", color="C1", lw=1.6, label="estimate (Monte Carlo)")
         y_floor = min(y_floor, float(ey.min()))
     off_scale = []
-    x_right = max(float(x.max()), max([mk.rank_lo + 1.0 for mk in marks], default=1.0))
+    x_right = max([float(x.max())] + [mk.rank_lo + 1.0 for mk in marks if mk.method != "bracket"]
+                  + ([float(e.estimate) for e in estimated] if estimated else []))
 
     def _side(px: float) -> dict:  # labels of points near the right edge go to their left
         left = math.log(px) > 0.55 * math.log(max(x_right, 2.0))
@@ -201,12 +219,23 @@ def draw_curves(
             cy = 0.5 * (mk.cum_lo + mk.cum_hi)
             bx.plot([px], [cy], "D", color=color, ms=6, zorder=5)
             bx.annotate(mk.label, (px, cy), textcoords="offset points", fontsize=8, color=color, **_side(px))
-        elif py >= y_floor * 1e-3:
-            ax.plot([px], [py], ">", color=color, ms=8, zorder=5)
-            ax.annotate(f"{mk.label}: # > {int(mk.rank_lo):,} (bracket)", (px, py), textcoords="offset points",
-                        fontsize=8, color=color, **_side(px))
+        elif mk.method == "bracket":
+            if py >= y_floor * 1e-3:
+                ax.plot([px], [py], ">", color=color, ms=8, zorder=5)
+                ax.annotate(f"{mk.label}: # > {int(mk.rank_lo):,} (bracket)", (px, py),
+                            textcoords="offset points", fontsize=8, color=color, **_side(px))
+            else:
+                off_scale.append(f"{mk.label}: p = {py:.2g}, # > {int(mk.rank_lo):,} (bracket, off scale)")
         else:
-            off_scale.append(f"{mk.label}: p = {py:.2g}, # > {int(mk.rank_lo):,} (bracket, off scale)")
+            ex = (mk.estimate if mk.estimate is not None else mk.rank_lo) + 1.0
+            if py >= y_floor * 1e-3:
+                ax.errorbar([ex], [py], xerr=[[ex - mk.rank_lo - 1.0], [mk.rank_hi + 1.0 - ex]], fmt="s",
+                            color=color, ms=5, capsize=3, zorder=5)
+                ax.annotate(f"{mk.label}: #~{ex:.3g} (estimate)", (ex, py), textcoords="offset points",
+                            fontsize=8, color=color, **_side(ex))
+            else:
+                off_scale.append(f"{mk.label}: p = {py:.2g}, # ~ {ex:.3g} [{mk.rank_lo + 1:.3g}, "
+                                 f"{mk.rank_hi + 1:.3g}] (estimate, off scale)")
     if off_scale:
         ax.text(0.02, 0.02, "\n".join(off_scale), transform=ax.transAxes, fontsize=8, va="bottom", ha="left",
                 bbox=dict(boxstyle="round", fc="white", ec="0.7"))
