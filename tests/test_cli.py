@@ -188,6 +188,8 @@ ERRORS = [
     (["mass", "--min-log-prob", "abc", "-m", "{m}"], None, "must be a number"),
     (["nucleus", "1.5", "-m", "{m}"], None, "P must be <= 1"),
     (["nucleus", "0", "-m", "{m}"], None, "P must be > 0"),
+    (["rank", "abc", "-m", "{m}", "--exact-limit", "10", "--confidence", "1"], None, "--confidence must be < 1"),
+    (["count", "--bits", "3", "-m", "{m}", "--samples", "1"], None, "--samples must be >= 2"),
     (["top", "3", "-m", "{m}", "--max-len", "0"], None, "--max-len must be >= 1"),
     (["top", "3", "-m", "{m}", "--eos", "none"], None, "needs --max-len"),
     (["top", "3", "-m", "{m}", "--prompt", "hi"], None, "hf: models only"),
@@ -240,7 +242,7 @@ def test_plot_writes_a_png(work, model_path):
     pytest.importorskip("matplotlib")
     out = work / "curve.png"
     doc = ok_json("plot", "-m", model_path, "-o", out, "--max-rank", 300, "--points", 12, "--mark", "abc",
-                  "--mark", "cab")
+                  "--mark", "cab", "--samples", 1000)
     assert doc["out"] == str(out) and doc["bytes"] == out.stat().st_size
     _check_png(out, 1375, 572)
     pts = doc["points"]
@@ -249,40 +251,53 @@ def test_plot_writes_a_png(work, model_path):
     assert all(a["log_prob"] >= b["log_prob"] and a["mass_lo"] <= b["mass_hi"] for a, b in zip(pts, pts[1:]))
     assert [m["string"] for m in doc["marks"]] == ["abc", "cab"]
     assert not [f for f in os.listdir(work) if f.endswith(".tmp")]
-    small = ok("plot", "-m", model_path, "--max-len", 2, "-o", work / "small.png")  # support < --max-rank
+    small = ok("plot", "-m", model_path, "--max-len", 2, "-o", work / "small.png", "--samples", 500)  # tiny support
     assert "ranks 1..4" in small and (work / "small.png").exists()
+    capped = ok_json("plot", "-m", model_path, "--max-forwards", 40, "-o", work / "capped.png", "--points", 5,
+                     "--samples", 500)
+    assert capped["points"][-1]["count"] < 300 and (work / "capped.png").exists()  # exact part only
 
 
-def test_plot_draws_the_estimated_band(tmp_path, monkeypatch):
+def test_plot_draws_the_estimated_band(tmp_path):
     pytest.importorskip("matplotlib")
-    import importlib.machinery
-
     from arenum import plot
 
     m = NGramModel.fit(CORPUS, order=2)
     enum = m.enumerable()
+    if not plot.estimator_available(enum):
+        pytest.skip("no Monte Carlo estimator in this build")
     exact = plot.exact_curve(enum, 50, 10)
-    calls = []
-
-    def estimate_count(e, t):  # stand-in estimator: the mass bound as estimate, a wide interval
-        calls.append(t)
-        return types.SimpleNamespace(estimate=math.exp(-t) / 4, ci_lo=math.exp(-t) / 8, ci_hi=math.exp(-t) / 2)
-
-    fake = types.ModuleType("arenum.estimate")
-    fake.__spec__ = importlib.machinery.ModuleSpec("arenum.estimate", None)
-    fake.estimate_count = estimate_count
-    monkeypatch.setitem(sys.modules, "arenum.estimate", fake)
-    ts = [exact[-1].log_prob - j for j in range(1, 6)]
-    est = plot.estimated_curve(enum, ts)
-    assert calls == ts and [e.ci_lo <= e.estimate <= e.ci_hi for e in est] == [True] * 5
-    fig = plot.draw_curves(exact, est, [plot.Mark("ab", m.logprob("ab"), 3, 3, 0.2, 0.2)], title="t")
+    assert exact[0].rank == 1 and exact[-1].rank == 50 and len(exact) >= 8
+    ts = [exact[-1].log_prob - 0.7 * j for j in range(8)]
+    est = plot.estimated_curve(enum, ts, samples=4000, seed=1)
+    truth = m.enumerable()  # a second, uncapped index: the exact counts the estimates are judged by
+    covered = [e.ci_lo <= truth.count(e.log_prob) <= e.ci_hi for e in est]
+    assert est[0].ci_lo == est[0].ci_hi == exact[-1].count  # at the head's boundary: exact
+    assert sum(covered) >= 6, covered  # 95% intervals, seeded draws
+    fig = plot.draw_curves(exact, est, [plot.Mark("ab", m.logprob("ab"), 3, 3, 0.2, 0.2),
+                                        plot.Mark("bb", -20.0, 1e5, 2e5, 0.9, 1.0, "monte_carlo", 1.5e5)])
     labels = fig.axes[0].get_legend_handles_labels()[1]
-    assert "estimate: confidence interval" in labels and "estimate" in labels
+    assert "estimate: confidence interval" in labels and "estimate (Monte Carlo)" in labels
     size = plot.save_png(fig, tmp_path / "band.png")
     assert size > 5000 and os.listdir(tmp_path) == ["band.png"]
-    monkeypatch.delitem(sys.modules, "arenum.estimate")
-    if not plot.estimator_available():
-        assert plot.estimated_curve(enum, ts) is None
+
+
+def test_exact_limit_turns_brackets_into_estimates(model_path):
+    uncapped = NGramModel.load(model_path).enumerable()
+    M = ("-m", model_path, "--exact-limit", "40", "--samples", "3000")
+    rec = json.loads(ok("rank", "cccccccccc", *M, "--json"))
+    if rec["guarantee"] == "bracket":
+        pytest.skip("no Monte Carlo estimator in this build")
+    true_rank = uncapped.rank(NGramModel.load(model_path).encode("cccccccccc")).rank
+    assert rec["guarantee"].startswith("monte_carlo") and not rec["exact"] and rec["confidence"] == 0.95
+    assert rec["rank_lo"] <= true_rank <= rec["rank_hi"] and rec["rank_stderr"] > 0
+    c = ok_json("count", "--bits", "25", *M, "--confidence", "0.99")
+    assert c["guarantee"].startswith("monte_carlo") and c["confidence"] == 0.99
+    assert c["count_lo"] <= uncapped.count(-25 * LN2) <= c["count_hi"]
+    th = ok_json("threshold", "50000", *M)
+    assert not th["exact"] and th["sequence"] is None and th["log_prob_lo"] <= th["log_prob_hi"]
+    text = ok("rank", "cccccccccc", *M)
+    assert "monte_carlo" in text and "95%" in text and "~" in text
 
 
 def _run_on_tty(*args: str) -> tuple[int, bytes]:
@@ -313,7 +328,7 @@ def test_progress_bar_on_a_terminal_only():
     rc, err = _run_on_tty("threshold", "30000", "-m", str(DEMO_FILE))
     assert rc == 0 and b"forwards" in err and b"budget" in err
     assert err.rstrip(b" ").endswith(b"\r")  # the bar erases itself
-    rc, err = _run_on_tty("threshold", "30000", "-m", str(DEMO_FILE), "--quiet")
+    rc, err = _run_on_tty("top", "3", "-m", str(DEMO_FILE), "--quiet")
     assert rc == 0 and err == b""
 
 
