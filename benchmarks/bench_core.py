@@ -2,7 +2,7 @@
 
 Model: a deterministic synthetic LM with V=2000 and peaked steps (Zipf exponent 1.4 over a
 per-prefix permutation chosen from 64 fixed ones by a hash of the prefix), served as a batched
-dense callback. Fixed-length L=3, and a terminating variant (eos = token 0, p(eos) ~ 0.25, max_len 6).
+dense callback. Fixed-length L=3, and a terminating variant (eos = token 0, p(eos) = 0.5 at every step, max_len 6).
 
 For each target rank k: ``threshold(k)`` on a fresh enumerable (every deepening step included),
 then 1000 random ``unrank(i)`` with ``i < k``, ``count(threshold(k))`` and 200 ``rank`` calls.
@@ -38,7 +38,7 @@ K_PERMS = 64
 class SyntheticLM:
     """Peaked, prefix-dependent, deterministic; cheap enough that our own overhead is visible."""
 
-    def __init__(self, V: int = V, zipf: float = 1.4, eos: int | None = None, p_eos: float = 0.25, seed: int = 0):
+    def __init__(self, V: int = V, zipf: float = 1.4, eos: int | None = None, p_eos: float = 0.5, seed: int = 0):
         rng = np.random.default_rng(seed)
         w = 1.0 / np.arange(1, V + 1) ** zipf
         base = np.log(w / w.sum())
