@@ -10,7 +10,8 @@ from .enumerable import AutoregressiveEnumerable, count_budget_index
 from .index import MassBracket
 from .oracle import OracleStats
 from .quantize import Quantizer
-from .results import CountBracket, CountDPTopPResult, DensityRankResult, SeekResult
+from .estimate import MonteCarloEstimator
+from .results import CountBracket, CountDPTopPResult, CountResult, DensityRankResult, SeekResult, ThresholdResult
 from .seek import BudgetExceeded, Limits, SeekIndex
 
 __version__ = "0.1.0"
@@ -22,13 +23,18 @@ __all__ = [
     "CountDPTopPResult",
     "CountHistogram",
     "CountIndex",
+    "CountResult",
     "DensityRankResult",
     "Limits",
     "MassBracket",
+    "MonteCarloEstimator",
     "OracleStats",
     "Quantizer",
     "SeekIndex",
     "SeekResult",
+    "ThresholdResult",
+    "RescoredIndex",
+    "AREnvelopeIndex",
     "autoregressive_count_index",
     "count_budget_index",
 ]
@@ -39,4 +45,8 @@ def __getattr__(name: str):
         from .rescore import RescoredIndex
 
         return RescoredIndex
+    if name == "AREnvelopeIndex":
+        from .envelope import AREnvelopeIndex
+
+        return AREnvelopeIndex
     raise AttributeError(f"module 'arenum' has no attribute {name!r}")
