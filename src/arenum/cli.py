@@ -14,8 +14,10 @@ Subcommands (``arenum <command> --help`` for each; ``docs/cli.md`` has examples 
 
 ``--model`` is a file written by ``arenum fit`` (:meth:`NGramModel.save`) or ``hf:<local dir>`` (a
 Hugging Face causal LM, loaded with ``local_files_only``; nothing is downloaded). Every answer is
-exact unless it says ``bracket`` (a certified ``lo <= true <= hi``, past ``--max-forwards``), and
-every answer reports the forwards (model evaluations, one per live prefix) it cost.
+exact unless it says ``bracket`` (a certified ``lo <= true <= hi``, past ``--max-forwards``) or names
+an estimator (a Monte Carlo estimate with a confidence interval, past ``--exact-limit``), and every
+answer reports the forwards (model evaluations, one per live prefix) it cost. ``--json`` prints one
+JSON document per command; ``rank`` prints one JSON object per line (JSON lines), one per string.
 
 Errors (bad numbers, unreadable or malformed files, strings the model cannot produce) print ONE
 line ``arenum: error: ...`` on stderr and exit with status 2; files are written to a temporary name
@@ -214,8 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--points", type=_int_type("--points", 2), default=40, help="points on the curve (default 40)")
     c.add_argument("--mark", action="append", default=[], metavar="STRING", help="mark a string (repeatable)")
     c.add_argument("--estimate-bits", type=_float_type("--estimate-bits", 0.0), metavar="B",
-                   help="with arenum.estimate installed: estimated region down to B bits "
-                        "(default: 16 bits past the exact region)")
+                   help="Monte Carlo estimated region (with its confidence band) down to B bits "
+                        "(default: 16 bits past the exact region; drawn when an estimator is installed)")
     c.set_defaults(run=cmd_plot)
 
     d = sub.add_parser("demo", parents=[out_opts],
@@ -446,7 +448,8 @@ def _ngram_loaded(model: Any, name: str, *, max_len: int | None, eos: Any, max_f
         try:
             return tuple(model.encode(items, eos=terminating))
         except ValueError as exc:
-            raise CLIError(f"cannot encode {s!r}: {exc}") from None
+            msg = str(exc).replace("fit with unknown='unk'", "fit with --unknown unk")
+            raise CLIError(f"cannot encode {s!r}: {msg}") from None
 
     def display(ids: Sequence[int]) -> str:
         ids = [int(t) for t in ids]
