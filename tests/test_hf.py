@@ -378,3 +378,23 @@ def test_parents_gathered_from_several_blocks(model):
         want = np.stack([reference(model, PROMPT + list(p)) for p in prefixes])
         assert np.abs(rows - want).max() < 1e-4
     assert o.stats.kv_misses == 0
+
+
+def test_enumerable_limits_kv_store_to_useful_prefixes(model):
+    _core()
+    o = CausalLMOracle(model, prompt=PROMPT)
+    o.enumerable(max_len=3, eos=None)
+    assert o.kv_store_max_len == 1  # depth-2 prefixes are the deepest scored: their KV serves nobody
+    o.batch_next_logprobs(all_prefixes(1))
+    used = o.kv_cache_used_bytes
+    assert used > 0
+    lv2 = all_prefixes(2)[:50]
+    got = o.batch_next_logprobs(lv2)
+    assert o.kv_cache_used_bytes == used and o.stats.kv_misses == 0
+    assert np.abs(got - np.stack([reference(model, PROMPT + list(p)) for p in lv2])).max() < 1e-4
+    o.enumerable(max_len=5, eos=None)
+    assert o.kv_store_max_len == 3
+    o.enumerable(max_len=2, eos=None)
+    assert o.kv_store_max_len == 3  # the largest over the enumerables built
+    o.enumerable(max_len=None, eos=EOS)
+    assert o.kv_store_max_len is None

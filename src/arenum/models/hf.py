@@ -312,6 +312,13 @@ class CausalLMOracle:
         self._kv_bytes_used = 0
         self._next_block = 0
         self._kv_bytes_per_token: int | None = None
+        self.kv_store_max_len: int | None = None
+        """Prefixes longer than this are not kept in the KV store (``None``: no limit).
+
+        :meth:`enumerable` sets it to ``max_len - 2`` (the longest prefix whose children the core
+        may score), taking the largest over the enumerables built; set it back to ``None`` to store
+        every prefix again."""
+        self._store_limit_set = False
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
@@ -532,6 +539,21 @@ class CausalLMOracle:
             x = x.mul_(self.logit_scale) if x is not logits else x * self.logit_scale
         return torch.log_softmax(x, dim=-1)
 
+    def _write_logprobs(self, dst: torch.Tensor, rows: list[int], logits: torch.Tensor) -> None:
+        """``dst[rows] = log_softmax(logit_scale * logits)`` in float64.
+
+        On CPU with consecutive rows the float64 rows are computed in place in ``dst`` (no
+        temporaries of the result's size); otherwise on the model's device, then copied.
+        """
+        if logits.device.type == "cpu" and all(b - a == 1 for a, b in zip(rows, rows[1:])):
+            view = dst[rows[0] : rows[-1] + 1]
+            view.copy_(logits)
+            if self.logit_scale != 1.0:
+                view.mul_(self.logit_scale)
+            view.sub_(torch.logsumexp(view, dim=-1, keepdim=True))
+        else:
+            self._put(dst, rows, self._logprobs(logits))
+
     @staticmethod
     def _put(dst: torch.Tensor, rows: list[int], values: torch.Tensor) -> None:
         """``dst[rows] = values`` (device -> CPU copy), as a slice copy when ``rows`` is a range."""
@@ -610,6 +632,8 @@ class CausalLMOracle:
     def _store(self, prefixes: list[tuple[int, ...]], cache: Any) -> None:
         if self.kv_cache_bytes <= 0:
             return
+        if self.kv_store_max_len is not None and len(prefixes[0]) > self.kv_store_max_len:
+            return  # no child of these prefixes will be scored
         P = len(self.prompt_ids)
         kv = [(k[:, :, P:, :].clone(), v[:, :, P:, :].clone()) for k, v in _kv_list(cache)]
         block = _Block(kv, prefixes)
@@ -688,7 +712,7 @@ class CausalLMOracle:
                         chunk = idx[s : s + step]
                         ids = self._tensor([self.prompt_ids + list(keys[i]) for i in chunk])
                         logits, _ = self._forward(ids, keep=1)
-                        self._put(out_t, chunk, self._logprobs(logits[:, -1]))
+                        self._write_logprobs(out_t, chunk, logits[:, -1])
                     self.stats.kv_misses += len(idx)
                     continue
                 hits = [i for i in idx if d == 1 or keys[i][:-1] in self._index]
@@ -708,7 +732,7 @@ class CausalLMOracle:
                     ids = self._tensor([[p[-1]] for p in chunk_keys])
                     logits, cache = self._forward(ids, past=past, keep=1, use_cache=True)
                     del past
-                    self._put(out_t, chunk, self._logprobs(logits[:, -1]))
+                    self._write_logprobs(out_t, chunk, logits[:, -1])
                     self._store(chunk_keys, cache)
                     self.stats.kv_hits += len(chunk)
                 for s in range(0, len(misses), step):
@@ -716,7 +740,7 @@ class CausalLMOracle:
                     chunk_keys = [keys[i] for i in chunk]
                     ids = self._tensor(chunk_keys)
                     logits, cache = self._forward(ids, past=self._broadcast_prompt(len(chunk)), keep=1, use_cache=True)
-                    self._put(out_t, chunk, self._logprobs(logits[:, -1]))
+                    self._write_logprobs(out_t, chunk, logits[:, -1])
                     self._store(chunk_keys, cache)
                     self.stats.kv_misses += len(chunk)
         self.stats.callback_seconds += time.perf_counter() - t_start
@@ -825,6 +849,15 @@ class CausalLMOracle:
             if isinstance(eos, bool) or not 0 <= int(eos) < self.vocab_size:
                 raise ValueError(f"eos token id {eos!r} is outside the vocabulary 0..{self.vocab_size - 1}")
             eos_id = int(eos)
+        # The core scores prefixes of length <= max_len - 1 (fixed length, and terminating with a
+        # max_len cap); a prefix's KV only serves its children, so keep only lengths <= max_len - 2.
+        valid = isinstance(max_len, (int, np.integer)) and not isinstance(max_len, bool) and max_len >= 1
+        longest = max(0, int(max_len) - 2) if valid else None
+        if max_len is None:
+            self.kv_store_max_len = None
+        elif longest is not None and (not self._store_limit_set or self.kv_store_max_len is not None):
+            self.kv_store_max_len = max(longest, self.kv_store_max_len or 0)
+        self._store_limit_set = True
         wiring: dict[str, Any] = {
             "batch_next_logprobs": self.batch_next_logprobs,
             "batch_score_sequences": self.score_sequences,
