@@ -222,6 +222,8 @@ class CausalLMOracle:
     compute: the parents' KV rows are gathered, the prompt's KV is broadcast in front, and a
     one-token forward is run.  Otherwise the prefix's ``d`` tokens are run on top of the broadcast
     prompt KV.  A call's prefixes are grouped by length, so no padding is ever used.
+    :meth:`enumerable` sets :attr:`kv_store_max_len` so the deepest level the core scores (whose
+    KV no child needs) is not stored and cannot evict its parents.
 
     Peak memory beyond the weights is about ``kv_cache_bytes`` + ``3 x max_forward_tokens x
     kv_bytes_per_token`` (gathered past, the model's concatenated cache, the kept copy) + the
