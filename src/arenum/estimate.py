@@ -483,8 +483,11 @@ class MonteCarloEstimator:
         hits = int(sel.sum())
         base = h.count if h is not None else 0
         lo, hi = _count_interval(m, se, self._z, self.interval, n, self._wmax(t, h), 1 - self.confidence)
-        # certified lower end: the distinct sampled sequences in the region are real
-        lo = max(lo, float(self._distinct(sel)))
+        # certified lower end: the distinct sampled sequences in the region are real (the point
+        # value is held to it too, so it never falls outside its own interval)
+        distinct = float(self._distinct(sel))
+        lo = max(lo, distinct)
+        m = max(m, distinct)
         # upper end from the mass: each counted sequence has p >= e^t; the region's mass is at most
         # the Wilson upper end of its sampled mass (a probabilistic bound, used only to cap)
         if hits == 0:
