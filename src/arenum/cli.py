@@ -267,6 +267,7 @@ def _atomic_write(path: str, write: Callable[[str], None]) -> int:
     os.close(fd)
     try:
         write(tmp)
+        _umask_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -1124,6 +1125,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         msg = f"internal error: {type(exc).__name__}: {_one_line(exc)} (ARENUM_DEBUG=1 shows the traceback)"
     sys.stderr.write(f"arenum: error: {msg}\n")
     return 2
+
+
+def _umask_mode(path: str) -> None:
+    """Give a temp file the mode a plain ``open(path, "w")`` would (temp files start as 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
 
 
 if __name__ == "__main__":

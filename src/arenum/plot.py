@@ -276,6 +276,7 @@ def save_png(fig: Any, path: str | os.PathLike) -> int:
     try:
         with os.fdopen(fd, "wb") as fh:
             fig.savefig(fh, format="png")
+        _umask_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -286,3 +287,10 @@ def save_png(fig: Any, path: str | os.PathLike) -> int:
     finally:
         _pyplot().close(fig)
     return os.path.getsize(path)
+
+
+def _umask_mode(path: str) -> None:
+    """Give a temp file the mode a plain ``open(path, "w")`` would (temp files start as 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
