@@ -6,8 +6,9 @@ leaf-level tables, in terminating mode the ``eos`` entries of every prefix's tab
 
 Layout (``N`` items): ``x`` float64 ``(N,)`` scores in canonical flat order (blocks by level, then
 node id, then table position); ``perm`` int32/int64 ``(N,)`` flat positions grouped by a coarse
-bucket of the exact score (a stable radix sort on a 16-bit key, O(N)); ``cum`` int64 ``(nb+1,)``
-bucket starts. A query finds its bucket from ``cum`` and sorts that one bucket exactly, once (cached).
+bucket of the exact score (a fine uniform grid mapped to about equal-count buckets by a monotone
+lookup table, then a stable radix sort on a 16-bit key, O(N)); ``cum`` int64 ``(nb+1,)`` bucket
+starts. A query finds its bucket from ``cum`` and sorts that one bucket exactly, once (cached).
 Buckets are a monotone function of the exact score, so the order is exact everywhere.
 
 Order: descending score; ties by length (shorter first), then lexicographically by the table
@@ -86,10 +87,11 @@ class ExactIndex:
                 offsets = np.zeros(sel.shape[0] + 1, np.int64)
                 np.cumsum(h, out=offsets[1:])
                 total = int(offsets[-1])
-                rep = np.repeat(np.arange(sel.shape[0]), h)
-                gidx = np.arange(total, dtype=np.int64) + np.repeat(off - offsets[:-1], h)
-                x = s[rep] + pool[gidx]
-                del rep, gidx
+                gidx = np.repeat(off - offsets[:-1], h)
+                gidx += np.arange(total, dtype=np.int64)
+                x = pool[gidx]
+                del gidx
+                x += np.repeat(s, h)  # score[node] + lp, the same float addition as the tree's
                 blocks.append(_Block(d, sel, offsets, 0, True))
                 xs.append(x)
                 pos = total
@@ -124,25 +126,32 @@ class ExactIndex:
 
     # ------------------------------------------------------------------ buckets
     def _build_buckets(self) -> None:
+        """Group the items by bucket: a fine uniform grid of the exact score (monotone), mapped to
+        ``nb`` coarse buckets of about equal counts by a monotone lookup table, then a stable radix
+        sort on the 16-bit bucket ids. Equal-count buckets keep every first-touch sort small."""
         N = self.N
         x = self.x
+        self.top = float(x.max()) if N else 0.0
         if N == 0:
-            self.top = 0.0
-            self.nb = 1
-            self.scale = 0.0
+            self.nb, self.nf, self.fscale = 1, 1, 0.0
+            self.lut = np.zeros(1, np.uint16)
             self.perm = np.zeros(0, np.int64)
             self.cum = np.zeros(2, np.int64)
             return
-        top = float(x.max())
-        rng = top - self.T
-        nb = int(min(65536, max(1, N // 4)))
-        self.top = top
-        self.nb = nb
-        self.scale = (nb / rng) * (1 - 1e-12) if (rng > 0 and math.isfinite(rng)) else 0.0
-        if self.scale == 0.0 and rng > 0:  # T = -inf: scale by the observed range
-            lo = float(x.min())
-            self.scale = (nb / (top - lo)) * (1 - 1e-12) if top > lo else 0.0
-        b = self._bucket_of_array(x)
+        top = self.top
+        lo = self.T if math.isfinite(self.T) else float(x.min())
+        rng = top - lo
+        nb = int(min(65536, max(1, N // 64)))
+        nf = int(min(1 << 22, max(nb, 16 * nb)))
+        self.nb, self.nf = nb, nf
+        self.fscale = (nf / rng) * (1 - 1e-12) if rng > 0 else 0.0
+        fine = self._fine_of_array(x)
+        hist = np.bincount(fine, minlength=nf)
+        before = np.zeros(nf, np.int64)
+        np.cumsum(hist[:-1], out=before[1:])
+        self.lut = np.minimum(before * nb // N, nb - 1).astype(np.uint16)
+        b = self.lut[fine]
+        del fine
         self.perm = np.argsort(b, kind="stable")
         if N < 2**31 - 1:
             self.perm = self.perm.astype(np.int32)
@@ -150,19 +159,23 @@ class ExactIndex:
         self.cum = np.zeros(nb + 1, np.int64)
         np.cumsum(counts, out=self.cum[1:])
 
+    def _fine_of_array(self, x: np.ndarray) -> np.ndarray:
+        f = np.subtract(self.top, x)
+        f *= self.fscale
+        np.minimum(f, self.nf - 1, out=f)
+        return f.astype(np.int32)
+
     def _bucket_of_array(self, x: np.ndarray) -> np.ndarray:
-        b = (self.top - x) * self.scale
-        np.minimum(b, self.nb - 1, out=b)
-        return b.astype(np.uint16 if self.nb <= 65536 else np.int64)
+        return self.lut[self._fine_of_array(x)]
 
     def _bucket_of(self, t: float) -> int:
         """Bucket of score ``t`` (may be out of range: <0 above everything, >= nb below)."""
         if t > self.top:
             return -1
-        v = (self.top - t) * self.scale
-        if not v < self.nb:
+        v = (self.top - t) * self.fscale
+        if not v < self.nf:
             return self.nb - 1 if t >= self.T else self.nb
-        return int(v)
+        return int(self.lut[int(v)])
 
     def _sorted_bucket(self, b: int) -> tuple[np.ndarray, np.ndarray]:
         """(flat positions, scores) of bucket ``b`` in exact order; computed once."""
