@@ -263,8 +263,14 @@ class StepOracle:
         return ids, lps
 
     def _parse_dense_batch(self, arr: np.ndarray, prefixes: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
-        """Validate a dense ``(n, V)`` batch; return ``(normalized rows, ids of the columns)``."""
-        arr = arr.astype(np.float64, copy=False)
+        """Validate a dense ``(n, V)`` batch; return ``(normalized rows, ids of the columns)``.
+
+        The rows returned may live in a reusable work buffer: callers copy what they keep.
+        """
+        if arr.dtype != np.float64:
+            arr64 = self._scratch(arr.shape, np.float64, "rows")
+            np.copyto(arr64, arr)
+            arr = arr64
         mx = arr.max(axis=1)
         bad = ~(mx <= 0.0) | (mx == -math.inf)
         if bad.any():
@@ -289,16 +295,20 @@ class StepOracle:
             ids_all = np.array([self.token_id(i) for i in range(arr.shape[1])], dtype=np.int64)
         renorm = np.abs(lse) > RENORM_TOL
         if renorm.any():
-            arr = arr.copy()
-            arr[renorm] -= lse[renorm, None]
+            out = self._scratch(arr.shape, np.float64, "rows")
+            if out is not arr and not np.shares_memory(out, arr):
+                np.copyto(out, arr)
+            out[renorm] -= lse[renorm, None]
+            arr = out
         return arr, ids_all
 
-    def _scratch(self, shape: tuple[int, int], dtype: Any = np.float64) -> np.ndarray:
-        """A reusable work buffer per dtype (avoids page faults of fresh temporaries)."""
+    def _scratch(self, shape: tuple[int, int], dtype: Any = np.float64, slot: str = "") -> np.ndarray:
+        """A reusable work buffer per (dtype, slot) (avoids page faults of fresh temporaries)."""
         n = shape[0] * shape[1]
-        buf = self._bufs.get(dtype)
+        key = (np.dtype(dtype), slot)
+        buf = self._bufs.get(key)
         if buf is None or buf.shape[0] < n:
-            buf = self._bufs[dtype] = np.empty(n, dtype)
+            buf = self._bufs[key] = np.empty(n, dtype)
         return buf[:n].reshape(shape)
 
     def _rows_of_dense(self, arr: np.ndarray, ids_all: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
