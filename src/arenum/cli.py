@@ -30,10 +30,11 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
+
+from ._io import atomic_write
 
 __all__ = ["main", "build_parser"]
 
@@ -263,19 +264,7 @@ def _check_writable(path: str) -> None:
 def _atomic_write(path: str, write: Callable[[str], None]) -> int:
     """``write(tmp)`` into a temp file beside ``path``, then rename it to ``path``; returns bytes."""
     _check_writable(path)
-    fd, tmp = tempfile.mkstemp(prefix=".arenum-", suffix=".tmp", dir=os.path.dirname(os.path.abspath(path)))
-    os.close(fd)
-    try:
-        write(tmp)
-        _umask_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return os.path.getsize(path)
+    return atomic_write(path, write)
 
 
 def _jsonable(x: Any) -> Any:
@@ -1126,12 +1115,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stderr.write(f"arenum: error: {msg}\n")
     return 2
 
-
-def _umask_mode(path: str) -> None:
-    """Give a temp file the mode a plain ``open(path, "w")`` would (temp files start as 0600)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)
 
 
 if __name__ == "__main__":

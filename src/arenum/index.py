@@ -244,23 +244,20 @@ class ExactIndex:
     # ------------------------------------------------------------------ queries
     def count_ge(self, t: float) -> int:
         """Items with score ``>= t`` (requires ``t >= T`` for a complete answer)."""
-        b = self._bucket_of(t)
-        if b < 0:
-            return 0
-        if b >= self.nb:
-            return self.N
-        _, xb = self._sorted_bucket(b)
-        return int(self.cum[b]) + int(np.searchsorted(-xb, -t, side="right"))
+        return self._count(t, "right")
 
     def count_gt(self, t: float) -> int:
         """Items with score ``> t``."""
+        return self._count(t, "left")
+
+    def _count(self, t: float, side: str) -> int:
         b = self._bucket_of(t)
         if b < 0:
             return 0
         if b >= self.nb:
             return self.N
         _, xb = self._sorted_bucket(b)
-        return int(self.cum[b]) + int(np.searchsorted(-xb, -t, side="left"))
+        return int(self.cum[b]) + int(np.searchsorted(-xb, -t, side=side))
 
     def item(self, i: int) -> tuple[int, float]:
         """(flat position, score) of the ``i``-th item in order (0-based)."""

@@ -18,9 +18,10 @@ import importlib
 import importlib.util
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
+
+from ._io import atomic_write
 
 import numpy as np
 
@@ -270,27 +271,7 @@ def save_png(fig: Any, path: str | os.PathLike) -> int:
 
     Returns the file size in bytes. Nothing is left at ``path`` (or beside it) if writing fails.
     """
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".arenum-", suffix=".png.tmp", dir=folder)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png")
-        _umask_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+        return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"), suffix=".png.tmp")
     finally:
         _pyplot().close(fig)
-    return os.path.getsize(path)
-
-
-def _umask_mode(path: str) -> None:
-    """Give a temp file the mode a plain ``open(path, "w")`` would (temp files start as 0600)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)

@@ -165,21 +165,18 @@ class PrefixTree:
     # ------------------------------------------------------------------ paths
     def token_paths(self, d: int, nodes: np.ndarray) -> np.ndarray:
         """``(m, d)`` int64 token ids of the prefixes ``nodes`` of level ``d``."""
-        out = np.empty((nodes.shape[0], d), np.int64)
-        cur = nodes
-        for k in range(d, 0, -1):
-            lev = self.levels[k]
-            out[:, k - 1] = lev.tok[cur]
-            cur = lev.parent[cur]
-        return out
+        return self._paths(d, nodes, "tok")
 
     def child_paths(self, d: int, nodes: np.ndarray) -> np.ndarray:
         """``(m, d)`` int64 table positions along the paths to ``nodes`` of level ``d``."""
+        return self._paths(d, nodes, "child")
+
+    def _paths(self, d: int, nodes: np.ndarray, col: str) -> np.ndarray:
         out = np.empty((nodes.shape[0], d), np.int64)
         cur = nodes
         for k in range(d, 0, -1):
             lev = self.levels[k]
-            out[:, k - 1] = lev.child[cur]
+            out[:, k - 1] = lev.cols[col].v[cur]
             cur = lev.parent[cur]
         return out
 
