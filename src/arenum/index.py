@@ -153,16 +153,16 @@ class ExactIndex:
         b = self.lut[fine]
         del fine
         self.perm = np.argsort(b, kind="stable")
-        if N < 2**31 - 1:
+        if N >= 1 << 26:  # halve the largest array of a big index
             self.perm = self.perm.astype(np.int32)
-        counts = np.bincount(b, minlength=nb)
+        counts = np.bincount(self.lut, weights=hist, minlength=nb).astype(np.int64)
         self.cum = np.zeros(nb + 1, np.int64)
         np.cumsum(counts, out=self.cum[1:])
 
     def _fine_of_array(self, x: np.ndarray) -> np.ndarray:
+        # 0 <= top - x <= top - lo, and fscale carries a 1e-12 relative margin, so f < nf
         f = np.subtract(self.top, x)
         f *= self.fscale
-        np.minimum(f, self.nf - 1, out=f)
         return f.astype(np.int32)
 
     def _bucket_of_array(self, x: np.ndarray) -> np.ndarray:
