@@ -158,6 +158,8 @@ def run_method(method: str, model, args, scale: float, max_len: int, rank: int, 
     oracle.next_logprobs(())  # the prompt forward is not part of the timing
     oracle.reset_stats()
     rec = Recorder(oracle, keep=keep)
+    # what oracle.enumerable(max_len=...) does: the deepest level scored is a parent of nothing
+    oracle.kv_store_max_len = max(0, max_len - 2)
     from arenum import AutoregressiveEnumerable
 
     if method == "naive":  # next_logprobs only
