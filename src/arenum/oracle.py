@@ -338,17 +338,7 @@ class StepOracle:
         self.stats.model_seconds += t1 - t0
         self.stats.calls += 1
         self.stats.batch_calls += 1
-        try:
-            n = len(raw)
-        except TypeError:
-            raise TypeError(
-                f"batch_next_logprobs must return a sequence of results, got {type(raw).__name__}"
-            ) from None
-        if n != len(prefixes):
-            raise ValueError(
-                f"batch_next_logprobs returned {n} results for a batch of {len(prefixes)} prefixes; "
-                "it must return exactly one result per prefix"
-            )
+        _check_cardinality("batch_next_logprobs", raw, len(prefixes), "for a batch of {n} prefixes", "prefix")
         if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype.kind == "f":
             out: Any = self._parse_dense_batch(raw, prefixes)
         else:
@@ -507,17 +497,7 @@ class StepOracle:
         raw = self._allpos(tuple(seq))
         self.stats.model_seconds += time.perf_counter() - t0
         self.stats.harvest_calls += 1
-        try:
-            n = len(raw)
-        except TypeError:
-            raise TypeError(
-                f"all_position_logprobs must return a sequence of results, got {type(raw).__name__}"
-            ) from None
-        if n != len(seq):
-            raise ValueError(
-                f"all_position_logprobs returned {n} results for a sequence of length {len(seq)}; "
-                "it must return exactly one result per position"
-            )
+        _check_cardinality("all_position_logprobs", raw, len(seq), "for a sequence of length {n}", "position")
         prefixes = [tuple(seq[:d]) for d in range(len(seq))]
         if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype.kind == "f":
             parsed = self._rows_of_dense(*self._parse_dense_batch(raw, prefixes))
@@ -550,6 +530,18 @@ def sort_table(ids: np.ndarray, lps: np.ndarray) -> tuple[np.ndarray, np.ndarray
     """Sort a table by descending log-prob, stable (ties keep the model's order)."""
     order = np.argsort(-lps, kind="stable")
     return ids[order], lps[order]
+
+
+def _check_cardinality(name: str, raw: Any, expected: int, what: str, unit: str) -> None:
+    """Exactly one result per item, checked before anything is trusted or cached."""
+    try:
+        n = len(raw)
+    except TypeError:
+        raise TypeError(f"{name} must return a sequence of results, got {type(raw).__name__}") from None
+    if n != expected:
+        raise ValueError(
+            f"{name} returned {n} results {what.format(n=expected)}; it must return exactly one result per {unit}"
+        )
 
 
 def _check_unique(ids: np.ndarray, fail: Callable[[str], ValueError], oracle: StepOracle) -> None:
