@@ -66,6 +66,7 @@ class ExactIndex:
         self.T = T
         blocks: list[_Block] = []
         xs: list[np.ndarray] = []
+        spare: tuple[np.ndarray, np.ndarray] | None = None
         pos = 0
         cap = tree.branch_cap
         if tree.fixed_len is not None:
@@ -88,10 +89,12 @@ class ExactIndex:
                 np.cumsum(h, out=offsets[1:])
                 total = int(offsets[-1])
                 gidx = np.repeat(off - offsets[:-1], h)
-                gidx += np.arange(total, dtype=np.int64)
-                x = pool[gidx]
-                del gidx
-                x += np.repeat(s, h)  # score[node] + lp, the same float addition as the tree's
+                buf = np.arange(total, dtype=np.int64)
+                gidx += buf
+                x = np.take(pool, gidx, out=buf.view(np.float64))  # reuse: fresh pages cost here
+                rep = np.repeat(s, h)
+                x += rep  # score[node] + lp, the same float addition as the tree's
+                spare = (gidx, rep)  # free now: the bucket pass writes into them
                 blocks.append(_Block(d, sel, offsets, 0, True))
                 xs.append(x)
                 pos = total
@@ -122,10 +125,10 @@ class ExactIndex:
         self.N = int(x.shape[0])
         self._bucket_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._mass_cum: np.ndarray | None = None
-        self._build_buckets()
+        self._build_buckets(spare if len(xs) == 1 else None)
 
     # ------------------------------------------------------------------ buckets
-    def _build_buckets(self) -> None:
+    def _build_buckets(self, spare: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """Group the items by bucket: a fine uniform grid of the exact score (monotone), mapped to
         ``nb`` coarse buckets of about equal counts by a monotone lookup table, then a stable radix
         sort on the 16-bit bucket ids. Equal-count buckets keep every first-touch sort small."""
@@ -145,7 +148,13 @@ class ExactIndex:
         nf = int(min(1 << 22, max(nb, 16 * nb)))
         self.nb, self.nf = nb, nf
         self.fscale = (nf / rng) * (1 - 1e-12) if rng > 0 else 0.0
-        fine = self._fine_of_array(x)
+        if spare is not None and spare[0].shape[0] == N:  # two free (N,) 8-byte buffers
+            f = np.subtract(top, x, out=spare[1])
+            f *= self.fscale
+            fine = spare[0].view(np.int32)[:N]
+            np.copyto(fine, f, casting="unsafe")
+        else:
+            fine = self._fine_of_array(x)
         hist = np.bincount(fine, minlength=nf)
         before = np.zeros(nf, np.int64)
         np.cumsum(hist[:-1], out=before[1:])
