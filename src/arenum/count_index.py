@@ -8,7 +8,7 @@ exact order. Counts are plain integers (``count_mode`` chooses int64, Python int
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -16,7 +16,10 @@ from ._validate import exact_int, optional_exact_int
 from .index import ExactIndex
 from .oracle import StepOracle
 from .quantize import LN2, Quantizer
-from .tree import PrefixTree
+from .tree import HIST_BINS_PER_BIT, PrefixTree
+
+if TYPE_CHECKING:
+    from .seek import SeekIndex
 
 __all__ = ["CountHistogram", "CountIndex", "autoregressive_count_index", "COUNT_MODES"]
 
@@ -140,14 +143,17 @@ def fine_buckets(quantizer: Quantizer, x: np.ndarray) -> np.ndarray:
     return np.floor((-x / LN2) / quantizer.fine_width_bits).astype(np.int64)
 
 
-def build_count_index(tree: PrefixTree, quantizer: Quantizer, max_fine_bucket: int, count_mode: str,
-                      decode: Callable[[tuple], tuple], dropped: Callable[[float], int | float]) -> tuple[CountIndex, bool]:
-    """Count index of the tree's support down to bucket ``max_fine_bucket`` (inclusive)."""
+def build_count_index(seek: "SeekIndex", quantizer: Quantizer, max_fine_bucket: int, count_mode: str,
+                      decode: Callable[[tuple], tuple]) -> tuple[CountIndex, bool]:
+    """Count index of the seek index's support down to bucket ``max_fine_bucket`` (inclusive).
+
+    Deepens the shared index (its caps apply) and reads the head of its exact order.
+    """
     T = -(max_fine_bucket + 1) * quantizer.fine_width_bits * LN2
-    T = np.nextafter(T, -math.inf)  # include the whole bucket despite rounding at its edge
-    tree.deepen(T)
-    idx = ExactIndex(tree, T)
-    _, x = idx.items(0, idx.N)
+    T = float(np.nextafter(T, -math.inf))  # include the whole bucket despite rounding at its edge
+    idx = seek.ensure_score(T)
+    tree = seek.tree
+    _, x = idx.items(0, idx.count_ge(T))
     fbs = fine_buckets(quantizer, x)
     fbs = np.where(fbs <= max_fine_bucket, fbs, -1)
     kept = fbs[fbs >= 0]
@@ -158,8 +164,8 @@ def build_count_index(tree: PrefixTree, quantizer: Quantizer, max_fine_bucket: i
         hist = CountHistogram(lo, counts)
     else:
         hist = CountHistogram.empty(dtype)
-    truncated = bool(tree.h_comp[int(-T / LN2 * 64) :].any()) or tree.depth_truncated
-    return CountIndex(hist, idx, fbs, decode, dropped(T)), truncated
+    truncated = bool(tree.h_comp[int(-T / LN2 * HIST_BINS_PER_BIT) :].any()) or tree.depth_truncated
+    return CountIndex(hist, idx, fbs, decode, seek.dropped_bound(T)), truncated
 
 
 def autoregressive_count_index(
@@ -192,4 +198,4 @@ def autoregressive_count_index(
 
     seek = SeekIndex(tree, quantizer=quantizer, limits=Limits(max_depth_bits=math.inf, max_prefixes=None,
                                                               max_sequences=None))
-    return build_count_index(tree, quantizer, max_fine_bucket, "auto", oracle.tokens, seek.dropped_bound)
+    return build_count_index(seek, quantizer, max_fine_bucket, "auto", oracle.tokens)

@@ -164,7 +164,7 @@ class AutoregressiveEnumerable:
         )
         self._tree = PrefixTree(
             self._oracle,
-            fixed_len=None if self.terminating else self.max_len,
+            fixed_len=self._fixed_len,
             eos_id=self._oracle.eos_id,
             cap=self.cap,
             branch_cap=self.branch_cap,
@@ -194,11 +194,16 @@ class AutoregressiveEnumerable:
         d["tree_prefixes"] = self._tree.fetched_nodes
         d["tree_nodes"] = self._tree.n_nodes
         d["tree_bytes"] = self._tree.nbytes
-        d["built_bits"] = self.seek_index().built_bits
-        d["index_builds"] = self.seek_index().builds
-        d["index_seconds"] = self.seek_index().index_seconds
-        d["indexed_sequences"] = self._seek._index.N if self._seek and self._seek._index else 0
+        seek = self.seek_index()
+        d["built_bits"] = seek.built_bits
+        d["index_builds"] = seek.builds
+        d["index_seconds"] = seek.index_seconds
+        d["indexed_sequences"] = seek._index.N if seek._index is not None else 0
         return d
+
+    @property
+    def _fixed_len(self) -> int | None:
+        return None if self.terminating else self.max_len
 
     def _decode(self, ids: Iterable[int]) -> tuple:
         return self._oracle.tokens(ids)
@@ -232,24 +237,26 @@ class AutoregressiveEnumerable:
         return self._oracle.int_mode is False
 
     def _walk_score(self, seq: tuple) -> float:
-        """Canonical score: left-to-right float64 sum of the validated table entries (memoized)."""
-        s = 0.0
+        """Canonical score: left-to-right float64 sum of the validated table entries.
+
+        Steps the tree's stored tables answer cost nothing; the rest come from memoized full tables.
+        """
         o = self._oracle
-        ids = o.ids_of(seq)
-        known = self._tree.lookup(tuple(ids[: ids.index(None)] if None in ids else ids))
-        for v in known:
-            s = s + v
-        if len(known) == len(seq) or (known and known[-1] == -math.inf):
-            return s if not known or known[-1] != -math.inf else -math.inf
-        for t in range(len(known), len(seq)):
-            ids, lps = o.table(seq[:t])
+        ids = o.ids_of(seq)  # None: a token no table has shown yet
+        known = ids[: ids.index(None)] if None in ids else ids
+        steps = self._tree.lookup(tuple(known))
+        if steps and steps[-1] == -math.inf:
+            return -math.inf
+        for t in range(len(steps), len(seq)):
+            tab_ids, lps = o.table(seq[:t])  # parsing the table interns its tokens
             tid = o.ids_of((seq[t],))[0]
-            if tid is None:
-                return -math.inf
-            hit = np.flatnonzero(ids == tid)
+            hit = np.flatnonzero(tab_ids == tid) if tid is not None else np.zeros(0, np.int64)
             if hit.size == 0:
                 return -math.inf
-            s = s + float(lps[hit[0]])
+            steps.append(float(lps[hit[0]]))
+        s = 0.0
+        for v in steps:
+            s = s + v
         return s
 
     def _canonical(self, sequence: Any) -> tuple[tuple, float]:
@@ -311,7 +318,7 @@ class AutoregressiveEnumerable:
         """The support in exact descending order, lazily (best-first; one forward per prefix popped)."""
         for ids, s in best_first(
             self._table_ids,
-            fixed_len=None if self.terminating else self.max_len,
+            fixed_len=self._fixed_len,
             eos_id=self._oracle.eos_id,
             cap=self.cap,
             branch_cap=self.branch_cap,
@@ -333,7 +340,7 @@ class AutoregressiveEnumerable:
         seed = optional_exact_int("seed", seed, minimum=0)
         return ARSampler(
             self._table_ids,
-            fixed_len=None if self.terminating else self.max_len,
+            fixed_len=self._fixed_len,
             eos_id=self._oracle.eos_id,
             cap=self.cap,
             decode=self._decode,
@@ -377,9 +384,7 @@ class AutoregressiveEnumerable:
         if not isinstance(quantizer, Quantizer):
             raise TypeError(f"quantizer must be a Quantizer, got {type(quantizer).__name__}")
         mfb = exact_int("max_fine_bucket", max_fine_bucket, minimum=0)
-        seek = self.seek_index()
-        ci, truncated = build_count_index(self._tree, quantizer, mfb, self.count_mode, self._decode,
-                                          seek.dropped_bound)
+        ci, truncated = build_count_index(self.seek_index(), quantizer, mfb, self.count_mode, self._decode)
         ci.truncated = truncated
         return ci
 

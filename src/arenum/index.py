@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .tree import PrefixTree
+from .tree import PrefixTree, seg_first_below
 
 __all__ = ["ExactIndex", "MassBracket"]
 
@@ -80,9 +80,7 @@ class ExactIndex:
                 hi = lev.tlen[sel].astype(np.int64)
                 if cap is not None:
                     hi = np.minimum(hi, cap)
-                from .tree import _seg_first_below
-
-                h = _seg_first_below(pool, off, s, np.zeros_like(hi), hi, T)
+                h = seg_first_below(pool, off, s, np.zeros_like(hi), hi, T)
                 nz = h > 0
                 sel, off, s, h = sel[nz], off[nz], s[nz], h[nz]
                 offsets = np.zeros(sel.shape[0] + 1, np.int64)

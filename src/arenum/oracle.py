@@ -361,8 +361,8 @@ class StepOracle:
         full = np.zeros(n, np.int64)
         todo: list[int] = []
         cache = self._cache
-        for i, p in enumerate(prefixes) if cache else ():
-            hit = cache.get(p)
+        for i, p in enumerate(prefixes):
+            hit = cache.get(p) if cache else None
             if hit is None:
                 todo.append(i)
                 continue
@@ -372,8 +372,6 @@ class StepOracle:
             parts_ids.append(ids[:k])
             parts_lp.append(lps[:k])
             full[i] = lps.shape[0]
-        if not cache:
-            todo = list(range(n))
         t_parse = 0.0
         if self._batch is not None:
             bs = self.batch_size
@@ -481,9 +479,6 @@ class StepOracle:
     def has_scorer(self) -> bool:
         return self._score is not None
 
-    @property
-    def has_harvest(self) -> bool:
-        return self._allpos is not None
 
     def harvest(self, seq: tuple) -> int:
         """Cache the table at every prefix of ``seq`` from one ``all_position_logprobs`` call.

@@ -25,7 +25,7 @@ import numpy as np
 from ._validate import exact_int, finite_float
 from .index import ExactIndex
 from .quantize import LN2, Quantizer
-from .tree import HIST_BINS_PER_BIT, BudgetExceeded, PrefixTree
+from .tree import HIST_BINS_PER_BIT, BudgetExceeded, PrefixTree, seg_first_below
 
 __all__ = ["SeekIndex", "BudgetExceeded", "Limits"]
 
@@ -319,8 +319,6 @@ class SeekIndex:
         ints = 0
         mass = 0.0
         floats: list[np.ndarray] = []
-        from .tree import _seg_first_below
-
         for d, lev in enumerate(tree.levels[: tree.leaf_level + 1]):
             if len(lev) == 0:
                 continue
@@ -331,7 +329,7 @@ class SeekIndex:
             off = lev.off[sel]
             s = lev.score[sel]
             lo = np.full(sel.shape[0], cap, np.int64)
-            h = _seg_first_below(pool, off, s, lo, lev.tlen[sel].astype(np.int64), T)
+            h = seg_first_below(pool, off, s, lo, lev.tlen[sel].astype(np.int64), T)
             cnt = h - cap
             tot = int(cnt.sum())
             if tot == 0:

@@ -23,14 +23,14 @@ This module does not answer queries: ``arenum.index`` builds the exact index fro
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 
 from .oracle import StepOracle
 from .quantize import LN2
 
-__all__ = ["PrefixTree", "HIST_BINS_PER_BIT", "BudgetExceeded"]
+__all__ = ["PrefixTree", "HIST_BINS_PER_BIT", "BudgetExceeded", "seg_first_below"]
 
 
 class BudgetExceeded(RuntimeError):
@@ -277,7 +277,7 @@ class PrefixTree:
         s = score[cand]
         lo = made[cand] + 1
         hi = lim[cand]
-        h = _seg_first_below(pool, off, s, lo, hi, T)
+        h = seg_first_below(pool, off, s, lo, hi, T)
         m0 = made[cand]
         counts = h - m0
         total = int(counts.sum())
@@ -399,9 +399,6 @@ class PrefixTree:
         b = int(math.floor(bits * HIST_BINS_PER_BIT))
         return 1 + int(self.h_pref[: max(0, min(b, _HIST_LEN))].sum())
 
-    def nodes(self) -> Iterator[Level]:
-        return iter(self.levels)
-
     @property
     def nbytes(self) -> int:
         return sum(lev.nbytes for lev in self.levels) + self.h_comp.nbytes + self.h_pref.nbytes
@@ -443,7 +440,7 @@ def _addbins(hist: np.ndarray, bins: np.ndarray) -> None:
         hist += np.bincount(bins, minlength=hist.shape[0])[: hist.shape[0]]
 
 
-def _seg_first_below(
+def seg_first_below(
     pool: np.ndarray, off: np.ndarray, s: np.ndarray, lo: np.ndarray, hi: np.ndarray, T: float
 ) -> np.ndarray:
     """Per segment: first position ``j`` in ``[lo, hi]`` with ``s + pool[off + j] < T`` (or ``hi``).
