@@ -359,19 +359,22 @@ class StepOracle:
         parts_ids: list[np.ndarray] = []
         parts_lp: list[np.ndarray] = []
         full = np.zeros(n, np.int64)
-        todo: list[int] = []
         cache = self._cache
-        for i, p in enumerate(prefixes):
-            hit = cache.get(p) if cache else None
-            if hit is None:
-                todo.append(i)
-                continue
-            ids, lps = hit
-            k = int(np.searchsorted(-lps, -floors[i], side="right"))
-            parts_row.append(np.full(k, i, np.int64))
-            parts_ids.append(ids[:k])
-            parts_lp.append(lps[:k])
-            full[i] = lps.shape[0]
+        if not cache:  # the common case while building: no per-prefix lookups
+            todo = list(range(n))
+        else:
+            todo = []
+            for i, p in enumerate(prefixes):
+                hit = cache.get(p)
+                if hit is None:
+                    todo.append(i)
+                    continue
+                ids, lps = hit
+                k = int(np.searchsorted(-lps, -floors[i], side="right"))
+                parts_row.append(np.full(k, i, np.int64))
+                parts_ids.append(ids[:k])
+                parts_lp.append(lps[:k])
+                full[i] = lps.shape[0]
         t_parse = 0.0
         if self._batch is not None:
             bs = self.batch_size
