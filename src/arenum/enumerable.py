@@ -67,7 +67,11 @@ class AutoregressiveEnumerable:
     heads reach this many bits below a build's budget), ``max_prefixes`` / ``max_sequences`` (caps on
     an exact build; beyond them answers become brackets or raise :class:`BudgetExceeded`),
     ``progress`` (called with a dict of counters after every chunk of forwards, e.g. to draw a bar;
-    also settable later as :attr:`progress`).
+    also settable later as :attr:`progress`), ``batch_next_heads`` (an adapter that can cut rows
+    where the model runs: ``(prefixes, floors) -> (counts, tokens, log_probs, widths)``, only the
+    entries with ``log_prob >= floors[i]`` of each normalized table; the prefix tree is then filled
+    through it instead of ``batch_next_logprobs``, so full rows never cross to numpy. See
+    ``docs/core.md``; :class:`arenum.models.hf.CausalLMOracle` provides one).
 
     Beyond the exact budget (keyword-only): ``exact_limit`` caps the live prefixes (forwards) an exact
     answer may hold; a ``rank``, ``count``, ``threshold`` or ``cumulative`` query that needs more is
@@ -106,6 +110,7 @@ class AutoregressiveEnumerable:
         max_prefixes: int | None = Limits.max_prefixes,
         max_sequences: int | None = Limits.max_sequences,
         progress: Callable[[dict], None] | None = None,
+        batch_next_heads: Callable[[list[tuple], Any], Any] | None = None,
         exact_limit: int | None = None,
         estimate_samples: int = 10_000,
         estimate_seed: int | None = 0,
@@ -159,6 +164,7 @@ class AutoregressiveEnumerable:
             batch_size=self.batch_size,
             batch_score_sequences=batch_score_sequences,
             all_position_logprobs=all_position_logprobs,
+            batch_next_heads=batch_next_heads,
             eos=eos,
             norm_tol=tol,
         )

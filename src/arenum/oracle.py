@@ -12,6 +12,10 @@ Accepted result forms for one prefix (``next_logprobs(prefix)``):
 
 ``batch_next_logprobs(prefixes)`` returns a list of such results, or a dense 2-D array ``(n, V)``.
 
+``batch_next_heads(prefixes, floors)`` (optional, an ``arenum`` extension for adapters that can cut
+rows where the model runs, e.g. on a GPU) returns only the table heads the prefix tree asks for; see
+:meth:`StepOracle.fetch_heads` and :func:`check_heads` for the contract and what is checked.
+
 Validation (each a ``ValueError`` naming the prefix): NaN; a log-prob ``> 0`` (this catches
 ``+inf``); duplicate tokens; mismatched array lengths; no finite entry; ``|sum(p) - 1| > norm_tol``.
 ``-inf`` entries are dropped. Rows whose ``|log sum p| > 1e-12`` (reduced precision) are renormalized
@@ -92,6 +96,7 @@ class StepOracle:
         batch_size: int = 256,
         batch_score_sequences: Callable[[list[tuple]], Any] | None = None,
         all_position_logprobs: Callable[[tuple], Any] | None = None,
+        batch_next_heads: Callable[[list[tuple], np.ndarray], Any] | None = None,
         eos: Any = None,
         norm_tol: float = NORM_TOL,
         cache_size: int = 200_000,
@@ -102,6 +107,7 @@ class StepOracle:
             ("batch_next_logprobs", batch_next_logprobs),
             ("batch_score_sequences", batch_score_sequences),
             ("all_position_logprobs", all_position_logprobs),
+            ("batch_next_heads", batch_next_heads),
         ):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be callable or None, got {type(fn).__name__}")
@@ -109,6 +115,7 @@ class StepOracle:
         self._batch = batch_next_logprobs
         self._score = batch_score_sequences
         self._allpos = all_position_logprobs
+        self._heads = batch_next_heads
         self.batch_size = batch_size
         self.norm_tol = float(norm_tol)
         self.stats = OracleStats()
@@ -376,7 +383,17 @@ class StepOracle:
                 parts_lp.append(lps[:k])
                 full[i] = lps.shape[0]
         t_parse = 0.0
-        if self._batch is not None:
+        if self._heads is not None:
+            bs = self.batch_size
+            for a in range(0, len(todo), bs):
+                chunk = np.array(todo[a : a + bs], np.int64)
+                r, ids, lps, widths = self._call_heads([prefixes[i] for i in chunk], floors[chunk])
+                parts_row.append(chunk[r])
+                parts_ids.append(ids)
+                parts_lp.append(lps)
+                full[chunk] = widths
+                self.stats.forwards += len(chunk)
+        elif self._batch is not None:
             bs = self.batch_size
             for a in range(0, len(todo), bs):
                 chunk = np.array(todo[a : a + bs], np.int64)
@@ -411,10 +428,100 @@ class StepOracle:
             lps = np.concatenate(parts_lp)
         else:
             row, ids, lps = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
-        order = np.lexsort((-lps, row))
-        heads = Heads(ids[order], lps[order], np.bincount(row, minlength=n).astype(np.int64), full)
+        lens = np.bincount(row, minlength=n).astype(np.int64)
+        order = _head_order(row, lps, lens)
+        heads = Heads(ids[order], lps[order], lens, full)
         self.stats.parse_seconds += t_parse + time.perf_counter() - t0
         return heads
+
+    def _call_heads(
+        self, prefixes: list[tuple], floors: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """One ``batch_next_heads`` call, checked: ``(row, ids, lps, widths)`` with ``lps >= floors[row]``.
+
+        Contract: ``batch_next_heads(prefixes, floors) -> (counts, tokens, log_probs, widths)``, all
+        1-D arrays: ``counts[i]`` entries of prefix ``i`` (rows concatenated in prefix order, equal
+        log-probs in the model's table order), every entry with ``log_prob >= floors[i]`` included
+        (more is allowed: the oracle drops them), integer tokens, and ``widths[i]`` the number of
+        finite entries of the whole table. The callback guarantees each whole table is normalized;
+        what the oracle can see is checked: cardinality, shapes, NaN, ``> 0``, duplicate tokens,
+        ``counts <= widths``, and a head whose probabilities sum above ``1 + norm_tol``.
+        """
+        assert self._heads is not None
+        n = len(prefixes)
+        t0 = time.perf_counter()
+        raw = self._heads(list(prefixes), floors.copy())
+        t1 = time.perf_counter()
+        st = self.stats
+        st.model_seconds += t1 - t0
+        st.calls += 1
+        st.batch_calls += 1
+        if not (isinstance(raw, (tuple, list)) and len(raw) == 4):
+            raise TypeError(
+                "batch_next_heads must return a (counts, tokens, log_probs, widths) tuple of arrays, "
+                f"got {type(raw).__name__}"
+            )
+        counts, toks, lps, widths = (np.asarray(x) for x in raw)
+        for name, a, m in (("counts", counts, n), ("widths", widths, n)):
+            if a.ndim != 1 or a.dtype.kind not in "iu":
+                raise TypeError(f"batch_next_heads: {name} must be a 1-D integer array, got {a.dtype} {a.shape}")
+            if a.shape[0] != m:
+                raise ValueError(
+                    f"batch_next_heads returned {a.shape[0]} {name} for a batch of {m} prefixes; "
+                    "it must return exactly one per prefix"
+                )
+        counts = counts.astype(np.int64, copy=False)
+        widths = widths.astype(np.int64, copy=False)
+        if (counts < 0).any() or (counts > widths).any():
+            i = int(np.flatnonzero((counts < 0) | (counts > widths))[0])
+            raise ValueError(
+                f"batch_next_heads({_short(prefixes[i])}): {counts[i]} entries for a table of {widths[i]}"
+            )
+        total = int(counts.sum())
+        if toks.ndim != 1 or lps.ndim != 1 or toks.shape[0] != total or lps.shape[0] != total:
+            raise ValueError(
+                f"batch_next_heads: tokens {toks.shape} and log_probs {lps.shape} must both hold "
+                f"sum(counts) = {total} entries"
+            )
+        if toks.dtype.kind not in "iu" or (total and int(toks.min()) < 0):
+            raise TypeError("batch_next_heads: tokens must be non-negative integer ids")
+        if lps.dtype.kind not in "fiu":
+            raise TypeError(f"batch_next_heads: log_probs must be numeric, got dtype {lps.dtype}")
+        if self.int_mode is None:
+            self.int_mode = True
+        elif not self.int_mode:
+            raise TypeError("batch_next_heads needs integer tokens, but this model's tokens are not integers")
+        ids = toks.astype(np.int64, copy=False)
+        lps = lps.astype(np.float64, copy=False)
+        row = np.repeat(np.arange(n, dtype=np.int64), counts)
+        bad = ~(lps <= 0.0)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            what = "NaN" if np.isnan(lps[j]) else f"{float(lps[j])!r} (must be <= 0)"
+            raise ValueError(
+                f"batch_next_heads({_short(prefixes[row[j]])}): log_prob is {what} for token {int(ids[j])}"
+            )
+        if total > 1:
+            key = row * (int(ids.max()) + 1) + ids
+            key.sort()
+            dup = np.flatnonzero(key[1:] == key[:-1])
+            if dup.size:
+                k = int(key[dup[0]])
+                i, t = divmod(k, int(ids.max()) + 1)
+                raise ValueError(f"batch_next_heads({_short(prefixes[i])}): duplicate token {t}")
+        mass = np.bincount(row, weights=np.exp(lps), minlength=n)
+        over = mass > 1.0 + self.norm_tol
+        if over.any():
+            i = int(np.flatnonzero(over)[0])
+            raise ValueError(
+                f"batch_next_heads({_short(prefixes[i])}): head probabilities sum to {mass[i]:.6g} > 1 "
+                f"(tolerance {self.norm_tol:g})"
+            )
+        keep = lps >= floors[row]
+        if not keep.all():
+            row, ids, lps = row[keep], ids[keep], lps[keep]
+        st.parse_seconds += time.perf_counter() - t1
+        return row, ids, lps, widths
 
     @staticmethod
     def _collect_rows(tabs, rows, floors, parts_row, parts_ids, parts_lp, full) -> None:
@@ -522,6 +629,38 @@ class Heads:
 
     def __init__(self, ids: np.ndarray, lps: np.ndarray, lens: np.ndarray, full: np.ndarray) -> None:
         self.ids, self.lps, self.lens, self.full = ids, lps, lens, full
+
+
+_BIG_ROW = 4096
+"""Rows with more head entries than this are sorted one by one (a fast unstable sort, checked for ties)."""
+
+
+def _head_order(row: np.ndarray, lps: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Permutation sorting entries by (row, descending log-prob, given order): ``lexsort((-lps, row))``.
+
+    Many small rows go through one lexsort; each big row (a whole wide table) is sorted alone by an
+    unstable argsort, falling back to a stable one only when it holds exact ties.
+    """
+    big = lens > _BIG_ROW
+    if not big.any():
+        return np.lexsort((-lps, row))
+    by_row = np.argsort(row, kind="stable") if (row[1:] < row[:-1]).any() else np.arange(row.shape[0])
+    start = np.concatenate(([0], np.cumsum(lens)))
+    order = np.empty(row.shape[0], np.int64)
+    small = ~big[row[by_row]]
+    if small.any():
+        pos = np.flatnonzero(small)
+        sel = by_row[pos]
+        order[pos] = sel[np.lexsort((-lps[sel], row[sel]))]
+    for i in np.flatnonzero(big).tolist():
+        seg = by_row[start[i] : start[i + 1]]
+        key = -lps[seg]
+        o = np.argsort(key)
+        k = key[o]
+        if (k[1:] == k[:-1]).any():
+            o = np.argsort(key, kind="stable")
+        order[start[i] : start[i + 1]] = seg[o]
+    return order
 
 
 def sort_table(ids: np.ndarray, lps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
