@@ -110,6 +110,16 @@ class Recorder:
             self.prefixes.extend(tuple(p) for p in prefixes)
         return self.oracle.batch_next_logprobs(prefixes)
 
+    def batch_next_heads(self, prefixes, floors):
+        self.n += len(prefixes)
+        if self.keep:
+            self.prefixes.extend(tuple(p) for p in prefixes)
+        return self.oracle.batch_next_heads(prefixes, floors)
+
+
+def _pct(x) -> str:
+    return "" if x is None else f"{100 * x:.1f}%"
+
 
 def core_stats(enum) -> dict | None:
     st = getattr(enum, "stats", None)
@@ -169,6 +179,8 @@ def run_method(method: str, model, args, scale: float, max_len: int, rank: int, 
             batch_next_logprobs=rec.batch_next_logprobs, batch_size=args.batch_size,
             batch_score_sequences=oracle.score_sequences, all_position_logprobs=oracle.all_position_logprobs,
         )
+        if not args.dense_rows:  # what oracle.enumerable() wires: heads cut where the model runs
+            wiring["batch_next_heads"] = rec.batch_next_heads
     enum = AutoregressiveEnumerable(
         rec.next_logprobs, max_len=max_len, eos=oracle.eos if args.eos else None, **wiring
     )
@@ -203,6 +215,7 @@ def run_method(method: str, model, args, scale: float, max_len: int, rank: int, 
         "oracle_callback_s": st.callback_seconds,
         "adapter_overhead_s": st.callback_seconds - st.forward_seconds,
         "core_s": wall - st.callback_seconds,
+        "overhead_vs_model": (wall - st.forward_seconds) / st.forward_seconds if st.forward_seconds else None,
         "core_stats": cs,
         "timed_out": timed_out,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -249,6 +262,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
     ap.add_argument("--eos", action="store_true", help="enumerate with the EOS token (default: fixed length)")
+    ap.add_argument("--dense-rows", action="store_true",
+                    help="feed the tree full (n, V) rows (batch_next_logprobs) instead of device-cut heads")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--budget-s", type=float, default=None,
@@ -321,7 +336,7 @@ def main(argv=None) -> int:
 
     # ---- table ----------------------------------------------------------------------------
     head = (f"{'max_len':>7} {'method':<7} {'rank':>7} {'wall s':>8} {'model s':>8} {'adapter s':>9} "
-            f"{'core s':>8} {'prefixes':>8} {'forwards':>8} {'tokens':>8} {'kv hit/miss':>12} {'threshold':>11}")
+            f"{'core s':>8} {'overhead':>8} {'prefixes':>8} {'forwards':>8} {'tokens':>8} {'kv hit/miss':>12} {'threshold':>11}")
     print()
     print(head)
     print("-" * len(head))
@@ -330,10 +345,11 @@ def main(argv=None) -> int:
         hm = f"{r['kv_hits']}/{r['kv_misses']}" if r["method"] == "kv" else ""
         note = "  extrapolated" if r["extrapolated"] else ("  TIMED OUT" if r["timed_out"] else "")
         print(f"{r['max_len']:>7} {r['method']:<7} {r['rank']:>7} {r['wall_s']:>8.2f} {r['model_forward_s']:>8.2f} "
-              f"{r['adapter_overhead_s']:>9.2f} {r['core_s']:>8.2f} {r['prefixes_scored']:>8} "
+              f"{r['adapter_overhead_s']:>9.2f} {r['core_s']:>8.2f} {_pct(r.get('overhead_vs_model')):>8} "
+              f"{r['prefixes_scored']:>8} "
               f"{r['forward_calls']:>8} {r['tokens_computed']:>8} {hm:>12} {thr:>11}" + note)
         if r["method"] == "kv" and "bare_full_prefix_forward_s" in r:
-            print(f"{'':>7} {'bare':<7} {'':>7} {r['bare_full_prefix_forward_s']:>8.2f} {'':>8} {'':>9} {'':>8} "
+            print(f"{'':>7} {'bare':<7} {'':>7} {r['bare_full_prefix_forward_s']:>8.2f} {'':>8} {'':>9} {'':>8} {'':>8} "
                   f"{r['prefixes_scored']:>8} {'':>8} {r['bare_full_prefix_tokens']:>8}"
                   "   <- batched full-prefix forwards of the same prefixes, no core")
     for L in args.max_len:
@@ -343,7 +359,8 @@ def main(argv=None) -> int:
             spread = max(thrs.values()) - min(thrs.values())
             print(f"max_len {L}: thresholds agree across {sorted(thrs)} to {spread:.2e} nats")
     print("model s: bare model forward; adapter s: rest of the oracle callbacks (log-softmax, gathers, copies);\n"
-          "core s: wall - callbacks (the core's parsing, tree and index). 'naive' extrapolated rows scale the\n"
+          "core s: wall - callbacks (the core's parsing, tree and index); overhead: (wall - model s) / model s.\n"
+          "'naive' extrapolated rows scale the\n"
           "measured per-prefix cost to the number of prefixes 'kv' scored at the full rank.")
 
     out = {
@@ -358,6 +375,7 @@ def main(argv=None) -> int:
         "naive_rank": naive_rank,
         "batch_size": args.batch_size,
         "eos": bool(args.eos),
+        "tree_fed_by": "full rows (batch_next_logprobs)" if args.dense_rows else "device-cut heads (batch_next_heads)",
         "calibration": cal,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__, "numpy": np.__version__},

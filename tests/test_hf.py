@@ -398,3 +398,48 @@ def test_enumerable_limits_kv_store_to_useful_prefixes(model):
     assert o.kv_store_max_len == 3  # the largest over the enumerables built
     o.enumerable(max_len=None, eos=EOS)
     assert o.kv_store_max_len is None
+
+
+@pytest.mark.parametrize("scale, kv_reuse, dtype", [(1.0, True, None), (2.7, True, None), (0.6, False, None),
+                                                    (2.7, True, "bfloat16")])
+def test_heads_bit_identical_to_dense_rows(scale, kv_reuse, dtype):
+    """batch_next_heads = the entries of batch_next_logprobs' rows at or above each floor, bit for bit."""
+    def fresh():
+        return CausalLMOracle(tiny_gpt2(seed=4), prompt=PROMPT, logit_scale=scale, kv_reuse=kv_reuse,
+                              dtype=dtype, forward_batch_size=5)
+
+    rng = np.random.default_rng(0)
+    calls = [all_prefixes(1)[:9] + [()], [(1, 2), (3,), (7, 7), (0, 5), (), (2, 2, 2)], all_prefixes(2)[:30]]
+    dense_o, heads_o = fresh(), fresh()
+    for prefixes in calls:
+        rows = dense_o.batch_next_logprobs(prefixes)
+        floors = rng.uniform(-6.0, -0.5, len(prefixes))
+        floors[0] = -math.inf
+        floors[-1] = 0.0
+        counts, toks, lps, widths = heads_o.batch_next_heads(prefixes, floors)
+        assert (widths == V).all() and counts.sum() == toks.shape[0] == lps.shape[0]
+        off = np.concatenate([[0], np.cumsum(counts)])
+        for i, (row, f) in enumerate(zip(rows, floors)):
+            want = np.flatnonzero(row >= f)
+            assert np.array_equal(toks[off[i] : off[i + 1]], want)
+            assert np.array_equal(lps[off[i] : off[i + 1]], row[want])  # bit-identical
+        assert np.abs(np.log(np.exp(rows).sum(axis=1))).max() < 1e-12  # normalized to float64 precision
+    assert dense_o.stats.as_dict() | {"forward_seconds": 0, "callback_seconds": 0} == \
+        heads_o.stats.as_dict() | {"forward_seconds": 0, "callback_seconds": 0}
+
+
+def test_enumerable_fills_tree_through_heads(model):
+    """oracle.enumerable() never asks for full rows while building; answers equal the dense wiring's."""
+    _core()
+    o = CausalLMOracle(model, prompt=PROMPT, forward_batch_size=16)
+    dense_calls = []
+    real = o.batch_next_logprobs
+    o.batch_next_logprobs = lambda ps: (dense_calls.append(len(ps)), real(ps))[1]
+    enum = o.enumerable(max_len=3, eos=None, batch_size=64)
+    t = enum.threshold(3000)
+    assert not dense_calls
+    o2 = CausalLMOracle(model, prompt=PROMPT, forward_batch_size=16)
+    enum2 = o2.enumerable(max_len=3, eos=None, batch_size=64, batch_next_heads=None)
+    assert enum2.threshold(3000) == t
+    assert [enum.unrank(i) for i in range(0, 3000, 97)] == [enum2.unrank(i) for i in range(0, 3000, 97)]
+    assert enum.stats["forwards"] == enum2.stats["forwards"]

@@ -31,7 +31,7 @@ import time
 import warnings
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -534,35 +534,105 @@ class CausalLMOracle:
             cache = returned if returned is not None else cache
         return logits, cache
 
-    def _logprobs(self, logits: torch.Tensor) -> torch.Tensor:
-        """float64 log-softmax over the last axis (after ``logit_scale``)."""
-        x = logits.to(torch.float64)
+    # ------------------------------------------------------------------ normalization
+    # Every path (dense rows, table heads, the prompt row, teacher forcing) computes a log-prob as
+    # ``float64(logit) * logit_scale - lse`` with ``lse`` the float64 log-sum-exp of the scaled row,
+    # so the same logits give bit-identical numbers whichever callback asked for them.
+    _CPU_ROWS = 8  # rows normalized per pass on CPU (keeps the float64 work buffer in cache)
+
+    def _scaled64(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``out = float64(x) * logit_scale`` (CPU)."""
         if self.logit_scale != 1.0:
-            x = x.mul_(self.logit_scale) if x is not logits else x * self.logit_scale
-        return torch.log_softmax(x, dim=-1)
-
-    def _write_logprobs(self, dst: torch.Tensor, rows: list[int], logits: torch.Tensor) -> None:
-        """``dst[rows] = log_softmax(logit_scale * logits)`` in float64.
-
-        On CPU with consecutive rows the float64 rows are computed in place in ``dst`` (no
-        temporaries of the result's size); otherwise on the model's device, then copied.
-        """
-        if logits.device.type == "cpu" and all(b - a == 1 for a, b in zip(rows, rows[1:])):
-            view = dst[rows[0] : rows[-1] + 1]
-            view.copy_(logits)
-            if self.logit_scale != 1.0:
-                view.mul_(self.logit_scale)
-            view.sub_(torch.logsumexp(view, dim=-1, keepdim=True))
+            np.multiply(x, self.logit_scale, out=out, dtype=np.float64)
         else:
-            self._put(dst, rows, self._logprobs(logits))
+            np.copyto(out, x, casting="safe")
+        return out
+
+    def _lse_cpu(self, x: np.ndarray) -> np.ndarray:
+        """float64 log-sum-exp of each scaled row of ``x`` (2-D, CPU), in cache-sized passes."""
+        m, V = x.shape
+        lse = np.empty(m, np.float64)
+        step = self._CPU_ROWS
+        buf = self._work_buffer(min(m, step) * V).reshape(-1, V)
+        for a in range(0, m, step):
+            w = buf[: min(step, m - a)]
+            self._scaled64(x[a : a + step], w)
+            mx = w.max(axis=1)
+            np.subtract(w, mx[:, None], out=w)
+            np.exp(w, out=w)
+            lse[a : a + step] = mx + np.log(w.sum(axis=1))
+        return lse
+
+    def _work_buffer(self, n: int) -> np.ndarray:
+        buf = getattr(self, "_work", None)
+        if buf is None or buf.shape[0] < n:
+            buf = self._work = np.empty(n, np.float64)
+        return buf[:n]
 
     @staticmethod
-    def _put(dst: torch.Tensor, rows: list[int], values: torch.Tensor) -> None:
-        """``dst[rows] = values`` (device -> CPU copy), as a slice copy when ``rows`` is a range."""
-        if rows[-1] - rows[0] + 1 == len(rows) and all(b - a == 1 for a, b in zip(rows, rows[1:])):
-            dst[rows[0] : rows[-1] + 1].copy_(values)
+    def _as_numpy(logits: torch.Tensor) -> np.ndarray:
+        if logits.dtype not in (torch.float32, torch.float64):
+            logits = logits.to(torch.float32)  # bf16/fp16 -> float32 is exact
+        return logits.detach().numpy()
+
+    def _logprobs(self, logits: torch.Tensor) -> torch.Tensor:
+        """float64 log-softmax over the last axis (after ``logit_scale``), any leading shape."""
+        shape = logits.shape
+        V = shape[-1]
+        if logits.device.type == "cpu":
+            x = self._as_numpy(logits.reshape(-1, V))
+            out = np.empty(x.shape, np.float64)
+            self._write_rows_cpu(out, x)
+            return torch.from_numpy(out).reshape(shape)
+        x64 = logits.to(torch.float64)
+        if self.logit_scale != 1.0:
+            x64 = x64 * self.logit_scale
+        return x64.sub_(torch.logsumexp(x64, dim=-1, keepdim=True))
+
+    def _write_rows_cpu(self, dst: np.ndarray, x: np.ndarray) -> None:
+        """``dst = float64(x) * logit_scale - lse`` row by row (``dst`` float64, same shape)."""
+        lse = self._lse_cpu(x)
+        self._scaled64(x, dst)
+        dst -= lse[:, None]
+
+    def _write_logprobs(self, dst: np.ndarray, rows: list[int], logits: torch.Tensor) -> None:
+        """``dst[rows] = log_softmax(logit_scale * logits)`` in float64 (``dst`` a numpy array)."""
+        if logits.device.type == "cpu":
+            x = self._as_numpy(logits)
+            if all(b - a == 1 for a, b in zip(rows, rows[1:])):
+                self._write_rows_cpu(dst[rows[0] : rows[-1] + 1], x)
+            else:
+                tmp = np.empty(x.shape, np.float64)
+                self._write_rows_cpu(tmp, x)
+                dst[rows] = tmp
         else:
-            dst.index_copy_(0, torch.tensor(rows, dtype=torch.long), values.to("cpu"))
+            dst[rows] = self._logprobs(logits).cpu().numpy()
+
+    def _heads_of(self, logits: torch.Tensor, floors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Entries with log-prob ``>= floors[r]`` of each row: ``(row, col, logp)``, row-major.
+
+        The same numbers as :meth:`_logprobs`; only the selected entries leave the device.
+        """
+        if logits.device.type == "cpu":
+            x = self._as_numpy(logits)
+            lse = self._lse_cpu(x)
+            # candidates by a float32 compare a hair below the threshold, then the exact test
+            with np.errstate(invalid="ignore", over="ignore"):
+                thr = (floors + lse) / self.logit_scale
+                cut = (thr - 1e-6 * (1.0 + np.abs(thr))).astype(x.dtype)
+            cut[np.isnan(thr)] = -np.inf
+            flat = np.flatnonzero(x >= cut[:, None])
+            r, c = np.divmod(flat, x.shape[1])
+            vals = x.reshape(-1)[flat].astype(np.float64)
+            if self.logit_scale != 1.0:
+                vals *= self.logit_scale
+            vals -= lse[r]
+            ok = vals >= floors[r]
+            return r[ok], c[ok], vals[ok]
+        lp = self._logprobs(logits)
+        f = torch.as_tensor(floors, dtype=torch.float64, device=lp.device)
+        r, c = torch.nonzero(lp >= f[:, None], as_tuple=True)
+        return r.cpu().numpy(), c.cpu().numpy(), lp[r, c].cpu().numpy()
 
     def _tensor(self, rows: list[Sequence[int]]) -> torch.Tensor:
         t = torch.tensor(rows, dtype=torch.long)
@@ -690,14 +760,76 @@ class CausalLMOracle:
     def batch_next_logprobs(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
         """``(n, V)`` float64 next-token log-probs, one row per prefix (any mix of lengths)."""
         t_start = time.perf_counter()
-        keys = [p if type(p) is tuple else tuple(int(t) for t in p) for p in prefixes]
+        keys = self._keys(prefixes)
+        out = np.empty((len(keys), self.vocab_size), dtype=np.float64)
+        for rows, logits in self._level_logits(keys):
+            if logits is None:
+                out[rows] = self._prompt_logprobs
+            else:
+                self._write_logprobs(out, rows, logits)
+        self.stats.callback_seconds += time.perf_counter() - t_start
+        return out
+
+    def batch_next_heads(
+        self, prefixes: Sequence[Sequence[int]], floors: Sequence[float]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Table heads: for each prefix, the tokens whose log-prob is ``>= floors[i]``.
+
+        Returns ``(counts, tokens, log_probs, widths)`` (see ``docs/core.md``): ``counts[i]``
+        entries per prefix, concatenated in prefix order with ascending token ids inside a row,
+        float64 log-probs bit-identical to :meth:`batch_next_logprobs`, and ``widths[i] = V``.
+        The rows are normalized and cut where the model runs, so only the heads are copied out;
+        the core's prefix tree uses this instead of full rows (wired by :meth:`enumerable`).
+        """
+        t_start = time.perf_counter()
+        keys = self._keys(prefixes)
         n = len(keys)
-        V = self.vocab_size
-        out = np.empty((n, V), dtype=np.float64)
-        if n == 0:
-            return out
-        out_t = torch.from_numpy(out)
-        prompt_lp = self._prompt_state()
+        fl = np.asarray(floors, dtype=np.float64).reshape(-1)
+        if fl.shape[0] != n:
+            raise ValueError(f"batch_next_heads: {fl.shape[0]} floors for {n} prefixes")
+        parts_r: list[np.ndarray] = []
+        parts_c: list[np.ndarray] = []
+        parts_v: list[np.ndarray] = []
+        for rows, logits in self._level_logits(keys):
+            ix = np.asarray(rows, dtype=np.int64)
+            if logits is None:
+                lp = self._prompt_logprobs
+                assert lp is not None
+                for i in ix.tolist():
+                    c = np.flatnonzero(lp >= fl[i])
+                    parts_r.append(np.full(c.shape[0], i, np.int64))
+                    parts_c.append(c)
+                    parts_v.append(lp[c])
+            else:
+                r, c, v = self._heads_of(logits, fl[ix])
+                parts_r.append(ix[r])
+                parts_c.append(c)
+                parts_v.append(v)
+        if parts_r:
+            r = np.concatenate(parts_r)
+            order = np.argsort(r, kind="stable")  # prefix order; columns stay ascending in a row
+            tokens = np.concatenate(parts_c).astype(np.int64, copy=False)[order]
+            logps = np.concatenate(parts_v)[order]
+            counts = np.bincount(r, minlength=n).astype(np.int64)
+        else:
+            tokens, logps, counts = np.zeros(0, np.int64), np.zeros(0), np.zeros(n, np.int64)
+        self.stats.callback_seconds += time.perf_counter() - t_start
+        return counts, tokens, logps, np.full(n, self.vocab_size, np.int64)
+
+    @staticmethod
+    def _keys(prefixes: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+        return [p if type(p) is tuple else tuple(int(t) for t in p) for p in prefixes]
+
+    def _level_logits(self, keys: list[tuple[int, ...]]) -> Iterator[tuple[list[int], torch.Tensor | None]]:
+        """Run the forwards for ``keys``; yield ``(rows, last-position logits)`` chunk by chunk.
+
+        ``logits`` is ``None`` for rows of the empty prefix (their log-probs are the prompt's,
+        cached). Prefixes are grouped by length (no padding); a prefix whose parent's KV is cached
+        costs a one-token forward, others run all their tokens on the broadcast prompt KV.
+        """
+        if not keys:
+            return
+        self._prompt_state()
         by_len: dict[int, list[int]] = {}
         for i, p in enumerate(keys):
             by_len.setdefault(len(p), []).append(i)
@@ -705,22 +837,21 @@ class CausalLMOracle:
         with torch.inference_mode():
             for d, idx in by_len.items():
                 if d == 0:
-                    out[idx] = prompt_lp
                     self.stats.kv_hits += len(idx)
+                    yield idx, None
                     continue
+                step = self._rows_per_forward(P + d)
                 if not self.kv_reuse:
-                    step = self._rows_per_forward(P + d)
                     for s in range(0, len(idx), step):
                         chunk = idx[s : s + step]
                         ids = self._tensor([self.prompt_ids + list(keys[i]) for i in chunk])
                         logits, _ = self._forward(ids, keep=1)
-                        self._write_logprobs(out_t, chunk, logits[:, -1])
-                    self.stats.kv_misses += len(idx)
+                        self.stats.kv_misses += len(chunk)
+                        yield chunk, logits[:, -1]
                     continue
                 hits = [i for i in idx if d == 1 or keys[i][:-1] in self._index]
                 hit_set = set(hits)
                 misses = [i for i in idx if i not in hit_set] if len(hits) < len(idx) else []
-                step = self._rows_per_forward(P + d)
                 for s in range(0, len(hits), step):
                     chunk = hits[s : s + step]
                     # re-check: storing earlier chunks of this call may have evicted a parent
@@ -734,19 +865,17 @@ class CausalLMOracle:
                     ids = self._tensor([[p[-1]] for p in chunk_keys])
                     logits, cache = self._forward(ids, past=past, keep=1, use_cache=True)
                     del past
-                    self._write_logprobs(out_t, chunk, logits[:, -1])
                     self._store(chunk_keys, cache)
                     self.stats.kv_hits += len(chunk)
+                    yield chunk, logits[:, -1]
                 for s in range(0, len(misses), step):
                     chunk = misses[s : s + step]
                     chunk_keys = [keys[i] for i in chunk]
                     ids = self._tensor(chunk_keys)
                     logits, cache = self._forward(ids, past=self._broadcast_prompt(len(chunk)), keep=1, use_cache=True)
-                    self._write_logprobs(out_t, chunk, logits[:, -1])
                     self._store(chunk_keys, cache)
                     self.stats.kv_misses += len(chunk)
-        self.stats.callback_seconds += time.perf_counter() - t_start
-        return out
+                    yield chunk, logits[:, -1]
 
     def _position_logprobs(self, seqs: list[tuple[int, ...]], L: int, targets_only: bool) -> np.ndarray:
         """For equal-length ``seqs`` (L >= 1): (n, L) target log-probs, or (n, L, V) full rows."""
@@ -864,6 +993,7 @@ class CausalLMOracle:
             "batch_next_logprobs": self.batch_next_logprobs,
             "batch_score_sequences": self.score_sequences,
             "all_position_logprobs": self.all_position_logprobs,
+            "batch_next_heads": self.batch_next_heads,
         }
         wiring.update(kwargs)
         return AutoregressiveEnumerable(self.next_logprobs, max_len=max_len, eos=eos_id, **wiring)
