@@ -159,6 +159,7 @@ class PrefixTree:
         self.h_pref = np.zeros(_HIST_LEN, np.int64)  # next-level prefixes seen, by bin
         self.fetched_nodes = 0
         self._pool_entries = 0
+        self._widest = 0  # the widest whole table seen (entries)
         self._key_cache: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
         self.progress: Callable[[dict], None] | None = None  # called after every fetched chunk
 
@@ -195,7 +196,7 @@ class PrefixTree:
     def _fetch(self, d: int, nodes: np.ndarray, keep: float) -> None:
         """Score ``nodes`` of level ``d`` (one forward each) and store their heads down to ``keep``.
 
-        Small trees (fewer than ``KEEP_ALL_ENTRIES`` stored entries) store whole tables.
+        Small trees store whole tables, as long as the stored entries stay under ``KEEP_ALL_ENTRIES``.
         """
         lev = self.levels[d]
         o = self.oracle
@@ -208,7 +209,8 @@ class PrefixTree:
             refetch = lev.fetched[ns].copy()
             old_floor = np.where(refetch, lev.floor[ns], math.inf)  # entries below it are new
             s = lev.score[ns]
-            keep_all = self._pool_entries < KEEP_ALL_ENTRIES
+            # whole tables only while they all fit under KEEP_ALL_ENTRIES (wide vocabularies: a few rows)
+            keep_all = self._pool_entries + m * self._widest < KEEP_ALL_ENTRIES
             # a superset in lp terms (float slack), then the exact test on s + lp
             floors = np.full(m, -math.inf) if keep_all else (keep - s) - 1e-9 * (1.0 + abs(keep))
             heads = o.fetch_heads(self._prefix_tuples(d, ns), floors)
@@ -236,6 +238,7 @@ class PrefixTree:
                     r = krow[hit]
                     eos_j[r] = (hit + base - offs[r]).astype(np.int32)
             cut = klen < heads.full
+            self._widest = max(self._widest, int(heads.full.max(initial=0)))
             # commit (no exception possible past this point)
             lev.pool_lp.extend(klp)
             lev.pool_tok.extend(kid)
