@@ -400,13 +400,20 @@ def test_enumerable_limits_kv_store_to_useful_prefixes(model):
     assert o.kv_store_max_len is None
 
 
-@pytest.mark.parametrize("scale, kv_reuse, dtype", [(1.0, True, None), (2.7, True, None), (0.6, False, None),
-                                                    (2.7, True, "bfloat16")])
-def test_heads_bit_identical_to_dense_rows(scale, kv_reuse, dtype):
-    """batch_next_heads = the entries of batch_next_logprobs' rows at or above each floor, bit for bit."""
+@pytest.mark.parametrize("scale, kv_reuse, dtype, device_math", [
+    (1.0, True, None, False), (2.7, True, None, False), (0.6, False, None, False), (2.7, True, "bfloat16", False),
+    (2.7, True, None, True), (1.0, False, "bfloat16", True),
+])
+def test_heads_bit_identical_to_dense_rows(scale, kv_reuse, dtype, device_math):
+    """batch_next_heads = the entries of batch_next_logprobs' rows at or above each floor, bit for bit.
+
+    ``device_math`` runs the torch normalization a GPU uses (here on CPU tensors)."""
     def fresh():
-        return CausalLMOracle(tiny_gpt2(seed=4), prompt=PROMPT, logit_scale=scale, kv_reuse=kv_reuse,
-                              dtype=dtype, forward_batch_size=5)
+        o = CausalLMOracle(tiny_gpt2(seed=4), prompt=PROMPT, logit_scale=scale, kv_reuse=kv_reuse,
+                           dtype=dtype, forward_batch_size=5)
+        if device_math:
+            o._host_math = lambda logits: False
+        return o
 
     rng = np.random.default_rng(0)
     calls = [all_prefixes(1)[:9] + [()], [(1, 2), (3,), (7, 7), (0, 5), (), (2, 2, 2)], all_prefixes(2)[:30]]

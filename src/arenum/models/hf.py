@@ -228,8 +228,9 @@ class CausalLMOracle:
     Peak memory beyond the weights is about ``kv_cache_bytes`` + ``3 x max_forward_tokens x
     kv_bytes_per_token`` (gathered past, the model's concatenated cache, the kept copy) + the
     model's activations for at most ``max_forward_tokens`` query tokens + ``2 x
-    forward_batch_size x V x 8`` bytes of float64 logits + the ``n x V x 8``-byte result the
-    caller asked for.  ``kv_bytes_per_token = 2 x layers x kv_heads x head_dim x
+    forward_batch_size x V x 8`` bytes of float64 logits + the ``n x V x 8``-byte result of
+    :meth:`batch_next_logprobs` (:meth:`batch_next_heads`, which the core's tree uses, returns
+    only the heads: 16 bytes per entry).  ``kv_bytes_per_token = 2 x layers x kv_heads x head_dim x
     dtype_bytes`` (36 KiB for distilGPT-2 in float32); :attr:`kv_bytes_per_token` reports it.
     """
 
@@ -554,10 +555,14 @@ class CausalLMOracle:
         lse = np.empty(m, np.float64)
         step = self._CPU_ROWS
         buf = self._work_buffer(min(m, step) * V).reshape(-1, V)
+        # max(float64(x) * s) == float64(max(x)) * s for s > 0 (rounding is monotone): max in float32
+        mxs = x.max(axis=1).astype(np.float64)
+        if self.logit_scale != 1.0:
+            mxs *= self.logit_scale
         for a in range(0, m, step):
             w = buf[: min(step, m - a)]
             self._scaled64(x[a : a + step], w)
-            mx = w.max(axis=1)
+            mx = mxs[a : a + step]
             np.subtract(w, mx[:, None], out=w)
             np.exp(w, out=w)
             lse[a : a + step] = mx + np.log(w.sum(axis=1))
@@ -575,11 +580,16 @@ class CausalLMOracle:
             logits = logits.to(torch.float32)  # bf16/fp16 -> float32 is exact
         return logits.detach().numpy()
 
+    @staticmethod
+    def _host_math(logits: torch.Tensor) -> bool:
+        """Normalize in numpy (CPU tensors) rather than in torch on the model's device."""
+        return logits.device.type == "cpu"
+
     def _logprobs(self, logits: torch.Tensor) -> torch.Tensor:
         """float64 log-softmax over the last axis (after ``logit_scale``), any leading shape."""
         shape = logits.shape
         V = shape[-1]
-        if logits.device.type == "cpu":
+        if self._host_math(logits):
             x = self._as_numpy(logits.reshape(-1, V))
             out = np.empty(x.shape, np.float64)
             self._write_rows_cpu(out, x)
@@ -597,7 +607,7 @@ class CausalLMOracle:
 
     def _write_logprobs(self, dst: np.ndarray, rows: list[int], logits: torch.Tensor) -> None:
         """``dst[rows] = log_softmax(logit_scale * logits)`` in float64 (``dst`` a numpy array)."""
-        if logits.device.type == "cpu":
+        if self._host_math(logits):
             x = self._as_numpy(logits)
             if all(b - a == 1 for a, b in zip(rows, rows[1:])):
                 self._write_rows_cpu(dst[rows[0] : rows[-1] + 1], x)
@@ -613,7 +623,7 @@ class CausalLMOracle:
 
         The same numbers as :meth:`_logprobs`; only the selected entries leave the device.
         """
-        if logits.device.type == "cpu":
+        if self._host_math(logits):
             x = self._as_numpy(logits)
             lse = self._lse_cpu(x)
             # candidates by a float32 compare a hair below the threshold, then the exact test
