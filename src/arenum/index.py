@@ -4,10 +4,11 @@ Complete sequences are never stored as nodes: in fixed-length mode they are the 
 leaf-level tables, in terminating mode the ``eos`` entries of every prefix's table. Each is the pair
 (prefix node, table position) with exact score ``score[node] + lp``.
 
-Layout (``N`` items): ``x`` float64 ``(N,)`` scores in canonical flat order (blocks by level, then
-node id, then table position); ``perm`` int32/int64 ``(N,)`` flat positions grouped by a coarse
-bucket of the exact score (a fine uniform grid mapped to about equal-count buckets by a monotone
-lookup table, then a stable radix sort on a 16-bit key, O(N)); ``cum`` int64 ``(nb+1,)`` bucket
+Layout (``N`` items): flat positions name the items (blocks by level, then node id, then table
+position; see ``_Block``), and an item's score is recomputed from the tree when needed, never
+stored; ``perm`` int32/int64 ``(N,)`` holds the flat positions grouped by a coarse bucket of the
+exact score (a fine uniform grid mapped to about equal-count buckets by a monotone lookup table,
+then a counting sort by bucket, O(N), in cache-sized chunks); ``cum`` int64 ``(nb+1,)`` bucket
 starts. A query finds its bucket from ``cum`` and sorts that one bucket exactly, once (cached).
 Buckets are a monotone function of the exact score, so the order is exact everywhere.
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .tree import PrefixTree, seg_first_below
+from .tree import PrefixTree, _Grow, page_empty, seg_first_below
 
 __all__ = ["ExactIndex", "MassBracket"]
 
@@ -45,126 +46,208 @@ class MassBracket:
         return 0.5 * (self.lo + self.hi)
 
 
-class _Block:
-    __slots__ = ("level", "nodes", "offsets", "start", "fixed")
+_CHUNK = 1 << 16
+"""Items per step of the build passes: every temporary of a step stays in cache."""
+_LOWEST = -float(np.finfo(np.float64).max)  # ``x >= max(T, _LOWEST)`` never admits a -inf score
 
-    def __init__(self, level: int, nodes: np.ndarray, offsets: np.ndarray, start: int, fixed: bool):
-        self.level = level
-        self.nodes = nodes  # node ids with at least one item
-        self.offsets = offsets  # (len(nodes)+1,) item offsets within the block
-        self.start = start  # flat position of the block's first item
-        self.fixed = fixed  # items are table heads (fixed) or single eos entries
+
+class _Block:
+    """The items of one tree level.
+
+    Fixed length (``fixed``): table heads. Node ``nodes[r]`` owns the flat positions
+    ``start + offsets[r] .. start + offsets[r+1] - 1``; the item at position ``start + i`` scores
+    ``s[r] + pool_lp[shift[r] + i]``. Terminating: ``eos`` entries, at most one per level node, at
+    flat position ``start + node id`` (positions of nodes without an item are unused); the item
+    scores ``score + eos_lp`` of its node. ``span``: flat positions the block covers.
+    """
+
+    __slots__ = ("level", "start", "span", "fixed", "nodes", "offsets", "s", "shift")
+
+    def __init__(self, level: int, start: int, span: int, fixed: bool, nodes: np.ndarray | None = None,
+                 offsets: np.ndarray | None = None, s: np.ndarray | None = None,
+                 shift: np.ndarray | None = None) -> None:
+        self.level, self.start, self.span, self.fixed = level, start, span, fixed
+        self.nodes, self.offsets, self.s, self.shift = nodes, offsets, s, shift
 
 
 class ExactIndex:
-    """Every complete sequence with ``score >= T`` in exact descending order (module docstring)."""
+    """Every complete sequence with ``score >= T`` in exact descending order (module docstring).
+
+    Scores are not stored: they are recomputed from the tree (the same float addition) wherever
+    needed, so the index itself holds one permutation entry per sequence.
+    """
 
     def __init__(self, tree: PrefixTree, T: float) -> None:
         if T < tree.built:
             raise ValueError(f"tree is built to {tree.built}, cannot index down to {T}")
         self.tree = tree
         self.T = T
-        blocks: list[_Block] = []
-        xs: list[np.ndarray] = []
-        spare: tuple[np.ndarray, np.ndarray] | None = None
-        pos = 0
-        cap = tree.branch_cap
+        self._Tx = max(T, _LOWEST)  # the item test, float for float: x >= _Tx
+        self.blocks: list[_Block] = []
         if tree.fixed_len is not None:
-            d = tree.leaf_level
-            lev = tree.levels[d] if d < len(tree.levels) else None
-            if lev is not None and len(lev):
-                sel = np.flatnonzero(lev.fetched & (lev.score >= T))
-                pool = lev.pool_lp.v
-                off = lev.off[sel]
-                s = lev.score[sel]
-                hi = lev.tlen[sel].astype(np.int64)
-                if cap is not None:
-                    hi = np.minimum(hi, cap)
-                h = seg_first_below(pool, off, s, np.zeros_like(hi), hi, T)
-                nz = h > 0
-                sel, off, s, h = sel[nz], off[nz], s[nz], h[nz]
-                offsets = np.zeros(sel.shape[0] + 1, np.int64)
-                np.cumsum(h, out=offsets[1:])
-                total = int(offsets[-1])
-                gidx = np.repeat(off - offsets[:-1], h)
-                buf = np.arange(total, dtype=np.int64)
-                gidx += buf
-                x = np.take(pool, gidx, out=buf.view(np.float64))  # reuse: fresh pages cost here
-                rep = np.repeat(s, h)
-                x += rep  # score[node] + lp, the same float addition as the tree's
-                spare = (gidx, rep)  # free now: the bucket pass writes into them
-                blocks.append(_Block(d, sel, offsets, 0, True))
-                xs.append(x)
-                pos = total
+            top, bottom, n = self._head_blocks()
         else:
-            for d, lev in enumerate(tree.levels[: tree.leaf_level + 1]):
-                if len(lev) == 0:
-                    continue
-                ej = lev.eos_j
-                ok = lev.fetched & (ej >= 0) & (lev.score >= T)
-                if cap is not None:
-                    ok &= ej < cap
-                sel = np.flatnonzero(ok)
-                if sel.size == 0:
-                    continue
-                x = lev.score[sel] + lev.pool_lp.v[lev.off[sel] + ej[sel]]
-                keep = x >= T
-                sel, x = sel[keep], x[keep]
-                if sel.size == 0:
-                    continue
-                offsets = np.arange(sel.shape[0] + 1, dtype=np.int64)
-                blocks.append(_Block(d, sel, offsets, pos, False))
-                xs.append(x)
-                pos += sel.shape[0]
-        self.blocks = blocks
-        self.block_starts = np.array([b.start for b in blocks], np.int64)
-        x = xs[0] if len(xs) == 1 else (np.concatenate(xs) if xs else np.zeros(0))
-        self.x = x
-        self.N = int(x.shape[0])
+            top, bottom, n = self._eos_blocks()
+        self.block_starts = np.array([b.start for b in self.blocks], np.int64)
+        self.span = sum(b.span for b in self.blocks)
         self._bucket_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._mass_cum: np.ndarray | None = None
-        self._build_buckets(spare if len(xs) == 1 else None)
+        self._build_buckets(n, top, bottom)
+
+    # ------------------------------------------------------------------ items
+    def _head_blocks(self) -> tuple[float, float, int]:
+        """Fixed length: the items are the heads ``s + lp >= T`` of the leaf-level tables.
+
+        Returns the highest and the lowest item score, and the number of items."""
+        tree, T = self.tree, self._Tx
+        d = tree.leaf_level
+        lev = tree.levels[d] if d < len(tree.levels) else None
+        if lev is None or len(lev) == 0:
+            return -math.inf, math.inf, 0
+        sel = np.flatnonzero(lev.fetched & (lev.score >= T))
+        pool = lev.pool_lp.v
+        off = lev.off[sel]
+        s = lev.score[sel]
+        hi = lev.tlen[sel].astype(np.int64)
+        if tree.branch_cap is not None:
+            hi = np.minimum(hi, tree.branch_cap)
+        h = seg_first_below(pool, off, s, np.zeros_like(hi), hi, T)
+        nz = h > 0
+        sel, off, s, h = sel[nz], off[nz], s[nz], h[nz]
+        if sel.size == 0:
+            return -math.inf, math.inf, 0
+        offsets = np.zeros(sel.shape[0] + 1, np.int64)
+        np.cumsum(h, out=offsets[1:])
+        self.blocks.append(_Block(d, 0, int(offsets[-1]), True, sel, offsets, s, off - offsets[:-1]))
+        # heads are sorted: a node's first item is its highest, its last its lowest
+        return float((s + pool[off]).max()), float((s + pool[off + h - 1]).min()), int(offsets[-1])
+
+    def _eos_blocks(self) -> tuple[float, float, int]:
+        """Terminating: the items are the ``eos`` entries with ``score + eos_lp >= T``.
+
+        Returns the highest and the lowest item score, and the number of items."""
+        tree = self.tree
+        pos = n_items = 0
+        top, bottom = -math.inf, math.inf
+        for d, lev in enumerate(tree.levels[: tree.leaf_level + 1]):
+            n = len(lev)
+            if n == 0:
+                continue
+            blk = _Block(d, pos, n, False)
+            for _, xc in self._eos_chunks(blk, 4 * _CHUNK):
+                top = max(top, float(xc.max()))
+                bottom = min(bottom, float(xc.min()))
+                n_items += xc.shape[0]
+            self.blocks.append(blk)
+            pos += n
+        return top, bottom, n_items
+
+    def _eos_chunks(self, blk: _Block, step: int):
+        lev = self.tree.levels[blk.level]
+        score, elp = lev.score, lev.eos_lp
+        cap = self.tree.branch_cap
+        for a in range(0, blk.span, step):
+            b = min(blk.span, a + step)
+            xc = score[a:b] + elp[a:b]  # the same float addition as the tree's
+            ok = xc >= self._Tx
+            if cap is not None:
+                ok &= lev.eos_j[a:b] < cap
+            k = np.flatnonzero(ok)
+            if k.size:
+                yield k + (blk.start + a), xc[k]
+
+    def _chunks(self, step: int):
+        """``(positions, scores)`` of every item, in flat order, about ``step`` items at a time.
+
+        ``positions`` is an int (the first of a run of consecutive flat positions) or an array."""
+        for blk in self.blocks:
+            if not blk.fixed:
+                yield from self._eos_chunks(blk, step)
+                continue
+            pool = self.tree.levels[blk.level].pool_lp.v
+            offsets, s, shift = blk.offsets, blk.s, blk.shift
+            cuts = np.unique(np.append(np.searchsorted(offsets, np.arange(0, blk.span, step)), s.shape[0]))
+            width = int(np.diff(offsets[cuts]).max()) if cuts.shape[0] > 1 else 0
+            ramp = np.arange(width, dtype=np.int64)
+            for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+                i0, i1 = int(offsets[a]), int(offsets[b])
+                cnt = np.diff(offsets[a : b + 1])
+                gidx = np.repeat(shift[a:b], cnt)
+                gidx += ramp[: i1 - i0]
+                gidx += i0
+                xc = pool[gidx]
+                xc += np.repeat(s[a:b], cnt)  # lp + score[node], the same float addition as the tree's
+                yield blk.start + i0, xc
+
+    def _scores(self, P: np.ndarray) -> np.ndarray:
+        """Scores of the items at flat positions ``P`` (int64)."""
+        x = np.empty(P.shape[0])
+        bi = np.searchsorted(self.block_starts, P, side="right") - 1
+        for k in np.unique(bi).tolist():
+            rows = np.flatnonzero(bi == k)
+            blk = self.blocks[k]
+            lev = self.tree.levels[blk.level]
+            rel = P[rows] - blk.start
+            if blk.fixed:
+                r = np.searchsorted(blk.offsets, rel, side="right") - 1
+                x[rows] = lev.pool_lp.v[blk.shift[r] + rel] + blk.s[r]
+            else:
+                x[rows] = lev.score[rel] + lev.eos_lp[rel]
+        return x
 
     # ------------------------------------------------------------------ buckets
-    def _build_buckets(self, spare: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+    def _build_buckets(self, N: int, top: float, bottom: float) -> None:
         """Group the items by bucket: a fine uniform grid of the exact score (monotone), mapped to
-        ``nb`` coarse buckets of about equal counts by a monotone lookup table, then a stable radix
-        sort on the 16-bit bucket ids. Equal-count buckets keep every first-touch sort small."""
-        N = self.N
-        x = self.x
-        self.top = float(x.max()) if N else 0.0
+        ``nb`` coarse buckets of about equal counts by a monotone lookup table, then a counting
+        sort by bucket id, chunk by chunk, straight into ``perm`` (stable: ascending flat positions
+        within a bucket). Equal-count buckets keep every first-touch sort small. Two passes over
+        the items, scores recomputed in cache-sized chunks; nothing item-sized but ``perm``."""
+        self.N = N
+        self.top = top if N else 0.0
         if N == 0:
             self.nb, self.nf, self.fscale = 1, 1, 0.0
             self.lut = np.zeros(1, np.uint16)
             self.perm = np.zeros(0, np.int64)
             self.cum = np.zeros(2, np.int64)
             return
-        top = self.top
-        lo = self.T if math.isfinite(self.T) else float(x.min())
+        lo = self.T if math.isfinite(self.T) else bottom
         rng = top - lo
         nb = int(min(65536, max(1, N // 64)))
         nf = int(min(1 << 22, max(nb, 16 * nb)))
         self.nb, self.nf = nb, nf
         self.fscale = (nf / rng) * (1 - 1e-12) if rng > 0 else 0.0
-        if spare is not None and spare[0].shape[0] == N:  # two free (N,) 8-byte buffers
-            f = np.subtract(top, x, out=spare[1])
-            f *= self.fscale
-            fine = spare[0].view(np.int32)[:N]
-            np.copyto(fine, f, casting="unsafe")
-        else:
-            fine = self._fine_of_array(x)
-        hist = np.bincount(fine, minlength=nf)
+        # pass 1: histogram of the fine cells
+        hist = np.zeros(nf, np.int64)
+        for _, xc in self._chunks(max(_CHUNK, nf)):
+            hist += np.bincount(self._fine_of_array(xc), minlength=nf)
         before = np.zeros(nf, np.int64)
         np.cumsum(hist[:-1], out=before[1:])
         self.lut = np.minimum(before * nb // N, nb - 1).astype(np.uint16)
-        b = self.lut[fine]
-        del fine
-        self.perm = np.argsort(b, kind="stable")
-        if N >= 1 << 26:  # halve the largest array of a big index
-            self.perm = self.perm.astype(np.int32)
         counts = np.bincount(self.lut, weights=hist, minlength=nb).astype(np.int64)
         self.cum = np.zeros(nb + 1, np.int64)
         np.cumsum(counts, out=self.cum[1:])
+        # pass 2: counting sort; nxt[b] is where the next item of bucket b goes
+        perm = page_empty(N, np.int32 if self.span < 1 << 31 else np.int64)
+        nxt = self.cum[:-1].copy()
+        step = 4 * _CHUNK  # in-cache chunk sorts, yet a few items per bucket per scatter
+        ramp = np.arange(step, dtype=np.int64)
+        for pos, xc in self._chunks(step):
+            b = self._bucket_of_array(xc)
+            o = np.argsort(b, kind="stable")
+            c = np.bincount(b, minlength=nb)
+            first = np.cumsum(c)
+            first -= c  # position of each bucket's first item in the sorted chunk
+            dest = (nxt - first)[b[o]]
+            if ramp.shape[0] < b.shape[0]:  # a chunk ends at a node's end: may run past step
+                ramp = np.arange(b.shape[0], dtype=np.int64)
+            dest += ramp[: b.shape[0]]
+            if isinstance(pos, int):
+                o += pos
+                perm[dest] = o
+            else:
+                perm[dest] = pos[o]
+            nxt += c
+        self.perm = perm
 
     def _fine_of_array(self, x: np.ndarray) -> np.ndarray:
         # 0 <= top - x <= top - lo, and fscale carries a 1e-12 relative margin, so f < nf
@@ -190,7 +273,7 @@ class ExactIndex:
         if hit is not None:
             return hit
         P = self.perm[self.cum[b] : self.cum[b + 1]].astype(np.int64)
-        xb = self.x[P]
+        xb = self._scores(P)
         order = np.argsort(-xb, kind="stable")
         P, xb = P[order], xb[order]
         if P.shape[0] > 1 and (xb[1:] == xb[:-1]).any():
@@ -224,13 +307,14 @@ class ExactIndex:
             rows = np.flatnonzero(bi == k)
             blk = self.blocks[int(k)]
             rel = P[rows] - blk.start
-            r = np.searchsorted(blk.offsets, rel, side="right") - 1
             lvl[rows] = blk.level
-            node[rows] = blk.nodes[r]
             if blk.fixed:
+                r = np.searchsorted(blk.offsets, rel, side="right") - 1
+                node[rows] = blk.nodes[r]
                 j[rows] = rel - blk.offsets[r]
             else:
-                j[rows] = self.tree.levels[blk.level].eos_j[blk.nodes[r]]
+                node[rows] = rel
+                j[rows] = self.tree.levels[blk.level].eos_j[rel]
         return lvl, node, j
 
     def sequences(self, P: np.ndarray) -> list[tuple]:
@@ -295,8 +379,9 @@ class ExactIndex:
     # ------------------------------------------------------------------ mass
     def _masses(self) -> np.ndarray:
         if self._mass_cum is None:
-            b = self._bucket_of_array(self.x) if self.N else np.zeros(0, np.uint16)
-            m = np.bincount(b, weights=np.exp(self.x), minlength=self.nb)
+            m = np.zeros(self.nb)
+            for _, xc in self._chunks(max(4 * _CHUNK, self.nb)):
+                m += np.bincount(self._bucket_of_array(xc), weights=np.exp(xc), minlength=self.nb)
             self._mass_cum = np.concatenate(([0.0], np.cumsum(m)))
         return self._mass_cum
 
@@ -345,17 +430,23 @@ class ExactIndex:
     def _check(self) -> None:
         """Assert the index's invariants (for tests)."""
         assert self.perm.shape[0] == self.N and self.cum[-1] == self.N
-        assert (self.x >= self.T).all()
-        seen = np.zeros(self.N, bool)
+        ps, xs = [np.zeros(0, np.int64)], [np.zeros(0)]
+        for p, xc in self._chunks(_CHUNK):
+            ps.append(np.arange(p, p + xc.shape[0]) if isinstance(p, int) else p)
+            xs.append(xc)
+        pos, x = np.concatenate(ps), np.concatenate(xs)
+        assert pos.shape[0] == self.N and (x >= self.T).all()
+        assert np.array_equal(self._scores(pos), x)
+        seen = []
         prev = math.inf
         for b in range(self.nb):
             P, xb = self._sorted_bucket(b)
-            seen[P] = True
+            seen.append(P)
             if xb.size:
                 assert xb[0] <= prev
                 assert (np.diff(xb) <= 0).all()
                 prev = xb[-1]
-        assert seen.all()
+        assert np.array_equal(np.sort(np.concatenate(seen)), pos)
 
 
 def _bracket(m: float, n: int) -> MassBracket:

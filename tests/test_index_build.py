@@ -1,0 +1,88 @@
+"""The exact index's chunked build and the tree's growable storage, against brute force."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import arenum.index as index_mod
+import arenum.tree as tree_mod
+from arenum import AutoregressiveEnumerable
+from arenum.testing import RandomModel, brute_force
+
+
+@pytest.mark.parametrize("term", [False, True])
+@pytest.mark.parametrize("chunk", [1, 3, 64])
+def test_chunked_build_matches_brute_force(monkeypatch, term, chunk):
+    """Tiny build chunks: chunks end inside and at node boundaries, many per level."""
+    monkeypatch.setattr(index_mod, "_CHUNK", chunk)
+    V, L = (5, 4) if term else (6, 3)
+    eos = 0 if term else None
+    m = RandomModel(V, seed=7, peak=1.2, eos=eos, eos_boost=2.0)
+    bf = brute_force(m.table, fixed_len=None if term else L, eos=eos, cap=L)
+    ar = AutoregressiveEnumerable(m, max_len=L, eos=eos)
+    assert ar.slice(0, len(bf) + 3) == bf
+    for i in range(0, len(bf), 7):
+        seq, s = bf[i]
+        assert ar.unrank(i) == (seq, s)
+        assert ar.count(s) == sum(1 for _, x in bf if x >= s)
+    total = math.fsum(math.exp(s) for _, s in bf)
+    lo, hi = ar.mass_above(-math.inf)
+    assert lo <= total <= hi
+    ar._check()
+
+
+@pytest.mark.parametrize("term", [False, True])
+def test_branch_cap_index_is_exact_over_the_capped_support(monkeypatch, term):
+    monkeypatch.setattr(index_mod, "_CHUNK", 2)
+    V, L = (5, 4) if term else (6, 3)
+    eos = 0 if term else None
+    m = RandomModel(V, seed=3, peak=1.0, eos=eos, eos_boost=2.0)
+
+    def top3(prefix):
+        toks, lps = m.table(prefix)
+        return toks[:3], lps[:3]
+
+    bf = brute_force(top3, fixed_len=None if term else L, eos=eos, cap=L)
+    ar = AutoregressiveEnumerable(m, max_len=L, eos=eos, branch_cap=3)
+    assert ar.slice(0, len(bf) + 3) == bf
+    ar._check()
+
+
+def test_grow_remaps_in_place_and_copies_when_a_view_is_held(monkeypatch):
+    monkeypatch.setattr(tree_mod, "MAP_MIN_BYTES", 1 << 12)
+    g = tree_mod._Grow(np.float64)
+    rng = np.random.default_rng(0)
+    parts = []
+    held = None
+    for i in range(60):
+        v = rng.random(int(rng.integers(1, 3000)))
+        g.extend(v)
+        parts.append(v)
+        if i == 30:
+            held = g.v  # the next growth must not move the memory under this view
+            snapshot = held.copy()
+    assert g._mm is not None
+    assert np.array_equal(g.v, np.concatenate(parts))
+    assert np.array_equal(held, snapshot)
+    del held
+    for _ in range(20):
+        v = rng.random(5000)
+        g.extend(v)
+        parts.append(v)
+    assert np.array_equal(g.v, np.concatenate(parts))
+
+
+def test_token_pool_widens_for_large_ids():
+    big = [3, 2**40, 2**33 + 1]
+
+    def model(prefix):
+        return np.array(big, np.int64), np.log([0.5, 0.3, 0.2])
+
+    ar = AutoregressiveEnumerable(model, max_len=2)
+    assert ar.unrank(0) == ((3, 3), math.log(0.5) + math.log(0.5))
+    assert ar.unrank(1)[0] in {(3, 2**40), (2**40, 3)}
+    assert sorted(s for s, _ in ar.slice(0, 9)) == sorted((a, b) for a in big for b in big)
+    assert ar._tree.levels[0].pool_tok.v.dtype == np.int64
+    ar._check()
