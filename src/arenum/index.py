@@ -98,7 +98,7 @@ class ExactIndex:
     def _head_blocks(self) -> tuple[float, float, int]:
         """Fixed length: the items are the heads ``s + lp >= T`` of the leaf-level tables.
 
-        Returns the highest and the lowest item score, and the number of items."""
+        Returns the highest and the lowest item score (``T`` if finite), and the number of items."""
         tree, T = self.tree, self._Tx
         d = tree.leaf_level
         lev = tree.levels[d] if d < len(tree.levels) else None
@@ -120,12 +120,14 @@ class ExactIndex:
         np.cumsum(h, out=offsets[1:])
         self.blocks.append(_Block(d, 0, int(offsets[-1]), True, sel, offsets, s, off - offsets[:-1]))
         # heads are sorted: a node's first item is its highest, its last its lowest
-        return float((s + pool[off]).max()), float((s + pool[off + h - 1]).min()), int(offsets[-1])
+        top = float((s + pool[off]).max())
+        bottom = float((s + pool[off + h - 1]).min()) if self.T == -math.inf else self.T
+        return top, bottom, int(offsets[-1])
 
     def _eos_blocks(self) -> tuple[float, float, int]:
         """Terminating: the items are the ``eos`` entries with ``score + eos_lp >= T``.
 
-        Returns the highest and the lowest item score, and the number of items."""
+        Returns the highest and the lowest item score (``T`` if finite), and the number of items."""
         tree = self.tree
         pos = n_items = 0
         top, bottom = -math.inf, math.inf
@@ -136,11 +138,12 @@ class ExactIndex:
             blk = _Block(d, pos, n, False)
             for _, xc in self._eos_chunks(blk, 4 * _CHUNK):
                 top = max(top, float(xc.max()))
-                bottom = min(bottom, float(xc.min()))
+                if self.T == -math.inf:
+                    bottom = min(bottom, float(xc.min()))
                 n_items += xc.shape[0]
             self.blocks.append(blk)
             pos += n
-        return top, bottom, n_items
+        return top, (bottom if self.T == -math.inf else self.T), n_items
 
     def _eos_chunks(self, blk: _Block, step: int):
         lev = self.tree.levels[blk.level]
@@ -210,15 +213,14 @@ class ExactIndex:
             self.perm = np.zeros(0, np.int64)
             self.cum = np.zeros(2, np.int64)
             return
-        lo = self.T if math.isfinite(self.T) else bottom
-        rng = top - lo
+        rng = top - bottom
         nb = int(min(65536, max(1, N // 64)))
         nf = int(min(1 << 22, max(nb, 16 * nb)))
         self.nb, self.nf = nb, nf
         self.fscale = (nf / rng) * (1 - 1e-12) if rng > 0 else 0.0
         # pass 1: histogram of the fine cells
         hist = np.zeros(nf, np.int64)
-        for _, xc in self._chunks(max(_CHUNK, nf)):
+        for _, xc in self._chunks(max(_CHUNK, 2 * nf)):
             hist += np.bincount(self._fine_of_array(xc), minlength=nf)
         before = np.zeros(nf, np.int64)
         np.cumsum(hist[:-1], out=before[1:])
@@ -253,7 +255,7 @@ class ExactIndex:
         # 0 <= top - x <= top - lo, and fscale carries a 1e-12 relative margin, so f < nf
         f = np.subtract(self.top, x)
         f *= self.fscale
-        return f.astype(np.int32)
+        return f.astype(np.intp)
 
     def _bucket_of_array(self, x: np.ndarray) -> np.ndarray:
         return self.lut[self._fine_of_array(x)]
