@@ -182,6 +182,18 @@ class ExactIndex:
                 xc += np.repeat(s[a:b], cnt)  # lp + score[node], the same float addition as the tree's
                 yield blk.start + i0, xc
 
+    def _runs(self, step: int):
+        """``(positions, count)`` of every item, in flat order, at most ``step`` at a time (no scores).
+
+        ``positions`` is an int (the first of ``count`` consecutive flat positions) or an array."""
+        for blk in self.blocks:
+            if blk.fixed:
+                for a in range(0, blk.span, step):
+                    yield blk.start + a, min(step, blk.span - a)
+            else:
+                for pos, xc in self._eos_chunks(blk, step):
+                    yield pos, xc.shape[0]
+
     def _scores(self, P: np.ndarray) -> np.ndarray:
         """Scores of the items at flat positions ``P`` (int64)."""
         x = np.empty(P.shape[0])
@@ -203,8 +215,9 @@ class ExactIndex:
         """Group the items by bucket: a fine uniform grid of the exact score (monotone), mapped to
         ``nb`` coarse buckets of about equal counts by a monotone lookup table, then a counting
         sort by bucket id, chunk by chunk, straight into ``perm`` (stable: ascending flat positions
-        within a bucket). Equal-count buckets keep every first-touch sort small. Two passes over
-        the items, scores recomputed in cache-sized chunks; nothing item-sized but ``perm``."""
+        within a bucket). Equal-count buckets keep every first-touch sort small. Scores are computed
+        in cache-sized chunks, never stored; item-sized arrays: ``perm`` and the int32 fine cells
+        (freed at the end)."""
         self.N = N
         self.top = top if N else 0.0
         if N == 0:
@@ -218,10 +231,15 @@ class ExactIndex:
         nf = int(min(1 << 22, max(nb, 16 * nb)))
         self.nb, self.nf = nb, nf
         self.fscale = (nf / rng) * (1 - 1e-12) if rng > 0 else 0.0
-        # pass 1: histogram of the fine cells
+        # pass 1: the fine cell of every item (kept, in flat order) and their histogram
+        fine = page_empty(N, np.int32)
         hist = np.zeros(nf, np.int64)
+        i = 0
         for _, xc in self._chunks(max(_CHUNK, 2 * nf)):
-            hist += np.bincount(self._fine_of_array(xc), minlength=nf)
+            f = self._fine_of_array(xc)
+            hist += np.bincount(f, minlength=nf)
+            fine[i : i + f.shape[0]] = f
+            i += f.shape[0]
         before = np.zeros(nf, np.int64)
         np.cumsum(hist[:-1], out=before[1:])
         self.lut = np.minimum(before * nb // N, nb - 1).astype(np.uint16)
@@ -231,18 +249,16 @@ class ExactIndex:
         # pass 2: counting sort; nxt[b] is where the next item of bucket b goes
         perm = page_empty(N, np.int32 if self.span < 1 << 31 else np.int64)
         nxt = self.cum[:-1].copy()
-        step = 4 * _CHUNK  # in-cache chunk sorts, yet a few items per bucket per scatter
-        ramp = np.arange(step, dtype=np.int64)
-        for pos, xc in self._chunks(step):
-            b = self._bucket_of_array(xc)
+        i = 0
+        for pos, n in self._runs(4 * _CHUNK):  # in-cache chunk sorts, a few items per bucket each
+            b = self.lut[fine[i : i + n]]
+            i += n
             o = np.argsort(b, kind="stable")
             c = np.bincount(b, minlength=nb)
             first = np.cumsum(c)
             first -= c  # position of each bucket's first item in the sorted chunk
             dest = (nxt - first)[b[o]]
-            if ramp.shape[0] < b.shape[0]:  # a chunk ends at a node's end: may run past step
-                ramp = np.arange(b.shape[0], dtype=np.int64)
-            dest += ramp[: b.shape[0]]
+            dest += np.arange(n)
             if isinstance(pos, int):
                 o += pos
                 perm[dest] = o
