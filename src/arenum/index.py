@@ -136,11 +136,17 @@ class ExactIndex:
             if n == 0:
                 continue
             blk = _Block(d, pos, n, False)
-            for _, xc in self._eos_chunks(blk, 4 * _CHUNK):
-                top = max(top, float(xc.max()))
-                if self.T == -math.inf:
+            if self.T == -math.inf or tree.branch_cap is not None:
+                for _, xc in self._eos_chunks(blk, 4 * _CHUNK):
+                    top = max(top, float(xc.max()))
                     bottom = min(bottom, float(xc.min()))
-                n_items += xc.shape[0]
+                    n_items += xc.shape[0]
+            else:  # every item is >= T, every other score below it: the highest score is the top item
+                step = 4 * _CHUNK
+                for a in range(0, n, step):
+                    xc = lev.score[a : a + step] + lev.eos_lp[a : a + step]
+                    top = max(top, float(xc.max()))
+                    n_items += int(np.count_nonzero(xc >= self._Tx))
             self.blocks.append(blk)
             pos += n
         return top, (bottom if self.T == -math.inf else self.T), n_items
