@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .tree import PrefixTree, _Grow, page_empty, seg_first_below
+from .tree import PrefixTree, page_empty, seg_first_below
 
 __all__ = ["ExactIndex", "MassBracket"]
 
@@ -47,7 +47,7 @@ class MassBracket:
 
 
 _CHUNK = 1 << 16
-"""Items per step of the build passes: every temporary of a step stays in cache."""
+"""Base step (items) of the build passes: a step's temporaries stay in cache."""
 _LOWEST = -float(np.finfo(np.float64).max)  # ``x >= max(T, _LOWEST)`` never admits a -inf score
 
 
