@@ -17,6 +17,7 @@ from arenum.testing import RandomModel, brute_force
 def test_chunked_build_matches_brute_force(monkeypatch, term, chunk):
     """Tiny build chunks: chunks end inside and at node boundaries, many per level."""
     monkeypatch.setattr(index_mod, "_CHUNK", chunk)
+    monkeypatch.setattr(index_mod, "_ONE_SHOT", 0)  # the two-pass build, even for tiny indexes
     V, L = (5, 4) if term else (6, 3)
     eos = 0 if term else None
     m = RandomModel(V, seed=7, peak=1.2, eos=eos, eos_boost=2.0)
@@ -34,8 +35,10 @@ def test_chunked_build_matches_brute_force(monkeypatch, term, chunk):
 
 
 @pytest.mark.parametrize("term", [False, True])
-def test_branch_cap_index_is_exact_over_the_capped_support(monkeypatch, term):
+@pytest.mark.parametrize("one_shot", [0, 1 << 22])
+def test_branch_cap_index_is_exact_over_the_capped_support(monkeypatch, term, one_shot):
     monkeypatch.setattr(index_mod, "_CHUNK", 2)
+    monkeypatch.setattr(index_mod, "_ONE_SHOT", one_shot)
     V, L = (5, 4) if term else (6, 3)
     eos = 0 if term else None
     m = RandomModel(V, seed=3, peak=1.0, eos=eos, eos_boost=2.0)
@@ -86,3 +89,24 @@ def test_token_pool_widens_for_large_ids():
     assert sorted(s for s, _ in ar.slice(0, 9)) == sorted((a, b) for a in big for b in big)
     assert ar._tree.levels[0].pool_tok.v.dtype == np.int64
     ar._check()
+
+
+@pytest.mark.parametrize("term", [False, True])
+def test_one_shot_and_two_pass_builds_are_identical(monkeypatch, term):
+    """Small indexes are built in one shot: the same buckets, lookup table and order as two passes."""
+    V, L = (7, 4) if term else (9, 3)
+    eos = 0 if term else None
+    m = RandomModel(V, seed=11, peak=1.5, ties=True, eos=eos, eos_boost=2.0)
+    ar = AutoregressiveEnumerable(m, max_len=L, eos=eos)
+    ar.threshold(200)
+    tree = ar._tree
+    for T in (tree.built, ar.threshold(50)):
+        one = index_mod.ExactIndex(tree, T)
+        monkeypatch.setattr(index_mod, "_CHUNK", 5)
+        monkeypatch.setattr(index_mod, "_ONE_SHOT", 0)
+        two = index_mod.ExactIndex(tree, T)
+        monkeypatch.undo()
+        assert one.N == two.N > 0
+        assert np.array_equal(one.perm, two.perm) and one.perm.dtype == two.perm.dtype
+        assert np.array_equal(one.cum, two.cum) and np.array_equal(one.lut, two.lut)
+        assert index_mod.ExactIndex.count_items(tree, T) == one.N

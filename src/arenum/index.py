@@ -47,6 +47,8 @@ class MassBracket:
 
 
 _CHUNK = 1 << 16
+_ONE_SHOT = 1 << 22
+"""Indexes with at most this many items are built in one shot (all scores at once)."""
 """Base step (items) of the build passes: a step's temporaries stay in cache."""
 _LOWEST = -float(np.finfo(np.float64).max)  # ``x >= max(T, _LOWEST)`` never admits a -inf score
 
@@ -78,16 +80,7 @@ class ExactIndex:
     """
 
     def __init__(self, tree: PrefixTree, T: float) -> None:
-        if T < tree.built:
-            raise ValueError(f"tree is built to {tree.built}, cannot index down to {T}")
-        self.tree = tree
-        self.T = T
-        self._Tx = max(T, _LOWEST)  # the item test, float for float: x >= _Tx
-        self.blocks: list[_Block] = []
-        if tree.fixed_len is not None:
-            top, bottom, n = self._head_blocks()
-        else:
-            top, bottom, n = self._eos_blocks()
+        top, bottom, n = self._items(tree, T)
         self.block_starts = np.array([b.start for b in self.blocks], np.int64)
         self.span = sum(b.span for b in self.blocks)
         self._bucket_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -95,6 +88,22 @@ class ExactIndex:
         self._build_buckets(n, top, bottom)
 
     # ------------------------------------------------------------------ items
+    def _items(self, tree: PrefixTree, T: float) -> tuple[float, float, int]:
+        """Find the items (blocks); return the highest and lowest item score and their number."""
+        if T < tree.built:
+            raise ValueError(f"tree is built to {tree.built}, cannot index down to {T}")
+        self.tree = tree
+        self.T = T
+        self._Tx = max(T, _LOWEST)  # the item test, float for float: x >= _Tx
+        self.blocks: list[_Block] = []
+        return self._head_blocks() if tree.fixed_len is not None else self._eos_blocks()
+
+    @classmethod
+    def count_items(cls, tree: PrefixTree, T: float) -> int:
+        """The number of sequences an index at ``T`` would hold, without building it."""
+        probe = cls.__new__(cls)
+        return probe._items(tree, T)[2]
+
     def _head_blocks(self) -> tuple[float, float, int]:
         """Fixed length: the items are the heads ``s + lp >= T`` of the leaf-level tables.
 
@@ -237,6 +246,9 @@ class ExactIndex:
         nf = int(min(1 << 22, max(nb, 16 * nb)))
         self.nb, self.nf = nb, nf
         self.fscale = (nf / rng) * (1 - 1e-12) if rng > 0 else 0.0
+        if N <= _ONE_SHOT:
+            self._one_shot(N)
+            return
         # pass 1: the fine cell of every item (kept, in flat order) and their histogram
         fine = page_empty(N, np.int32)
         hist = np.zeros(nf, np.int64)
@@ -272,6 +284,35 @@ class ExactIndex:
                 perm[dest] = pos[o]
             nxt += c
         self.perm = perm
+
+    def _one_shot(self, N: int) -> None:
+        """Small indexes: every score at once, then one stable radix argsort of the bucket ids.
+
+        The same buckets and the same order (ascending flat positions within a bucket) as the
+        chunked two-pass build, with fewer passes: at this size the arrays stay in cache."""
+        parts = list(self._chunks(N))
+        x = parts[0][1] if len(parts) == 1 else np.concatenate([xc for _, xc in parts])
+        f = self._fine_of_array(x)
+        del x
+        hist = np.bincount(f, minlength=self.nf)
+        before = np.zeros(self.nf, np.int64)
+        np.cumsum(hist[:-1], out=before[1:])
+        self.lut = np.minimum(before * self.nb // N, self.nb - 1).astype(np.uint16)
+        b = self.lut[f]
+        self.cum = np.zeros(self.nb + 1, np.int64)
+        np.cumsum(np.bincount(b, minlength=self.nb), out=self.cum[1:])
+        order = np.argsort(b, kind="stable")  # radix sort on 16-bit keys
+        itype = np.int32 if self.span < 1 << 31 else np.int64
+        if all(isinstance(pos, int) for pos, _ in parts) and [pos for pos, _ in parts] == list(
+            np.cumsum([0] + [xc.shape[0] for _, xc in parts[:-1]]) + parts[0][0]
+        ):
+            # consecutive flat positions from parts[0][0]
+            self.perm = order.astype(itype)
+            if parts[0][0]:
+                self.perm += parts[0][0]
+        else:
+            pos = np.concatenate([np.arange(p, p + xc.shape[0]) if isinstance(p, int) else p for p, xc in parts])
+            self.perm = pos[order].astype(itype)
 
     def _fine_of_array(self, x: np.ndarray) -> np.ndarray:
         # 0 <= top - x <= top - lo, and fscale carries a 1e-12 relative margin, so f < nf

@@ -172,11 +172,16 @@ class SeekIndex:
             cur = self.built_bits
             cum = np.cumsum(tree.h_comp)
             at_built = int(cum[max(0, min(len(cum) - 1, int(round(cur * HIST_BINS_PER_BIT)) - 1))])
+            # completions in whole bins above the built budget: all of them are indexed
+            surely = int(cum[min(len(cum) - 1, int(cur * HIST_BINS_PER_BIT) - 1)]) if cur >= 1 / HIST_BINS_PER_BIT else 0
             floor_hit = tree.built <= self._floor_T
             if at_built >= n or floor_hit or tree.branch_cap is not None:
-                idx = self.index()
-                if idx.N >= n or floor_hit:
-                    return idx
+                if surely < n and not floor_hit and tree.branch_cap is None and self._short_of(n):
+                    pass  # the bin straddling the budget holds fewer than it seemed: deepen, no build
+                else:
+                    idx = self.index()
+                    if idx.N >= n or floor_hit:
+                        return idx
             b_lo = None if tree.branch_cap is not None else tree.bits_for(tree.h_comp, n)
             if b_lo is not None and b_lo <= cur + 1e-9:
                 b_lo = None  # the histogram overcounted (float edge): grow instead
@@ -209,6 +214,15 @@ class SeekIndex:
                 aim = min(aim, b_lo)
             keep_bits = max(aim, b_next) + margin
             self._deepen(-b_next * LN2, -keep_bits * LN2)
+
+    def _short_of(self, n: int) -> bool:
+        """Whether the built budget holds fewer than ``n`` sequences (counted, no index built)."""
+        if self._index is not None and self._index.T == self.tree.built:
+            return self._index.N < n
+        t0 = time.perf_counter()
+        short = ExactIndex.count_items(self.tree, self.tree.built) < n
+        self.index_seconds += time.perf_counter() - t0
+        return short
 
     def _extrapolate(self, cum: np.ndarray, n: int) -> float:
         """Budget (bits) where ``n`` completions are expected, from the growth of the exact counts.
