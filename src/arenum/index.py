@@ -267,16 +267,20 @@ class ExactIndex:
         # pass 2: counting sort; nxt[b] is where the next item of bucket b goes
         perm = page_empty(N, np.int32 if self.span < 1 << 31 else np.int64)
         nxt = self.cum[:-1].copy()
+        step = 4 * _CHUNK
+        ramp = np.arange(step, dtype=np.int64)
         i = 0
-        for pos, n in self._runs(4 * _CHUNK):  # in-cache chunk sorts, a few items per bucket each
+        for pos, n in self._runs(step):  # in-cache chunk sorts, a few items per bucket each
             b = self.lut[fine[i : i + n]]
             i += n
             o = np.argsort(b, kind="stable")
             c = np.bincount(b, minlength=nb)
             first = np.cumsum(c)
             first -= c  # position of each bucket's first item in the sorted chunk
-            dest = (nxt - first)[b[o]]
-            dest += np.arange(n)
+            # the k-th item of the sorted chunk goes to nxt[b] + (k - first[b]); the chunk's bucket
+            # ids in sorted order are runs of c[b] copies of b, so no gather by ``o`` is needed
+            dest = np.repeat(nxt - first, c)
+            dest += ramp[:n]
             if isinstance(pos, int):
                 o += pos
                 perm[dest] = o
