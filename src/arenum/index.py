@@ -79,13 +79,24 @@ class ExactIndex:
     needed, so the index itself holds one permutation entry per sequence.
     """
 
-    def __init__(self, tree: PrefixTree, T: float) -> None:
-        top, bottom, n = self._items(tree, T)
+    def __init__(self, tree: PrefixTree, T: float, *, buckets: bool = True) -> None:
+        """``buckets=False`` stops once the items are found (``N`` known): :meth:`complete` then
+        builds the rest, so a caller can count first and build only what it will use."""
+        self._top, self._bottom, self.N = self._items(tree, T)
         self.block_starts = np.array([b.start for b in self.blocks], np.int64)
         self.span = sum(b.span for b in self.blocks)
         self._bucket_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._mass_cum: np.ndarray | None = None
-        self._build_buckets(n, top, bottom)
+        self.complete_ = False
+        if buckets:
+            self.complete()
+
+    def complete(self) -> "ExactIndex":
+        """Build the buckets (once); returns the index."""
+        if not self.complete_:
+            self._build_buckets(self.N, self._top, self._bottom)
+            self.complete_ = True
+        return self
 
     # ------------------------------------------------------------------ items
     def _items(self, tree: PrefixTree, T: float) -> tuple[float, float, int]:
@@ -97,12 +108,6 @@ class ExactIndex:
         self._Tx = max(T, _LOWEST)  # the item test, float for float: x >= _Tx
         self.blocks: list[_Block] = []
         return self._head_blocks() if tree.fixed_len is not None else self._eos_blocks()
-
-    @classmethod
-    def count_items(cls, tree: PrefixTree, T: float) -> int:
-        """The number of sequences an index at ``T`` would hold, without building it."""
-        probe = cls.__new__(cls)
-        return probe._items(tree, T)[2]
 
     def _head_blocks(self) -> tuple[float, float, int]:
         """Fixed length: the items are the heads ``s + lp >= T`` of the leaf-level tables.

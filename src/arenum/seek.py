@@ -114,14 +114,18 @@ class SeekIndex:
         if T == math.inf:
             self._deepen(0.0, -math.inf)  # root only (whole table kept): sequences of probability 1
             T = self.tree.built
-        if self._index is None or self._index.T != T:
+        if self._index is None or self._index.T != T or not self._index.complete_:
             t0 = time.perf_counter()
-            self._index = ExactIndex(self.tree, T)
-            self.index_seconds += time.perf_counter() - t0
-            self.builds += 1
+            if self._index is None or self._index.T != T:
+                self._index = ExactIndex(self.tree, T, buckets=False)
+            # (else: the items were already found by a count, see _short_of)
             lim = self.limits.max_sequences
             if lim is not None and self._index.N > lim:
+                self.index_seconds += time.perf_counter() - t0
                 raise BudgetExceeded(f"the index would hold {self._index.N} sequences > max_sequences={lim}")
+            self._index.complete()
+            self.index_seconds += time.perf_counter() - t0
+            self.builds += 1
         return self._index
 
     def _deepen(self, T: float, keep: float | None) -> None:
@@ -164,7 +168,7 @@ class SeekIndex:
         """
         tree = self.tree
         if self._index is not None and self._index.T == tree.built and self._index.N >= n:
-            return self._index
+            return self.index()
         while True:
             if tree.built == math.inf:
                 self.index()
@@ -217,12 +221,11 @@ class SeekIndex:
 
     def _short_of(self, n: int) -> bool:
         """Whether the built budget holds fewer than ``n`` sequences (counted, no index built)."""
-        if self._index is not None and self._index.T == self.tree.built:
-            return self._index.N < n
-        t0 = time.perf_counter()
-        short = ExactIndex.count_items(self.tree, self.tree.built) < n
-        self.index_seconds += time.perf_counter() - t0
-        return short
+        if self._index is None or self._index.T != self.tree.built:
+            t0 = time.perf_counter()
+            self._index = ExactIndex(self.tree, self.tree.built, buckets=False)  # completed on use
+            self.index_seconds += time.perf_counter() - t0
+        return self._index.N < n
 
     def _extrapolate(self, cum: np.ndarray, n: int) -> float:
         """Budget (bits) where ``n`` completions are expected, from the growth of the exact counts.
