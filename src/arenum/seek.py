@@ -163,8 +163,9 @@ class SeekIndex:
         histogram (an over-estimate of the budget needed, since unseen prefixes only add
         completions) and the growth of the exact counts extrapolates it; rounds close in from
         below, halving the distance, or at most double the forwards while too few completions are
-        known. The index is rebuilt only when the histogram
-        says the built budget holds ``n``.
+        known. The index is rebuilt only when the histogram says the built budget holds ``n``;
+        when the histogram bin straddling the budget leaves that in doubt, the items are counted
+        first (the index's first phase) and the buckets are built only if the count suffices.
         """
         tree = self.tree
         if self._index is not None and self._index.T == tree.built and self._index.N >= n:
