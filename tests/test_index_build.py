@@ -110,5 +110,5 @@ def test_one_shot_and_two_pass_builds_are_identical(monkeypatch, term):
         assert np.array_equal(one.perm, two.perm) and one.perm.dtype == two.perm.dtype
         assert np.array_equal(one.cum, two.cum) and np.array_equal(one.lut, two.lut)
         counted = index_mod.ExactIndex(tree, T, buckets=False)
-        assert counted.N == one.N and not counted.complete_
-        assert np.array_equal(counted.complete().perm, one.perm) and counted.complete_
+        assert counted.N == one.N and not counted.bucketed
+        assert np.array_equal(counted.complete().perm, one.perm) and counted.bucketed

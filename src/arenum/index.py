@@ -47,9 +47,9 @@ class MassBracket:
 
 
 _CHUNK = 1 << 16
+"""Base step (items) of the build passes: a step's temporaries stay in cache."""
 _ONE_SHOT = 1 << 22
 """Indexes with at most this many items are built in one shot (all scores at once)."""
-"""Base step (items) of the build passes: a step's temporaries stay in cache."""
 _LOWEST = -float(np.finfo(np.float64).max)  # ``x >= max(T, _LOWEST)`` never admits a -inf score
 
 
@@ -87,15 +87,15 @@ class ExactIndex:
         self.span = sum(b.span for b in self.blocks)
         self._bucket_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._mass_cum: np.ndarray | None = None
-        self.complete_ = False
+        self.bucketed = False
         if buckets:
             self.complete()
 
     def complete(self) -> "ExactIndex":
         """Build the buckets (once); returns the index."""
-        if not self.complete_:
-            self._build_buckets(self.N, self._top, self._bottom)
-            self.complete_ = True
+        if not self.bucketed:
+            self._build_buckets()
+            self.bucketed = True
         return self
 
     # ------------------------------------------------------------------ items
@@ -202,6 +202,15 @@ class ExactIndex:
                 xc += np.repeat(s[a:b], cnt)  # lp + score[node], the same float addition as the tree's
                 yield blk.start + i0, xc
 
+    def _all_items(self) -> tuple[int | np.ndarray, np.ndarray]:
+        """``(positions, scores)`` of every item at once, in flat order; ``positions`` is an int
+        (the first of consecutive flat positions, as in :meth:`_chunks`) or an array."""
+        parts = list(self._chunks(max(self.N, 1)))
+        if len(parts) == 1:
+            return parts[0]
+        ps = [np.arange(p, p + xc.shape[0]) if isinstance(p, int) else p for p, xc in parts]
+        return np.concatenate([np.zeros(0, np.int64)] + ps), np.concatenate([np.zeros(0)] + [xc for _, xc in parts])
+
     def _runs(self, step: int):
         """``(positions, count)`` of every item, in flat order, at most ``step`` at a time (no scores).
 
@@ -231,28 +240,28 @@ class ExactIndex:
         return x
 
     # ------------------------------------------------------------------ buckets
-    def _build_buckets(self, N: int, top: float, bottom: float) -> None:
+    def _build_buckets(self) -> None:
         """Group the items by bucket: a fine uniform grid of the exact score (monotone), mapped to
         ``nb`` coarse buckets of about equal counts by a monotone lookup table, then a counting
         sort by bucket id, chunk by chunk, straight into ``perm`` (stable: ascending flat positions
         within a bucket). Equal-count buckets keep every first-touch sort small. Scores are computed
         in cache-sized chunks, never stored; item-sized arrays: ``perm`` and the int32 fine cells
         (freed at the end)."""
-        self.N = N
-        self.top = top if N else 0.0
+        N = self.N
+        self.top = self._top if N else 0.0
         if N == 0:
             self.nb, self.nf, self.fscale = 1, 1, 0.0
             self.lut = np.zeros(1, np.uint16)
             self.perm = np.zeros(0, np.int64)
             self.cum = np.zeros(2, np.int64)
             return
-        rng = top - bottom
+        rng = self._top - self._bottom
         nb = int(min(65536, max(1, N // 64)))
         nf = int(min(1 << 22, max(nb, 16 * nb)))
         self.nb, self.nf = nb, nf
         self.fscale = (nf / rng) * (1 - 1e-12) if rng > 0 else 0.0
         if N <= _ONE_SHOT:
-            self._one_shot(N)
+            self._one_shot()
             return
         # pass 1: the fine cell of every item (kept, in flat order) and their histogram
         fine = page_empty(N, np.int32)
@@ -263,12 +272,7 @@ class ExactIndex:
             hist += np.bincount(f, minlength=nf)
             fine[i : i + f.shape[0]] = f
             i += f.shape[0]
-        before = np.zeros(nf, np.int64)
-        np.cumsum(hist[:-1], out=before[1:])
-        self.lut = np.minimum(before * nb // N, nb - 1).astype(np.uint16)
-        counts = np.bincount(self.lut, weights=hist, minlength=nb).astype(np.int64)
-        self.cum = np.zeros(nb + 1, np.int64)
-        np.cumsum(counts, out=self.cum[1:])
+        self._set_buckets(hist)
         # pass 2: counting sort; nxt[b] is where the next item of bucket b goes
         perm = page_empty(N, np.int32 if self.span < 1 << 31 else np.int64)
         nxt = self.cum[:-1].copy()
@@ -294,34 +298,31 @@ class ExactIndex:
             nxt += c
         self.perm = perm
 
-    def _one_shot(self, N: int) -> None:
+    def _set_buckets(self, hist: np.ndarray) -> None:
+        """From the fine-cell histogram: the monotone lookup table (about equal counts per bucket)
+        and the bucket starts ``cum``."""
+        before = np.zeros(self.nf, np.int64)
+        np.cumsum(hist[:-1], out=before[1:])
+        self.lut = np.minimum(before * self.nb // self.N, self.nb - 1).astype(np.uint16)
+        counts = np.bincount(self.lut, weights=hist, minlength=self.nb).astype(np.int64)
+        self.cum = np.zeros(self.nb + 1, np.int64)
+        np.cumsum(counts, out=self.cum[1:])
+
+    def _one_shot(self) -> None:
         """Small indexes: every score at once, then one stable radix argsort of the bucket ids.
 
         The same buckets and the same order (ascending flat positions within a bucket) as the
         chunked two-pass build, with fewer passes: at this size the arrays stay in cache."""
-        parts = list(self._chunks(N))
-        x = parts[0][1] if len(parts) == 1 else np.concatenate([xc for _, xc in parts])
+        pos, x = self._all_items()
         f = self._fine_of_array(x)
         del x
-        hist = np.bincount(f, minlength=self.nf)
-        before = np.zeros(self.nf, np.int64)
-        np.cumsum(hist[:-1], out=before[1:])
-        self.lut = np.minimum(before * self.nb // N, self.nb - 1).astype(np.uint16)
-        b = self.lut[f]
-        self.cum = np.zeros(self.nb + 1, np.int64)
-        np.cumsum(np.bincount(b, minlength=self.nb), out=self.cum[1:])
-        order = np.argsort(b, kind="stable")  # radix sort on 16-bit keys
-        itype = np.int32 if self.span < 1 << 31 else np.int64
-        if all(isinstance(pos, int) for pos, _ in parts) and [pos for pos, _ in parts] == list(
-            np.cumsum([0] + [xc.shape[0] for _, xc in parts[:-1]]) + parts[0][0]
-        ):
-            # consecutive flat positions from parts[0][0]
-            self.perm = order.astype(itype)
-            if parts[0][0]:
-                self.perm += parts[0][0]
+        self._set_buckets(np.bincount(f, minlength=self.nf))
+        order = np.argsort(self.lut[f], kind="stable")  # radix sort on 16-bit keys
+        if isinstance(pos, int):
+            order += pos
         else:
-            pos = np.concatenate([np.arange(p, p + xc.shape[0]) if isinstance(p, int) else p for p, xc in parts])
-            self.perm = pos[order].astype(itype)
+            order = pos[order]
+        self.perm = order.astype(np.int32 if self.span < 1 << 31 else np.int64)
 
     def _fine_of_array(self, x: np.ndarray) -> np.ndarray:
         # 0 <= top - x <= top - lo, and fscale carries a 1e-12 relative margin, so f < nf
@@ -504,11 +505,9 @@ class ExactIndex:
     def _check(self) -> None:
         """Assert the index's invariants (for tests)."""
         assert self.perm.shape[0] == self.N and self.cum[-1] == self.N
-        ps, xs = [np.zeros(0, np.int64)], [np.zeros(0)]
-        for p, xc in self._chunks(_CHUNK):
-            ps.append(np.arange(p, p + xc.shape[0]) if isinstance(p, int) else p)
-            xs.append(xc)
-        pos, x = np.concatenate(ps), np.concatenate(xs)
+        pos, x = self._all_items()
+        if isinstance(pos, int):
+            pos = np.arange(pos, pos + x.shape[0])
         assert pos.shape[0] == self.N and (x >= self.T).all()
         assert np.array_equal(self._scores(pos), x)
         seen = []

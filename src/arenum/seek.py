@@ -110,22 +110,29 @@ class SeekIndex:
     # ------------------------------------------------------------------ building
     def index(self) -> ExactIndex:
         """The exact index at the tree's built threshold (rebuilt only after a deepening)."""
-        T = self.tree.built
-        if T == math.inf:
+        if self.tree.built == math.inf:
             self._deepen(0.0, -math.inf)  # root only (whole table kept): sequences of probability 1
-            T = self.tree.built
-        if self._index is None or self._index.T != T or not self._index.complete_:
+        idx = self._items_at_built()
+        if not idx.bucketed:
             t0 = time.perf_counter()
-            if self._index is None or self._index.T != T:
-                self._index = ExactIndex(self.tree, T, buckets=False)
-            # (else: the items were already found by a count, see _short_of)
-            lim = self.limits.max_sequences
-            if lim is not None and self._index.N > lim:
-                self.index_seconds += time.perf_counter() - t0
-                raise BudgetExceeded(f"the index would hold {self._index.N} sequences > max_sequences={lim}")
-            self._index.complete()
+            idx.complete()
             self.index_seconds += time.perf_counter() - t0
             self.builds += 1
+        return idx
+
+    def _items_at_built(self) -> ExactIndex:
+        """The index at the built threshold, its items found (its buckets maybe not built yet).
+
+        Finding the items counts them: more than ``max_sequences`` raises before any bucket is
+        built, and :meth:`ensure_count` decides from the count whether to build at all."""
+        T = self.tree.built
+        if self._index is None or self._index.T != T:
+            t0 = time.perf_counter()
+            self._index = ExactIndex(self.tree, T, buckets=False)
+            self.index_seconds += time.perf_counter() - t0
+        lim = self.limits.max_sequences
+        if lim is not None and self._index.N > lim:
+            raise BudgetExceeded(f"the index would hold {self._index.N} sequences > max_sequences={lim}")
         return self._index
 
     def _deepen(self, T: float, keep: float | None) -> None:
@@ -177,16 +184,12 @@ class SeekIndex:
             cur = self.built_bits
             cum = np.cumsum(tree.h_comp)
             at_built = int(cum[max(0, min(len(cum) - 1, int(round(cur * HIST_BINS_PER_BIT)) - 1))])
-            # completions in whole bins above the built budget: all of them are indexed
-            surely = int(cum[min(len(cum) - 1, int(cur * HIST_BINS_PER_BIT) - 1)]) if cur >= 1 / HIST_BINS_PER_BIT else 0
             floor_hit = tree.built <= self._floor_T
             if at_built >= n or floor_hit or tree.branch_cap is not None:
-                if surely < n and not floor_hit and tree.branch_cap is None and self._short_of(n):
-                    pass  # the bin straddling the budget holds fewer than it seemed: deepen, no build
-                else:
-                    idx = self.index()
-                    if idx.N >= n or floor_hit:
-                        return idx
+                # count first: the bin straddling the budget may hold fewer than it seems, and
+                # then the buckets would be built for nothing
+                if floor_hit or self._items_at_built().N >= n:
+                    return self.index()
             b_lo = None if tree.branch_cap is not None else tree.bits_for(tree.h_comp, n)
             if b_lo is not None and b_lo <= cur + 1e-9:
                 b_lo = None  # the histogram overcounted (float edge): grow instead
@@ -219,14 +222,6 @@ class SeekIndex:
                 aim = min(aim, b_lo)
             keep_bits = max(aim, b_next) + margin
             self._deepen(-b_next * LN2, -keep_bits * LN2)
-
-    def _short_of(self, n: int) -> bool:
-        """Whether the built budget holds fewer than ``n`` sequences (counted, no index built)."""
-        if self._index is None or self._index.T != self.tree.built:
-            t0 = time.perf_counter()
-            self._index = ExactIndex(self.tree, self.tree.built, buckets=False)  # completed on use
-            self.index_seconds += time.perf_counter() - t0
-        return self._index.N < n
 
     def _extrapolate(self, cum: np.ndarray, n: int) -> float:
         """Budget (bits) where ``n`` completions are expected, from the growth of the exact counts.
