@@ -502,12 +502,12 @@ class StepOracle:
                 f"batch_next_heads({_short(prefixes[row[j]])}): log_prob is {what} for token {int(ids[j])}"
             )
         if total > 1:
-            key = row * (int(ids.max()) + 1) + ids
+            width = int(ids.max()) + 1
+            key = row * width + ids
             key.sort()
             dup = np.flatnonzero(key[1:] == key[:-1])
             if dup.size:
-                k = int(key[dup[0]])
-                i, t = divmod(k, int(ids.max()) + 1)
+                i, t = divmod(int(key[dup[0]]), width)
                 raise ValueError(f"batch_next_heads({_short(prefixes[i])}): duplicate token {t}")
         mass = np.bincount(row, weights=np.exp(lps), minlength=n)
         over = mass > 1.0 + self.norm_tol
@@ -588,7 +588,6 @@ class StepOracle:
     @property
     def has_scorer(self) -> bool:
         return self._score is not None
-
 
     def harvest(self, seq: tuple) -> int:
         """Cache the table at every prefix of ``seq`` from one ``all_position_logprobs`` call.

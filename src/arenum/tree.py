@@ -43,7 +43,8 @@ class BudgetExceeded(RuntimeError):
 
 HIST_BINS_PER_BIT = 64
 KEEP_ALL_ENTRIES = 1 << 20
-"""Trees whose stored tables total fewer entries than this keep whole tables (no re-scoring ever)."""
+"""Whole tables are stored (never re-scored) while the stored entries, the batch being fetched
+included, stay under this; then only heads."""
 _INT32_MIN, _INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 _HIST_MAX_BITS = 8192
 _HIST_LEN = HIST_BINS_PER_BIT * _HIST_MAX_BITS + 1

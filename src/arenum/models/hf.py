@@ -315,6 +315,7 @@ class CausalLMOracle:
         self._kv_bytes_used = 0
         self._next_block = 0
         self._kv_bytes_per_token: int | None = None
+        self._work: np.ndarray | None = None  # float64 work buffer of the CPU normalization
         self.kv_store_max_len: int | None = None
         """Prefixes longer than this are not kept in the KV store (``None``: no limit).
 
@@ -375,6 +376,7 @@ class CausalLMOracle:
         new._index = {}
         new._kv_bytes_used = 0
         new._next_block = 0
+        new._work = None
         return new
 
     def _infer_vocab_size(self) -> int:
@@ -569,7 +571,7 @@ class CausalLMOracle:
         return lse
 
     def _work_buffer(self, n: int) -> np.ndarray:
-        buf = getattr(self, "_work", None)
+        buf = self._work
         if buf is None or buf.shape[0] < n:
             buf = self._work = np.empty(n, np.float64)
         return buf[:n]
