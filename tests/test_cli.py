@@ -371,10 +371,9 @@ def test_shipped_demo_model_is_the_zxcvbn_fit():
     assert DEMO_FILE.stat().st_size < 2_000_000
 
 
-def test_hf_model_from_a_local_folder(tmp_path):
+def test_hf_model_from_a_local_folder(tmp_path, save_word_checkpoint):
     import torch
     import transformers
-    import tokenizers
     V = 16
     cfg = transformers.GPT2Config(vocab_size=V, n_positions=16, n_embd=16, n_layer=1, n_head=2, bos_token_id=0,
                                   eos_token_id=1)
@@ -384,12 +383,7 @@ def test_hf_model_from_a_local_folder(tmp_path):
         for p in model.parameters():
             if p.dim() > 1:
                 p.normal_(0.0, 0.3)
-    words = ["<s>", "</s>"] + [f"w{i}" for i in range(V - 2)]
-    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="w0"))
-    tk.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>")
-    model.save_pretrained(tmp_path)
-    tok.save_pretrained(tmp_path)
+    save_word_checkpoint(model, tmp_path)
 
     from arenum.models.hf import CausalLMOracle
 

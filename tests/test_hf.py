@@ -227,14 +227,8 @@ def test_invalid_inputs(model):
             CausalLMOracle(model, prompt=PROMPT, device="cuda")
 
 
-def test_from_pretrained_local_only(tmp_path, model):
-    import tokenizers
-    words = ["<s>", "</s>"] + [f"w{i}" for i in range(V - 2)]
-    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="w0"))
-    tk.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>")
-    model.save_pretrained(tmp_path)
-    hf_tok.save_pretrained(tmp_path)
+def test_from_pretrained_local_only(tmp_path, model, save_word_checkpoint):
+    save_word_checkpoint(model, tmp_path)
     o = CausalLMOracle.from_pretrained(tmp_path, prompt="w3 w7")
     assert o.prompt_ids == [5, 9] and o.eos == EOS and o.bos_token_id == BOS
     assert np.abs(o.next_logprobs((4,)) - reference(model, [5, 9, 4])).max() < 1e-4
