@@ -13,11 +13,15 @@ from arenum.testing import RandomModel, brute_force
 
 
 @pytest.mark.parametrize("term", [False, True])
-@pytest.mark.parametrize("chunk", [1, 3, 64])
-def test_chunked_build_matches_brute_force(monkeypatch, term, chunk):
-    """Tiny build chunks: chunks end inside and at node boundaries, many per level."""
+@pytest.mark.parametrize("chunk,segment,sample", [(1, 1, 1), (3, 7, 2), (64, 50, 3), (3, 1 << 18, 16)])
+def test_chunked_build_matches_brute_force(monkeypatch, term, chunk, segment, sample):
+    """Tiny build chunks and segments: chunks end inside and at node boundaries, many per level;
+    segments of one item and more; lookup tables from sparse samples (unbalanced buckets)."""
     monkeypatch.setattr(index_mod, "_CHUNK", chunk)
-    monkeypatch.setattr(index_mod, "_ONE_SHOT", 0)  # the two-pass build, even for tiny indexes
+    monkeypatch.setattr(index_mod, "_SEGMENT", segment)
+    monkeypatch.setattr(index_mod, "_SAMPLE", sample)
+    monkeypatch.setattr(index_mod, "_NODE_STEP", 2)
+    monkeypatch.setattr(index_mod, "_ONE_SHOT", 0)  # the chunked build, even for tiny indexes
     V, L = (5, 4) if term else (6, 3)
     eos = 0 if term else None
     m = RandomModel(V, seed=7, peak=1.2, eos=eos, eos_boost=2.0)
@@ -92,8 +96,9 @@ def test_token_pool_widens_for_large_ids():
 
 
 @pytest.mark.parametrize("term", [False, True])
-def test_one_shot_and_two_pass_builds_are_identical(monkeypatch, term):
-    """Small indexes are built in one shot: the same buckets, lookup table and order as two passes."""
+def test_one_shot_and_segmented_builds_agree(monkeypatch, term):
+    """Small indexes are built in one shot. With the lookup table from every chunk (``_SAMPLE=1``,
+    the exact histogram), the segmented build has the same buckets, table and bucket contents."""
     V, L = (7, 4) if term else (9, 3)
     eos = 0 if term else None
     m = RandomModel(V, seed=11, peak=1.5, ties=True, eos=eos, eos_boost=2.0)
@@ -102,13 +107,19 @@ def test_one_shot_and_two_pass_builds_are_identical(monkeypatch, term):
     tree = ar._tree
     for T in (tree.built, ar.threshold(50)):
         one = index_mod.ExactIndex(tree, T)
+        assert one.seg_cum.shape[0] == 1
         monkeypatch.setattr(index_mod, "_CHUNK", 5)
+        monkeypatch.setattr(index_mod, "_SEGMENT", 16)
+        monkeypatch.setattr(index_mod, "_SAMPLE", 1)
         monkeypatch.setattr(index_mod, "_ONE_SHOT", 0)
-        two = index_mod.ExactIndex(tree, T)
+        seg = index_mod.ExactIndex(tree, T)
         monkeypatch.undo()
-        assert one.N == two.N > 0
-        assert np.array_equal(one.perm, two.perm) and one.perm.dtype == two.perm.dtype
-        assert np.array_equal(one.cum, two.cum) and np.array_equal(one.lut, two.lut)
+        assert one.N == seg.N > 0 and seg.seg_cum.shape[0] > 2
+        assert one.perm.dtype == seg.perm.dtype
+        assert np.array_equal(np.sort(one.perm), np.sort(seg.perm))
+        assert np.array_equal(one.cum, seg.cum) and np.array_equal(one.lut, seg.lut)
+        for b in range(one.nb):
+            assert np.array_equal(one._bucket_positions(b), seg._bucket_positions(b))
         counted = index_mod.ExactIndex(tree, T, buckets=False)
         assert counted.N == one.N and not counted.bucketed
         assert np.array_equal(counted.complete().perm, one.perm) and counted.bucketed

@@ -6,11 +6,13 @@ leaf-level tables, in terminating mode the ``eos`` entries of every prefix's tab
 
 Layout (``N`` items): flat positions name the items (blocks by level, then node id, then table
 position; see ``_Block``), and an item's score is recomputed from the tree when needed, never
-stored; ``perm`` int32/int64 ``(N,)`` holds the flat positions grouped by a coarse bucket of the
-exact score (a fine uniform grid mapped to about equal-count buckets by a monotone lookup table,
-then a counting sort by bucket, O(N), in cache-sized chunks); ``cum`` int64 ``(nb+1,)`` bucket
-starts. A query finds its bucket from ``cum`` and sorts that one bucket exactly, once (cached).
-Buckets are a monotone function of the exact score, so the order is exact everywhere.
+stored. Items are grouped by a coarse bucket of the exact score: a fine uniform grid mapped to
+about equal-count buckets by a monotone lookup table. ``perm`` int32/int64 ``(N,)`` holds the flat
+positions in segments (a few hundred thousand items each, in flat order), each segment grouped by
+bucket (``seg_cum`` its bucket starts); ``cum`` int64 ``(nb+1,)`` the global bucket starts. A
+query finds its bucket from ``cum``, gathers it from every segment and sorts that one bucket
+exactly, once (cached). Buckets are a monotone function of the exact score, so the order is exact
+everywhere.
 
 Order: descending score; ties by length (shorter first), then lexicographically by the table
 positions along the sequence (tables are sorted by descending log-prob, stably).
@@ -50,6 +52,14 @@ _CHUNK = 1 << 16
 """Base step (items) of the build passes: a step's temporaries stay in cache."""
 _ONE_SHOT = 1 << 22
 """Indexes with at most this many items are built in one shot (all scores at once)."""
+_NODE_STEP = 1 << 16
+"""Nodes examined at a time when finding the items."""
+_SEGMENT = 1 << 18
+"""Items sorted by bucket together in the chunked build (a segment of ``perm``): at least this
+many, and more when that would make more than ``_MAX_SEGMENTS`` segments (up to 8x)."""
+_MAX_SEGMENTS = 256
+_SAMPLE = 16
+"""The chunked build's lookup table comes from every ``_SAMPLE``-th chunk of items."""
 _LOWEST = -float(np.finfo(np.float64).max)  # ``x >= max(T, _LOWEST)`` never admits a -inf score
 
 
@@ -112,31 +122,56 @@ class ExactIndex:
     def _head_blocks(self) -> tuple[float, float, int]:
         """Fixed length: the items are the heads ``s + lp >= T`` of the leaf-level tables.
 
-        Returns the highest and the lowest item score (``T`` if finite), and the number of items."""
+        Returns the highest and the lowest item score (``T`` if finite), and the number of items.
+        Runs over the level ``_NODE_STEP`` nodes at a time (temporaries in cache, their memory
+        reused); the block's arrays are written once, into fresh maps."""
         tree, T = self.tree, self._Tx
         d = tree.leaf_level
         lev = tree.levels[d] if d < len(tree.levels) else None
-        if lev is None or len(lev) == 0:
+        n = len(lev) if lev is not None else 0
+        if n == 0:
             return -math.inf, math.inf, 0
-        sel = np.flatnonzero(lev.fetched & (lev.score >= T))
         pool = lev.pool_lp.v
-        off = lev.off[sel]
-        s = lev.score[sel]
-        hi = lev.tlen[sel].astype(np.int64)
-        if tree.branch_cap is not None:
-            hi = np.minimum(hi, tree.branch_cap)
-        h = seg_first_below(pool, off, s, np.zeros_like(hi), hi, T)
-        nz = h > 0
-        sel, off, s, h = sel[nz], off[nz], s[nz], h[nz]
-        if sel.size == 0:
+        cap = tree.branch_cap
+        nodes, s_out, shift = page_empty(n, np.int64), page_empty(n, np.float64), page_empty(n, np.int64)
+        offsets = page_empty(n + 1, np.int64)
+        offsets[0] = 0
+        k = total = 0
+        top, bottom = -math.inf, math.inf
+        for a in range(0, n, _NODE_STEP):
+            b = min(n, a + _NODE_STEP)
+            sel = np.flatnonzero(lev.fetched[a:b] & (lev.score[a:b] >= T))
+            if sel.size == 0:
+                continue
+            sel += a
+            off = lev.off[sel]
+            s = lev.score[sel]
+            hi = lev.tlen[sel].astype(np.int64)
+            if cap is not None:
+                np.minimum(hi, cap, out=hi)
+            h = seg_first_below(pool, off, s, np.zeros_like(hi), hi, T)
+            nz = h > 0
+            sel, off, s, h = sel[nz], off[nz], s[nz], h[nz]
+            m = sel.shape[0]
+            if m == 0:
+                continue
+            nodes[k : k + m] = sel
+            s_out[k : k + m] = s
+            c = np.cumsum(h)
+            c += total
+            offsets[k + 1 : k + m + 1] = c
+            shift[k : k + m] = off
+            shift[k : k + m] -= offsets[k : k + m]
+            # heads are sorted: a node's first item is its highest, its last its lowest
+            top = max(top, float((s + pool[off]).max()))
+            if self.T == -math.inf:
+                bottom = min(bottom, float((s + pool[off + h - 1]).min()))
+            k += m
+            total = int(c[-1])
+        if k == 0:
             return -math.inf, math.inf, 0
-        offsets = np.zeros(sel.shape[0] + 1, np.int64)
-        np.cumsum(h, out=offsets[1:])
-        self.blocks.append(_Block(d, 0, int(offsets[-1]), True, sel, offsets, s, off - offsets[:-1]))
-        # heads are sorted: a node's first item is its highest, its last its lowest
-        top = float((s + pool[off]).max())
-        bottom = float((s + pool[off + h - 1]).min()) if self.T == -math.inf else self.T
-        return top, bottom, int(offsets[-1])
+        self.blocks.append(_Block(d, 0, total, True, nodes[:k], offsets[: k + 1], s_out[:k], shift[:k]))
+        return top, (bottom if self.T == -math.inf else self.T), total
 
     def _eos_blocks(self) -> tuple[float, float, int]:
         """Terminating: the items are the ``eos`` entries with ``score + eos_lp >= T``.
@@ -165,11 +200,11 @@ class ExactIndex:
             pos += n
         return top, (bottom if self.T == -math.inf else self.T), n_items
 
-    def _eos_chunks(self, blk: _Block, step: int):
+    def _eos_chunks(self, blk: _Block, step: int, sample: int = 1):
         lev = self.tree.levels[blk.level]
         score, elp = lev.score, lev.eos_lp
         cap = self.tree.branch_cap
-        for a in range(0, blk.span, step):
+        for a in range(0, blk.span, step * sample):
             b = min(blk.span, a + step)
             xc = score[a:b] + elp[a:b]  # the same float addition as the tree's
             ok = xc >= self._Tx
@@ -179,20 +214,21 @@ class ExactIndex:
             if k.size:
                 yield k + (blk.start + a), xc[k]
 
-    def _chunks(self, step: int):
-        """``(positions, scores)`` of every item, in flat order, about ``step`` items at a time.
+    def _chunks(self, step: int, sample: int = 1):
+        """``(positions, scores)`` of every item, in flat order, about ``step`` items at a time
+        (only every ``sample``-th chunk if ``sample > 1``).
 
         ``positions`` is an int (the first of a run of consecutive flat positions) or an array."""
         for blk in self.blocks:
             if not blk.fixed:
-                yield from self._eos_chunks(blk, step)
+                yield from self._eos_chunks(blk, step, sample)
                 continue
             pool = self.tree.levels[blk.level].pool_lp.v
             offsets, s, shift = blk.offsets, blk.s, blk.shift
             cuts = np.unique(np.append(np.searchsorted(offsets, np.arange(0, blk.span, step)), s.shape[0]))
             width = int(np.diff(offsets[cuts]).max()) if cuts.shape[0] > 1 else 0
             ramp = np.arange(width, dtype=np.int64)
-            for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+            for a, b in zip(cuts[:-1:sample].tolist(), cuts[1::sample].tolist()):
                 i0, i1 = int(offsets[a]), int(offsets[b])
                 cnt = np.diff(offsets[a : b + 1])
                 gidx = np.repeat(shift[a:b], cnt)
@@ -210,18 +246,6 @@ class ExactIndex:
             return parts[0]
         ps = [np.arange(p, p + xc.shape[0]) if isinstance(p, int) else p for p, xc in parts]
         return np.concatenate([np.zeros(0, np.int64)] + ps), np.concatenate([np.zeros(0)] + [xc for _, xc in parts])
-
-    def _runs(self, step: int):
-        """``(positions, count)`` of every item, in flat order, at most ``step`` at a time (no scores).
-
-        ``positions`` is an int (the first of ``count`` consecutive flat positions) or an array."""
-        for blk in self.blocks:
-            if blk.fixed:
-                for a in range(0, blk.span, step):
-                    yield blk.start + a, min(step, blk.span - a)
-            else:
-                for pos, xc in self._eos_chunks(blk, step):
-                    yield pos, xc.shape[0]
 
     def _scores(self, P: np.ndarray) -> np.ndarray:
         """Scores of the items at flat positions ``P`` (int64)."""
@@ -242,18 +266,24 @@ class ExactIndex:
     # ------------------------------------------------------------------ buckets
     def _build_buckets(self) -> None:
         """Group the items by bucket: a fine uniform grid of the exact score (monotone), mapped to
-        ``nb`` coarse buckets of about equal counts by a monotone lookup table, then a counting
-        sort by bucket id, chunk by chunk, straight into ``perm`` (stable: ascending flat positions
-        within a bucket). Equal-count buckets keep every first-touch sort small. Scores are computed
-        in cache-sized chunks, never stored; item-sized arrays: ``perm`` and the int32 fine cells
-        (freed at the end)."""
+        ``nb`` coarse buckets of about equal counts by a monotone lookup table (``lut``).
+
+        Small indexes (``N <= _ONE_SHOT``) take the table from the exact fine-cell histogram and
+        sort all bucket ids at once. Larger ones take it from a sample of the items (every
+        ``_SAMPLE``-th chunk: the table only balances the buckets, it cannot make the order
+        wrong), then one pass computes each chunk's bucket ids and sorts them a segment at a time
+        (stable radix sort of 16-bit ids, a few hundred thousand items per segment). ``perm`` holds
+        the segments one after the other, each grouped by bucket; ``seg_cum[k]`` is segment
+        ``k``'s bucket starts. Nothing item-sized but ``perm`` is written, and nothing is
+        scattered: every temporary is cache-sized and its memory reused.
+        """
         N = self.N
         self.top = self._top if N else 0.0
+        self._pdt = np.int32 if self.span < 1 << 31 else np.int64
         if N == 0:
             self.nb, self.nf, self.fscale = 1, 1, 0.0
             self.lut = np.zeros(1, np.uint16)
-            self.perm = np.zeros(0, np.int64)
-            self.cum = np.zeros(2, np.int64)
+            self._set_segments(np.zeros(0, self._pdt), np.zeros((1, 2), np.int32), [0, 0])
             return
         rng = self._top - self._bottom
         nb = int(min(65536, max(1, N // 64)))
@@ -261,68 +291,93 @@ class ExactIndex:
         self.nb, self.nf = nb, nf
         self.fscale = (nf / rng) * (1 - 1e-12) if rng > 0 else 0.0
         if N <= _ONE_SHOT:
-            self._one_shot()
+            pos, x = self._all_items()
+            f = self._fine_of_array(x)
+            del x
+            self._set_lut(np.bincount(f, minlength=nf))
+            ids = self.lut[f]
+            del f
+            perm = np.empty(N, self._pdt)
+            seg_cum = np.zeros((1, nb + 1), np.int32 if N < 1 << 31 else np.int64)
+            self._sort_segment(ids, pos, perm, seg_cum[0])
+            self._set_segments(perm, seg_cum, [0, N])
             return
-        # pass 1: the fine cell of every item (kept, in flat order) and their histogram
-        fine = page_empty(N, np.int32)
         hist = np.zeros(nf, np.int64)
-        i = 0
-        for _, xc in self._chunks(max(_CHUNK, 2 * nf)):
-            f = self._fine_of_array(xc)
-            hist += np.bincount(f, minlength=nf)
-            fine[i : i + f.shape[0]] = f
-            i += f.shape[0]
-        self._set_buckets(hist)
-        # pass 2: counting sort; nxt[b] is where the next item of bucket b goes
-        perm = page_empty(N, np.int32 if self.span < 1 << 31 else np.int64)
-        nxt = self.cum[:-1].copy()
-        step = 4 * _CHUNK
-        ramp = np.arange(step, dtype=np.int64)
-        i = 0
-        for pos, n in self._runs(step):  # in-cache chunk sorts, a few items per bucket each
-            b = self.lut[fine[i : i + n]]
-            i += n
-            o = np.argsort(b, kind="stable")
-            c = np.bincount(b, minlength=nb)
-            first = np.cumsum(c)
-            first -= c  # position of each bucket's first item in the sorted chunk
-            # the k-th item of the sorted chunk goes to nxt[b] + (k - first[b]); the chunk's bucket
-            # ids in sorted order are runs of c[b] copies of b, so no gather by ``o`` is needed
-            dest = np.repeat(nxt - first, c)
-            dest += ramp[:n]
-            if isinstance(pos, int):
-                o += pos
-                perm[dest] = o
-            else:
-                perm[dest] = pos[o]
-            nxt += c
-        self.perm = perm
+        for _, xc in self._chunks(_CHUNK, sample=_SAMPLE):
+            hist += np.bincount(self._fine_of_array(xc), minlength=nf)
+        self._set_lut(hist)
+        seg = min(max(_SEGMENT, -(-N // _MAX_SEGMENTS)), 8 * _SEGMENT)
+        perm = page_empty(N, self._pdt)
+        seg_cum = np.zeros((N // seg + 1, nb + 1), np.int32)  # segments hold >= seg items, but the last
+        seg_start = [0]
+        buf = np.empty(2 * seg, np.uint16)
+        runs: list = []
+        m = 0
+        for pos, xc in self._chunks(min(4 * _CHUNK, seg)):
+            n = xc.shape[0]
+            if m + n > buf.shape[0]:  # a chunk ends at a node's end: it can be longer than asked
+                buf = np.concatenate([buf[:m], np.empty(m + n, np.uint16)])
+            np.take(self.lut, self._fine_of_array(xc), out=buf[m : m + n])
+            runs.append((pos, n))
+            m += n
+            if m >= seg:
+                self._flush(buf[:m], runs, perm, seg_cum, seg_start)
+                runs, m = [], 0
+        if m:
+            self._flush(buf[:m], runs, perm, seg_cum, seg_start)
+        self._set_segments(perm, seg_cum[: len(seg_start) - 1], seg_start)
 
-    def _set_buckets(self, hist: np.ndarray) -> None:
-        """From the fine-cell histogram: the monotone lookup table (about equal counts per bucket)
-        and the bucket starts ``cum``."""
+    def _flush(self, ids: np.ndarray, runs: list, perm: np.ndarray, seg_cum: np.ndarray, seg_start: list) -> None:
+        """Sort one segment (the bucket ids ``ids`` of the items named by ``runs``) into ``perm``."""
+        a = seg_start[-1]
+        if all(isinstance(p, int) for p, _ in runs) and all(
+            p + n == q for (p, n), (q, _) in zip(runs[:-1], runs[1:])
+        ):
+            pos: int | np.ndarray = runs[0][0]  # consecutive flat positions
+        else:
+            pos = np.concatenate([np.arange(p, p + n) if isinstance(p, int) else p for p, n in runs])
+        self._sort_segment(ids, pos, perm[a : a + ids.shape[0]], seg_cum[len(seg_start) - 1])
+        seg_start.append(a + ids.shape[0])
+
+    def _sort_segment(self, ids: np.ndarray, pos: int | np.ndarray, out: np.ndarray, cum: np.ndarray) -> None:
+        """Write the positions ``pos`` (an int: consecutive from it) grouped by bucket ``ids``
+        (stable) into ``out``, and the bucket starts into ``cum`` (``nb + 1``, zeros on entry)."""
+        o = np.argsort(ids, kind="stable")  # radix sort on 16-bit keys
+        if isinstance(pos, int):
+            np.add(o, pos, out=out, casting="unsafe")
+        else:
+            np.take(pos, o, out=out)
+        np.cumsum(np.bincount(ids, minlength=self.nb), out=cum[1:])
+
+    def _set_segments(self, perm: np.ndarray, seg_cum: np.ndarray, seg_start: list) -> None:
+        self.perm = perm
+        self.seg_cum = seg_cum
+        self.seg_start = np.array(seg_start, np.int64)
+        self.cum = seg_cum.sum(axis=0, dtype=np.int64)
+
+    def _set_lut(self, hist: np.ndarray) -> None:
+        """The monotone lookup table from a fine-cell histogram (of all items or of a sample):
+        buckets of about equal counts."""
         before = np.zeros(self.nf, np.int64)
         np.cumsum(hist[:-1], out=before[1:])
-        self.lut = np.minimum(before * self.nb // self.N, self.nb - 1).astype(np.uint16)
-        counts = np.bincount(self.lut, weights=hist, minlength=self.nb).astype(np.int64)
-        self.cum = np.zeros(self.nb + 1, np.int64)
-        np.cumsum(counts, out=self.cum[1:])
+        tot = max(int(before[-1] + hist[-1]), 1)
+        self.lut = np.minimum(before * self.nb // tot, self.nb - 1).astype(np.uint16)
 
-    def _one_shot(self) -> None:
-        """Small indexes: every score at once, then one stable radix argsort of the bucket ids.
-
-        The same buckets and the same order (ascending flat positions within a bucket) as the
-        chunked two-pass build, with fewer passes: at this size the arrays stay in cache."""
-        pos, x = self._all_items()
-        f = self._fine_of_array(x)
-        del x
-        self._set_buckets(np.bincount(f, minlength=self.nf))
-        order = np.argsort(self.lut[f], kind="stable")  # radix sort on 16-bit keys
-        if isinstance(pos, int):
-            order += pos
-        else:
-            order = pos[order]
-        self.perm = order.astype(np.int32 if self.span < 1 << 31 else np.int64)
+    def _bucket_positions(self, b: int) -> np.ndarray:
+        """Flat positions of the items of bucket ``b`` (ascending), gathered from every segment."""
+        a = self.seg_start[:-1] + self.seg_cum[:, b]
+        e = self.seg_start[:-1] + self.seg_cum[:, b + 1]
+        if a.shape[0] == 1:
+            return self.perm[int(a[0]) : int(e[0])].astype(np.int64)
+        n = e - a
+        k = np.flatnonzero(n)
+        a, n = a[k], n[k]
+        if a.shape[0] == 1:
+            return self.perm[int(a[0]) : int(a[0] + n[0])].astype(np.int64)
+        first = np.cumsum(n) - n
+        g = np.repeat(a - first, n)
+        g += np.arange(g.shape[0])
+        return self.perm[g].astype(np.int64)
 
     def _fine_of_array(self, x: np.ndarray) -> np.ndarray:
         # 0 <= top - x <= top - lo, and fscale carries a 1e-12 relative margin, so f < nf
@@ -347,7 +402,7 @@ class ExactIndex:
         hit = self._bucket_cache.get(b)
         if hit is not None:
             return hit
-        P = self.perm[self.cum[b] : self.cum[b + 1]].astype(np.int64)
+        P = self._bucket_positions(b)
         xb = self._scores(P)
         order = np.argsort(-xb, kind="stable")
         P, xb = P[order], xb[order]
@@ -505,6 +560,8 @@ class ExactIndex:
     def _check(self) -> None:
         """Assert the index's invariants (for tests)."""
         assert self.perm.shape[0] == self.N and self.cum[-1] == self.N
+        assert self.seg_start[0] == 0 and self.seg_start[-1] == self.N
+        assert np.array_equal(self.seg_cum[:, -1], np.diff(self.seg_start)) and (np.diff(self.seg_cum, axis=1) >= 0).all()
         pos, x = self._all_items()
         if isinstance(pos, int):
             pos = np.arange(pos, pos + x.shape[0])

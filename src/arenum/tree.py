@@ -542,8 +542,23 @@ def seg_first_below(
     """Per segment: first position ``j`` in ``[lo, hi]`` with ``s + pool[off + j] < T`` (or ``hi``).
 
     Vectorized binary search; the predicate ``s + lp >= T`` is evaluated exactly as scores are
-    computed, and is monotone because segments are sorted descending.
+    computed, and is monotone because segments are sorted descending. Runs ``_SEG_STEP``
+    segments at a time: the temporaries stay in cache and their memory is reused, where one pass
+    over millions of segments would fault in fresh pages for every temporary.
     """
+    out = lo.copy()
+    for a in range(0, lo.shape[0], _SEG_STEP):
+        b = a + _SEG_STEP
+        out[a:b] = _seg_first_below(pool, off[a:b], s[a:b], lo[a:b], hi[a:b], T)
+    return out
+
+
+_SEG_STEP = 1 << 14
+
+
+def _seg_first_below(
+    pool: np.ndarray, off: np.ndarray, s: np.ndarray, lo: np.ndarray, hi: np.ndarray, T: float
+) -> np.ndarray:
     out = lo.copy()
     idx = np.flatnonzero(lo < hi)
     # the searches still running, compacted: every step touches only them
