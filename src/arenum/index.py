@@ -50,8 +50,10 @@ class MassBracket:
 
 _CHUNK = 1 << 16
 """Base step (items) of the build passes: a step's temporaries stay in cache."""
-_ONE_SHOT = 1 << 22
-"""Indexes with at most this many items are built in one shot (all scores at once)."""
+_ONE_SHOT = 1 << 16
+"""Indexes with at most this many items are built in one shot (all scores at once, the lookup
+table from all of them). Larger ones are built in cache-sized chunks: large temporaries cost more
+in first touches of fresh memory than they save."""
 _NODE_STEP = 1 << 16
 """Nodes examined at a time when finding the items."""
 _SEGMENT = 1 << 18
@@ -302,10 +304,11 @@ class ExactIndex:
             self._sort_segment(ids, pos, perm, seg_cum[0])
             self._set_segments(perm, seg_cum, [0, N])
             return
-        hist = np.zeros(nf, np.int64)
-        for _, xc in self._chunks(_CHUNK, sample=_SAMPLE):
-            hist += np.bincount(self._fine_of_array(xc), minlength=nf)
-        self._set_lut(hist)
+        # the sample: about 1/_SAMPLE of the items, in at least 64 chunks spread over all of them
+        step = max(64, min(_CHUNK, N // (64 * _SAMPLE)))
+        fs = [self._fine_of_array(xc) for _, xc in self._chunks(step, sample=_SAMPLE)]
+        self._set_lut(np.bincount(np.concatenate(fs), minlength=nf))
+        del fs
         seg = min(max(_SEGMENT, -(-N // _MAX_SEGMENTS)), 8 * _SEGMENT)
         perm = page_empty(N, self._pdt)
         seg_cum = np.zeros((N // seg + 1, nb + 1), np.int32)  # segments hold >= seg items, but the last
