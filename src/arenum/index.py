@@ -300,7 +300,7 @@ class ExactIndex:
             ids = self.lut[f]
             del f
             perm = np.empty(N, self._pdt)
-            seg_cum = np.zeros((1, nb + 1), np.int32 if N < 1 << 31 else np.int64)
+            seg_cum = np.zeros((1, nb + 1), np.int32)
             self._sort_segment(ids, pos, perm, seg_cum[0])
             self._set_segments(perm, seg_cum, [0, N])
             return
