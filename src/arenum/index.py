@@ -316,7 +316,7 @@ class ExactIndex:
         buf = np.empty(2 * seg, np.uint16)
         runs: list = []
         m = 0
-        for pos, xc in self._chunks(min(4 * _CHUNK, seg)):
+        for pos, xc in self._chunks(min(_CHUNK, seg)):
             n = xc.shape[0]
             if m + n > buf.shape[0]:  # a chunk ends at a node's end: it can be longer than asked
                 buf = np.concatenate([buf[:m], np.empty(m + n, np.uint16)])
