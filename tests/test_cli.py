@@ -333,7 +333,7 @@ def test_line_bar_without_tqdm():
             return True
 
     s = Tty()
-    bar = cli._LineBar(s, delay=0.0)
+    bar = cli.common._LineBar(s, delay=0.0)
     bar({"forwards": 1234, "level": 3, "level_done": 5, "level_todo": 10, "keep_bits": 12.5})
     assert "1,234 forwards" in s.getvalue() and "level 3 5/10" in s.getvalue() and "12.5 bits" in s.getvalue()
     bar.close()

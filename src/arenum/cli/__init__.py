@@ -1,0 +1,100 @@
+"""``arenum`` command line: fit an n-gram, then count, rank, unrank and plot its sequences.
+
+Subcommands (``arenum <command> --help`` for each; ``docs/cli.md`` has examples and outputs):
+
+    fit FILE -o MODEL        character (or ``--tokens``) n-gram from a text file, one item per line
+    count / mass             ``--min-log-prob X`` or ``--bits B``: exact count / mass at that threshold
+    threshold K              log-prob of the K-th most likely sequence (1-based) and the sequence
+    unrank I / slice START K sequences at 0-based ranks
+    top K                    the K most likely sequences
+    rank STRING... | - | --file F    rank, guess number and cumulative mass of each string
+    nucleus P                how many of the most likely sequences hold mass P
+    plot                     guessing curve and cumulative mass, PNG
+    demo                     all of the above on a 4-gram fitted on 30,000 real passwords
+
+``--model`` is a file written by ``arenum fit`` (:meth:`NGramModel.save`) or ``hf:<local dir>`` (a
+Hugging Face causal LM, loaded with ``local_files_only``; nothing is downloaded). Every answer is
+exact unless it says ``bracket`` (a certified ``lo <= true <= hi``, past ``--max-forwards``) or names
+an estimator (a Monte Carlo estimate with a confidence interval, past ``--exact-limit``), and every
+answer reports the forwards (model evaluations, one per live prefix) it cost. ``--json`` prints one
+JSON document per command; ``rank`` prints one JSON object per line (JSON lines), one per string.
+
+Errors (bad numbers, unreadable or malformed files, strings the model cannot produce) print ONE
+line ``arenum: error: ...`` on stderr and exit with status 2; files are written to a temporary name
+in the target folder and renamed only on success, so a failed command leaves nothing behind.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from .common import DEMO_MAX_FORWARDS, CLIError, _dumps, _one_line, make_progress
+from .parser import build_parser
+from .load import load_model
+from .commands import Output
+from .demo import demo_model_path, fit_demo_model
+
+__all__ = ["main", "build_parser", "demo_model_path", "fit_demo_model", "make_progress"]
+
+
+def _run(args: argparse.Namespace) -> Output:
+    if args.command in ("fit", "demo"):
+        return args.run(args)
+    m = load_model(args)
+    bar = make_progress(args.quiet)
+    m.enum.progress = bar
+    try:
+        return args.run(args, m)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _emit(out: Output, as_json: bool) -> None:
+    if as_json:
+        if out.json_lines:
+            sys.stdout.write("".join(_dumps(d) + "\n" for d in out.doc))
+        elif out.doc is not None:
+            sys.stdout.write(_dumps(out.doc) + "\n")
+    else:
+        for line in out.text:
+            sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``arenum`` console script; returns the exit status (0, or 2 on error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from ..seek import BudgetExceeded
+
+    try:
+        out = _run(args)
+        _emit(out, args.json)
+        return 0
+    except CLIError as exc:
+        msg = str(exc)
+    except BudgetExceeded as exc:
+        cap = getattr(args, "max_forwards", DEMO_MAX_FORWARDS)
+        msg = f"{_one_line(exc)} (past --max-forwards {cap:,}; raise it to go deeper)"
+    except IndexError as exc:
+        msg = f"out of range: {_one_line(exc)}"
+    except BrokenPipeError:  # the reader went away (e.g. '| head'): stop quietly
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 1
+    except (ValueError, TypeError, OSError) as exc:
+        msg = _one_line(exc)
+    except KeyboardInterrupt:
+        sys.stderr.write("\narenum: error: interrupted\n")
+        return 130
+    except Exception as exc:  # never a traceback on the command line; ARENUM_DEBUG=1 shows it
+        if os.environ.get("ARENUM_DEBUG"):
+            raise
+        msg = f"internal error: {type(exc).__name__}: {_one_line(exc)} (ARENUM_DEBUG=1 shows the traceback)"
+    sys.stderr.write(f"arenum: error: {msg}\n")
+    return 2

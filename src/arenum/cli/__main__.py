@@ -1,0 +1,7 @@
+"""``python -m arenum.cli``: the same as the ``arenum`` script."""
+import sys
+
+from . import main
+
+
+sys.exit(main())

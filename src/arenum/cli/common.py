@@ -1,0 +1,201 @@
+"""What every part of the command line shares: constants, the user-facing error, reading and
+writing files, formatting numbers and tables, and the progress bar."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+from .._io import atomic_write
+
+
+LN2 = math.log(2.0)
+DEFAULT_MAX_FORWARDS = 5_000_000
+DEMO_MAX_FORWARDS = 1_000_000
+DEMO_MODEL = "passwords-4gram-kn.npz"
+DEMO_STRINGS = ("123456", "dragon", "password1", "iloveyou2", "correcthorse")
+
+
+class CLIError(Exception):
+    """A user-facing error: printed as ``arenum: error: <message>``, exit status 2."""
+
+
+# --------------------------------------------------------------------------------- input/output
+def _read_lines(path: str, *, skip_empty: bool = False) -> list[str]:
+    """Lines of a UTF-8 file (``'-'``: stdin), without their ``\\n`` / ``\\r\\n``."""
+    where = "stdin" if path == "-" else repr(path)
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read()
+    except OSError as exc:
+        raise CLIError(f"cannot read {where}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CLIError(f"{where} is not UTF-8 text (byte {exc.start})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    lines = [s[:-1] if s.endswith("\r") else s for s in lines]
+    return [s for s in lines if s] if skip_empty else lines
+
+
+def _check_writable(path: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CLIError(f"cannot write {path!r}: folder {folder!r} does not exist")
+    if os.path.isdir(path):
+        raise CLIError(f"cannot write {path!r}: it is a folder")
+    if not os.access(folder, os.W_OK):
+        raise CLIError(f"cannot write {path!r}: folder {folder!r} is not writable")
+
+
+def _atomic_write(path: str, write: Callable[[str], None]) -> int:
+    """``write(tmp)`` into a temp file beside ``path``, then rename it to ``path``; returns bytes."""
+    _check_writable(path)
+    return atomic_write(path, write)
+
+
+def _jsonable(x: Any) -> Any:
+    """JSON-safe copy: non-finite floats become ``null``, tuples lists, numpy scalars Python ones."""
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, bool) or x is None or isinstance(x, str):
+        return x
+    if hasattr(x, "item") and not isinstance(x, (int, float)):
+        x = x.item()
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    return x
+
+
+def _dumps(doc: Any) -> str:
+    return json.dumps(_jsonable(doc), ensure_ascii=False, allow_nan=False)
+
+
+def _fmt_count(n: Any) -> str:
+    """``12,345`` for counts a person reads digit by digit; ``3.076e+14`` past a billion."""
+    if isinstance(n, float) and math.isinf(n):
+        return "inf"
+    if isinstance(n, float) or abs(n) >= 10**9:
+        return f"{float(n):.4g}"
+    return f"{int(n):,}"
+
+
+def _fmt_lp(lp: float) -> str:
+    if lp == -math.inf:
+        return "-inf"
+    return f"{lp:.4f} nats = {-lp / LN2:.3f} bits (p = {math.exp(lp):.4g})"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[bool] = ()) -> list[str]:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    w = [max(len(r[j]) for r in cells) for j in range(len(headers))]
+    out = []
+    for r in cells:
+        parts = [(r[j].rjust(w[j]) if j < len(right) and right[j] else r[j].ljust(w[j])) for j in range(len(r))]
+        out.append("  ".join(parts).rstrip())
+    return out
+
+
+def _kv(pairs: Sequence[tuple[str, Any]]) -> list[str]:
+    w = max(len(k) for k, _ in pairs)
+    return [f"{k.ljust(w)}  {v}" for k, v in pairs]
+
+
+# -------------------------------------------------------------------------------------- progress
+def _bar_text(d: dict) -> str:
+    return (f"level {d.get('level', 0)} {int(d.get('level_done', 0)):,}/{int(d.get('level_todo', 0)):,}, "
+            f"budget {float(d.get('keep_bits', 0.0)):.1f} bits")
+
+
+class _LineBar:
+    """A one-line progress display on a terminal: forwards so far, level, budget; redrawn at most
+    10 times a second, shown only once a build has run for ``delay`` seconds, erased by ``close``."""
+
+    def __init__(self, stream: Any, delay: float = 0.25) -> None:
+        self.stream = stream
+        self.width = 0
+        self.start: float | None = None
+        self.last = 0.0
+        self.delay = delay
+
+    def __call__(self, d: dict) -> None:
+        now = time.monotonic()
+        if self.start is None:
+            self.start = now
+        if now - self.start < self.delay or now - self.last < 0.1:
+            return
+        self.last = now
+        line = f"arenum: {int(d.get('forwards', 0)):,} forwards ({now - self.start:.1f} s), {_bar_text(d)}"
+        self.stream.write("\r" + line + " " * max(0, self.width - len(line)))
+        self.stream.flush()
+        self.width = len(line)
+
+    def close(self) -> None:
+        if self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+        self.width = 0
+        self.start = None
+
+
+class _TqdmBar:
+    """The same through tqdm: one counter of forwards per build (no total: the budget is searched)."""
+
+    def __init__(self, stream: Any, delay: float = 0.25) -> None:
+        self.stream = stream
+        self.delay = delay
+        self.bar = None
+
+    def __call__(self, d: dict) -> None:
+        from tqdm import tqdm
+
+        f = int(d.get("forwards", 0))
+        if self.bar is None:
+            self.bar = tqdm(total=None, initial=f, desc="arenum", unit=" forwards", unit_scale=True, leave=False,
+                            file=self.stream, dynamic_ncols=True, mininterval=0.1, delay=self.delay)
+        self.bar.set_postfix_str(_bar_text(d), refresh=False)
+        self.bar.update(max(0, f - self.bar.n))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def make_progress(quiet: bool, stream: Any = None) -> Any:
+    """A progress callback for ``enum.progress`` (with ``.close()``), or ``None`` when off.
+
+    Off with ``quiet`` or when ``stream`` (default stderr) is not a terminal. tqdm when installed,
+    else a one-line bar.
+    """
+    stream = sys.stderr if stream is None else stream
+    if quiet:
+        return None
+    try:
+        if not stream.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    try:
+        import tqdm  # noqa: F401
+    except ImportError:
+        return _LineBar(stream)
+    return _TqdmBar(stream)
+
+
+def _one_line(exc: BaseException) -> str:
+    msg = str(exc).strip()
+    if isinstance(exc, KeyError) and len(exc.args) == 1:
+        msg = str(exc.args[0])
+    first = msg.splitlines()[0] if msg else type(exc).__name__
+    return first

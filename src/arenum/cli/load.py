@@ -1,0 +1,172 @@
+"""Loading a model for the command line: n-gram files and local Hugging Face causal LMs."""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .common import LN2, CLIError
+
+
+@dataclass
+class Loaded:
+    """A model behind the CLI: its enumerable and how strings map to token ids and back."""
+
+    name: str
+    enum: Any
+    encode: Callable[[str], tuple]
+    display: Callable[[Sequence[int]], str]
+    info: dict = field(default_factory=dict)
+
+    def forwards(self) -> int:
+        return int(self.enum.stats["forwards"])
+
+
+def _estimate_kwargs(args: argparse.Namespace | None) -> dict:
+    """Enumerable keywords for estimates past ``--exact-limit`` (none when it is not given)."""
+    if args is None or getattr(args, "exact_limit", None) is None:
+        return {}
+    if args.confidence >= 1.0:
+        raise CLIError(f"--confidence must be < 1, got {args.confidence:g}")
+    return {"exact_limit": args.exact_limit, "estimate_samples": args.samples, "estimate_seed": args.seed,
+            "confidence": args.confidence}
+
+
+def _ngram_loaded(model: Any, name: str, *, max_len: int | None, eos: Any, max_forwards: int,
+                  extra: dict | None = None) -> Loaded:
+    if eos is not None and eos != "auto" and eos != model.eos:
+        raise CLIError(f"--eos {eos} is not this n-gram's EOS id ({model.eos}); use auto or none")
+    terminating = eos is not None
+    if not terminating and max_len is None:
+        raise CLIError("--eos none (fixed length) needs --max-len")
+    enum = model.enumerable(max_len=max_len, terminating=terminating, max_prefixes=max_forwards, **(extra or {}))
+    vocab = model.vocab
+
+    def encode(s: str) -> tuple:
+        items = s.split() if model.kind == "token" else s
+        try:
+            return tuple(model.encode(items, eos=terminating))
+        except ValueError as exc:
+            msg = str(exc).replace("fit with unknown='unk'", "fit with --unknown unk")
+            raise CLIError(f"cannot encode {s!r}: {msg}") from None
+
+    def display(ids: Sequence[int]) -> str:
+        ids = [int(t) for t in ids]
+        if terminating and ids and ids[-1] == model.eos:
+            ids = ids[:-1]
+        syms = [vocab[t] if t != model.unk or model.kind != "char" else model.UNK_CHAR for t in ids]
+        return "".join(syms) if model.kind == "char" else " ".join(str(s) for s in syms)
+
+    info = {"type": "ngram", "kind": model.kind, "order": model.order, "smoothing": model.smoothing,
+            "vocab_size": model.vocab_size, "n_sequences": model.n_sequences,
+            "support": "terminating" if terminating else "fixed-length", "max_len": max_len}
+    return Loaded(name, enum, encode, display, info)
+
+
+def load_ngram_file(path: str) -> Any:
+    """:meth:`NGramModel.load` with one-line errors for missing, unreadable or malformed files."""
+    from ..models.ngram import NGramModel
+
+    if not os.path.exists(path):
+        raise CLIError(f"model file {path!r} does not exist")
+    if os.path.isdir(path):
+        raise CLIError(f"model file {path!r} is a folder (for a Hugging Face model write hf:{path})")
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise CLIError(f"cannot read model file {path!r}: {exc.strerror or exc}") from None
+    if magic != b"PK\x03\x04":
+        raise CLIError(f"{path!r} is not an arenum n-gram model file (not a .npz archive written by 'arenum fit')")
+    try:
+        return NGramModel.load(path)
+    except OSError as exc:
+        raise CLIError(f"cannot read model file {path!r}: {exc.strerror or exc}") from None
+    except Exception as exc:  # zip, json, key and table errors of a file that is not ours
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CLIError(f"{path!r} is not a valid arenum n-gram model file ({msg})") from None
+
+
+def _hf_loaded(path: str, *, prompt: str | None, max_len: int | None, eos: Any, max_forwards: int,
+               extra: dict | None = None) -> Loaded:
+    if not os.path.isdir(path):
+        raise CLIError(f"hf model folder {path!r} does not exist (only local folders are read; nothing is downloaded)")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: from_pretrained is local-only anyway
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        from ..models.hf import CausalLMOracle
+    except ImportError as exc:
+        raise CLIError(f"hf: models need torch and transformers (pip install 'arenum[hf]'): {exc}") from None
+    hf_logging.disable_progress_bar()  # our own bar (or none) on stderr, not the loader's
+    hf_logging.set_verbosity_error()
+    try:
+        oracle = CausalLMOracle.from_pretrained(path, prompt=prompt)
+        enum = oracle.enumerable(max_len=max_len, eos=eos, max_prefixes=max_forwards, **(extra or {}))
+    except (OSError, ValueError, TypeError) as exc:
+        raise CLIError(f"cannot load hf model {path!r}: {str(exc).splitlines()[0]}") from None
+    eos_id = enum.eos
+    tok = oracle.tokenizer
+
+    def encode(s: str) -> tuple:
+        if tok is None:
+            raise CLIError(f"the hf model at {path!r} has no tokenizer, so strings cannot be encoded")
+        try:
+            ids = list(tok.encode(s, add_special_tokens=False))
+        except TypeError:
+            ids = list(tok.encode(s))
+        return tuple(int(t) for t in ids) + ((eos_id,) if eos_id is not None else ())
+
+    def display(ids: Sequence[int]) -> str:
+        ids = [int(t) for t in ids]
+        if eos_id is not None and ids and ids[-1] == eos_id:
+            ids = ids[:-1]
+        return oracle.decode(ids)
+
+    info = {"type": "hf", "path": path, "prompt": prompt, "vocab_size": oracle.vocab_size, "eos": eos_id,
+            "support": "terminating" if eos_id is not None else "fixed-length", "max_len": max_len}
+    return Loaded(f"hf:{path}", enum, encode, display, info)
+
+
+def load_model(args: argparse.Namespace) -> Loaded:
+    """The model named by ``--model`` with ``--max-len``/``--eos``/``--prompt``/``--max-forwards``."""
+    spec = args.model
+    if spec.startswith("hf:"):
+        path = spec[3:]
+        if not path:
+            raise CLIError("--model hf: needs a folder, e.g. hf:/models/distilgpt2")
+        if args.eos is None and args.max_len is None:
+            raise CLIError("--eos none (fixed length) needs --max-len")
+        return _hf_loaded(path, prompt=args.prompt, max_len=args.max_len, eos=args.eos,
+                          max_forwards=args.max_forwards, extra=_estimate_kwargs(args))
+    if args.prompt is not None:
+        raise CLIError("--prompt applies to hf: models only")
+    model = load_ngram_file(spec)
+    return _ngram_loaded(model, spec, max_len=args.max_len, eos=args.eos, max_forwards=args.max_forwards,
+                         extra=_estimate_kwargs(args))
+
+
+def _score_strings(m: Loaded, strings: Sequence[str]) -> tuple[list[tuple], list[float]]:
+    """Encode and score every string (one batched scoring call); any that cannot be produced fails."""
+    enc = []
+    for j, s in enumerate(strings):
+        enc.append(m.encode(s))
+    scores = [float(v) for v in m.enum.score_sequences(enc)] if enc else []
+    enum = m.enum
+    for s, ids, lp in zip(strings, enc, scores):
+        if lp == -math.inf:
+            if enum.terminating and len(ids) > enum.cap:
+                why = f"is {len(ids)} tokens long with EOS, past the length cap {enum.cap}"
+            elif not enum.terminating and len(ids) != enum.max_len:
+                why = f"is {len(ids)} tokens long, but the enumeration is fixed-length {enum.max_len}"
+            else:
+                why = "has probability 0 under the model"
+            raise CLIError(f"string {s!r} {why}")
+    return enc, scores
+
+
+def _threshold_arg(args: argparse.Namespace) -> float:
+    return args.min_log_prob if args.min_log_prob is not None else -args.bits * LN2

@@ -1,0 +1,200 @@
+"""The ``arenum`` argument parser: subcommands, their options and the checks on their values."""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Callable
+
+from .common import DEFAULT_MAX_FORWARDS
+from .commands import (
+    cmd_fit,
+    cmd_count,
+    cmd_threshold,
+    cmd_unrank,
+    cmd_slice,
+    cmd_top,
+    cmd_rank,
+    cmd_mass,
+    cmd_nucleus,
+    cmd_plot,
+)
+from .demo import cmd_demo
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``arenum: error: ...``, exit 2) instead of usage dumps."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        where = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
+        sys.stderr.write(f"arenum: error: {where}{message} (see '{self.prog} --help')\n")
+        sys.exit(2)
+
+
+def _int_type(name: str, minimum: int) -> Callable[[str], int]:
+    """Exact integer ``>= minimum``; accepts ``1000000``, ``1_000_000`` and ``1e6``."""
+
+    def parse(text: str) -> int:
+        s = text.strip().replace("_", "")
+        try:
+            v = int(s)
+        except ValueError:
+            try:
+                f = float(s)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
+            if not math.isfinite(f) or f != math.floor(f):
+                raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
+            v = int(f)
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, got {text!r}")
+        return v
+
+    return parse
+
+
+def _float_type(name: str, lo: float | None = None, hi: float | None = None,
+                lo_open: bool = False) -> Callable[[str], float]:
+    """A finite float, optionally in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
+
+    def parse(text: str) -> float:
+        try:
+            f = float(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not math.isfinite(f):
+            raise argparse.ArgumentTypeError(f"{name} must be finite, got {text!r}")
+        if lo is not None and (f <= lo if lo_open else f < lo):
+            raise argparse.ArgumentTypeError(f"{name} must be {'>' if lo_open else '>='} {lo:g}, got {text!r}")
+        if hi is not None and f > hi:
+            raise argparse.ArgumentTypeError(f"{name} must be <= {hi:g}, got {text!r}")
+        return f
+
+    return parse
+
+
+def _eos_type(text: str) -> str | int | None:
+    t = text.strip().lower()
+    if t == "auto":
+        return "auto"
+    if t == "none":
+        return None
+    try:
+        v = int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--eos must be 'auto', 'none' or a token id, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"--eos token id must be >= 0, got {text!r}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``arenum`` argument parser (subcommands and their options)."""
+    out_opts = _Parser(add_help=False)
+    out_opts.add_argument("--json", action="store_true",
+                          help="machine-readable output: one JSON document (rank: one JSON object per line)")
+    out_opts.add_argument("-q", "--quiet", action="store_true", help="no progress bar on stderr")
+
+    model_opts = _Parser(add_help=False)
+    g = model_opts.add_argument_group("model")
+    g.add_argument("-m", "--model", required=True, metavar="MODEL",
+                   help="n-gram file written by 'arenum fit', or hf:<local dir> for a Hugging Face causal LM")
+    g.add_argument("--max-len", type=_int_type("--max-len", 1), metavar="N",
+                   help="terminating: at most N tokens, EOS included; with --eos none: exactly N tokens")
+    g.add_argument("--eos", type=_eos_type, default="auto", metavar="auto|none|ID",
+                   help="'auto' (default): sequences end with the model's EOS; 'none': fixed length "
+                        "--max-len; an integer: that token id ends sequences (hf models)")
+    g.add_argument("--prompt", metavar="TEXT", help="hf models: the text every sequence continues")
+    g.add_argument("--max-forwards", type=_int_type("--max-forwards", 1), default=DEFAULT_MAX_FORWARDS,
+                   metavar="N", help=f"cap on model evaluations for exact answers; past it answers are "
+                                     f"brackets or errors (default {DEFAULT_MAX_FORWARDS:,})")
+    e = model_opts.add_argument_group("estimates past the exact budget")
+    e.add_argument("--exact-limit", type=_int_type("--exact-limit", 1), metavar="N",
+                   help="rank/count/threshold needing more than N forwards are answered by a Monte Carlo "
+                        "estimate with a confidence interval (the exact head is first built up to N)")
+    e.add_argument("--samples", type=_int_type("--samples", 2), default=10_000, metavar="N",
+                   help="Monte Carlo draws for estimates (default 10,000)")
+    e.add_argument("--confidence", type=_float_type("--confidence", 0.0, 1.0, lo_open=True), default=0.95,
+                   metavar="C", help="confidence level of estimate intervals (default 0.95)")
+    e.add_argument("--seed", type=_int_type("--seed", 0), default=0, help="seed of the draws (default 0)")
+
+    thr_opts = _Parser(add_help=False)
+    t = thr_opts.add_mutually_exclusive_group(required=True)
+    t.add_argument("--min-log-prob", type=_float_type("--min-log-prob"), metavar="X",
+                   help="threshold on log p (natural log, e.g. -13.86)")
+    t.add_argument("--bits", type=_float_type("--bits"), metavar="B",
+                   help="threshold in bits: min_log_prob = -B ln 2 (p >= 2^-B)")
+
+    p = _Parser(prog="arenum", description="Count, rank and randomly access the sequences of an "
+                "autoregressive model, exactly. Every answer states its guarantee and its cost in forwards.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    f = sub.add_parser("fit", parents=[out_opts], help="fit an n-gram model on a text file, one item per line")
+    f.add_argument("input", metavar="FILE", help="UTF-8 text, one sequence per line ('-' for stdin); "
+                   "empty lines are skipped")
+    f.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write")
+    f.add_argument("--order", type=_int_type("--order", 1), default=4, help="n (1..8, default 4)")
+    f.add_argument("--smoothing", choices=("kn", "wb", "addk"), default="kn",
+                   help="Kneser-Ney (default), Witten-Bell or add-k")
+    f.add_argument("--unknown", choices=("error", "unk"), default="error",
+                   help="unseen symbols: refuse (default) or map to <unk>")
+    f.add_argument("--tokens", action="store_true", help="one token per whitespace-separated word, not per character")
+    f.set_defaults(run=cmd_fit)
+
+    c = sub.add_parser("count", parents=[thr_opts, model_opts, out_opts],
+                       help="how many sequences have log p >= X (exact)")
+    c.set_defaults(run=cmd_count)
+
+    c = sub.add_parser("threshold", parents=[model_opts, out_opts],
+                       help="log-prob of the K-th most likely sequence (1-based), and the sequence")
+    c.add_argument("k", type=_int_type("K", 1), metavar="K")
+    c.set_defaults(run=cmd_threshold)
+
+    c = sub.add_parser("unrank", parents=[model_opts, out_opts], help="the sequence at 0-based rank I")
+    c.add_argument("i", type=_int_type("I", 0), metavar="I")
+    c.set_defaults(run=cmd_unrank)
+
+    c = sub.add_parser("slice", parents=[model_opts, out_opts], help="sequences at ranks START .. START+K-1")
+    c.add_argument("start", type=_int_type("START", 0), metavar="START")
+    c.add_argument("k", type=_int_type("K", 1), metavar="K")
+    c.set_defaults(run=cmd_slice)
+
+    c = sub.add_parser("top", parents=[model_opts, out_opts], help="the K most likely sequences")
+    c.add_argument("k", type=_int_type("K", 1), metavar="K")
+    c.set_defaults(run=cmd_top)
+
+    c = sub.add_parser("rank", parents=[model_opts, out_opts],
+                       help="rank, guess number and cumulative mass of strings")
+    c.add_argument("strings", nargs="*", metavar="STRING",
+                   help="strings to rank; '-' reads one string per line from stdin (use -- before "
+                        "strings that start with '-')")
+    c.add_argument("--file", metavar="FILE", help="also rank every line of FILE")
+    c.set_defaults(run=cmd_rank)
+
+    c = sub.add_parser("mass", parents=[thr_opts, model_opts, out_opts],
+                       help="probability mass of the sequences with log p >= X (bracket to float rounding)")
+    c.set_defaults(run=cmd_mass)
+
+    c = sub.add_parser("nucleus", parents=[model_opts, out_opts],
+                       help="size of the smallest set of most likely sequences with mass >= P")
+    c.add_argument("p", type=_float_type("P", 0.0, 1.0, lo_open=True), metavar="P")
+    c.set_defaults(run=cmd_nucleus)
+
+    c = sub.add_parser("plot", parents=[model_opts, out_opts],
+                       help="guessing curve and cumulative-mass curve, PNG")
+    c.add_argument("-o", "--out", default="arenum-plot.png", help="PNG to write (default arenum-plot.png)")
+    c.add_argument("--max-rank", type=_int_type("--max-rank", 1), default=100_000, metavar="K",
+                   help="exact region: ranks 1..K (default 100,000)")
+    c.add_argument("--points", type=_int_type("--points", 2), default=40, help="points on the curve (default 40)")
+    c.add_argument("--mark", action="append", default=[], metavar="STRING", help="mark a string (repeatable)")
+    c.add_argument("--estimate-bits", type=_float_type("--estimate-bits", 0.0), metavar="B",
+                   help="Monte Carlo estimated region (with its confidence band) down to B bits "
+                        "(default: 16 bits past the exact region; drawn when an estimator is installed)")
+    c.set_defaults(run=cmd_plot)
+
+    d = sub.add_parser("demo", parents=[out_opts],
+                       help="a 4-gram on 30,000 real passwords: count, threshold, unrank, top, rank, plot")
+    d.add_argument("-o", "--out", default="arenum-demo.png", help="PNG to write (default arenum-demo.png)")
+    d.set_defaults(run=cmd_demo)
+    return p
