@@ -278,15 +278,24 @@ class StepOracle:
             arr64 = self._scratch(arr.shape, np.float64, "rows")
             np.copyto(arr64, arr)
             arr = arr64
-        mx = arr.max(axis=1)
+        n, V = arr.shape
+        mx = np.empty(n)
+        lse = np.empty(n)
+        step = _block_rows(V)
+        buf = self._scratch((min(n, step), V))
+        with np.errstate(invalid="ignore"):  # a NaN row is reported below
+            for a in range(0, n, step):  # in cache-sized blocks of rows: each pass reads from cache
+                blk = arr[a : a + step]
+                m = blk.max(axis=1)
+                mx[a : a + step] = m
+                b = buf[: blk.shape[0]]
+                np.subtract(blk, m[:, None], out=b)
+                np.exp(b, out=b)
+                lse[a : a + step] = m + np.log(b.sum(axis=1))
         bad = ~(mx <= 0.0) | (mx == -math.inf)
         if bad.any():
             r = int(np.flatnonzero(bad)[0])
             self._normalize(np.arange(arr.shape[1], dtype=np.int64), arr[r], prefixes[r])  # raises
-        buf = self._scratch(arr.shape)
-        np.subtract(arr, mx[:, None], out=buf)
-        np.exp(buf, out=buf)
-        lse = mx + np.log(buf.sum(axis=1))
         off = np.abs(np.expm1(lse)) > self.norm_tol
         if off.any():
             r = int(np.flatnonzero(off)[0])
@@ -366,6 +375,7 @@ class StepOracle:
         parts_ids: list[np.ndarray] = []
         parts_lp: list[np.ndarray] = []
         full = np.zeros(n, np.int64)
+        presorted = True  # every part holds whole rows, each sorted (cached tables, dense heads)
         cache = self._cache
         if not cache:  # the common case while building: no per-prefix lookups
             todo = list(range(n))
@@ -384,6 +394,7 @@ class StepOracle:
                 full[i] = lps.shape[0]
         t_parse = 0.0
         if self._heads is not None:
+            presorted = False
             bs = self.batch_size
             for a in range(0, len(todo), bs):
                 chunk = np.array(todo[a : a + bs], np.int64)
@@ -401,20 +412,15 @@ class StepOracle:
                 t0 = time.perf_counter()
                 if isinstance(res, tuple):
                     arr, ids_all = res
-                    V = arr.shape[1]
-                    mask = self._scratch(arr.shape, np.bool_)
-                    np.greater_equal(arr, floors[chunk][:, None], out=mask)
-                    flat = np.flatnonzero(mask)
-                    r, c = np.divmod(flat, V)
-                    parts_row.append(chunk[r])
-                    parts_ids.append(ids_all[c])
-                    parts_lp.append(arr.reshape(-1)[flat])
-                    full[chunk] = V  # -inf entries count as present: at worst a needless re-score
+                    self._dense_heads(arr, ids_all, chunk, floors[chunk], parts_row, parts_ids, parts_lp)
+                    full[chunk] = arr.shape[1]  # -inf entries count as present: at worst a needless re-score
                 else:
+                    presorted = False
                     self._collect_rows(res, chunk, floors, parts_row, parts_ids, parts_lp, full)
                 t_parse += time.perf_counter() - t0
                 self.stats.forwards += len(chunk)
         else:
+            presorted = presorted and not todo
             for i in todo:
                 tab = self._call_single(prefixes[i])
                 t0 = time.perf_counter()
@@ -429,10 +435,36 @@ class StepOracle:
         else:
             row, ids, lps = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
         lens = np.bincount(row, minlength=n).astype(np.int64)
-        order = _head_order(row, lps, lens)
-        heads = Heads(ids[order], lps[order], lens, full)
+        if not presorted:
+            order = _head_order(row, lps, lens)
+            ids, lps = ids[order], lps[order]
+        elif row.shape[0] > 1 and (row[1:] < row[:-1]).any():
+            order = np.argsort(row, kind="stable")  # sorted rows, interleaved: group them
+            ids, lps = ids[order], lps[order]
+        heads = Heads(ids, lps, lens, full)
         self.stats.parse_seconds += t_parse + time.perf_counter() - t0
         return heads
+
+    @staticmethod
+    def _dense_heads(arr: np.ndarray, ids_all: np.ndarray, chunk: np.ndarray, floors: np.ndarray,
+                     parts_row: list, parts_ids: list, parts_lp: list) -> None:
+        """The entries ``>= floors`` of validated dense rows, each row's sorted (descending, ties in
+        column order), rows in order; in cache-sized blocks of rows."""
+        n, V = arr.shape
+        step = _block_rows(V)
+        for a in range(0, n, step):
+            blk = arr[a : a + step]
+            mask = blk >= floors[a : a + step, None]
+            cnt = mask.sum(axis=1)
+            flat = np.flatnonzero(mask)
+            lp = blk.reshape(-1)[flat]
+            r = np.repeat(np.arange(blk.shape[0]), cnt)
+            o = np.lexsort((-lp, r))  # rows stay grouped; the sort runs in cache
+            flat, lp = flat[o], lp[o]
+            flat -= r * V  # r is unchanged by the sort: the column of each entry
+            parts_row.append(chunk[a + r])
+            parts_ids.append(ids_all[flat])
+            parts_lp.append(lp)
 
     def _call_heads(
         self, prefixes: list[tuple], floors: np.ndarray
@@ -628,6 +660,14 @@ class Heads:
 
     def __init__(self, ids: np.ndarray, lps: np.ndarray, lens: np.ndarray, full: np.ndarray) -> None:
         self.ids, self.lps, self.lens, self.full = ids, lps, lens, full
+
+
+_BLOCK_ENTRIES = 1 << 16
+"""Dense rows are validated and cut in blocks of about this many entries (they stay in cache)."""
+
+
+def _block_rows(V: int) -> int:
+    return max(1, _BLOCK_ENTRIES // max(V, 1))
 
 
 _BIG_ROW = 4096
