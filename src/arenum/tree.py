@@ -268,7 +268,9 @@ class PrefixTree:
         """
         lev = self.levels[d]
         o = self.oracle
-        chunk = 1 << 16
+        # nodes per round: the heads and their temporaries stay a few MiB (fresh large temporaries
+        # cost more in first touches than the work done on them)
+        chunk = max(o.batch_size, _FETCH_ENTRIES // max(1, min(self._widest, _FETCH_ENTRIES)))
         is_leaf = d == self.leaf_level
         eos = self.eos_id
         for a in range(0, nodes.shape[0], chunk):
@@ -529,6 +531,10 @@ class PrefixTree:
                 live = lev.score >= T
                 assert lev.fetched[live].all(), f"unfetched live prefix at level {d}"
                 assert (lev.floor[live] <= T).all()
+
+
+_FETCH_ENTRIES = 1 << 18
+"""About this many stored entries are fetched per round of :meth:`PrefixTree._fetch`."""
 
 
 def _addbins(hist: np.ndarray, bins: np.ndarray) -> None:
