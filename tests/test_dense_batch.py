@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import arenum.oracle as oracle_mod
+import arenum.tree as tree_mod
 from arenum import AutoregressiveEnumerable
 from arenum.testing import RandomModel, brute_force
 
@@ -24,6 +25,8 @@ def _stacked(m: RandomModel, dtype=np.float64):
 def test_dense_batches_in_blocks_match_brute_force(monkeypatch, block, term, ties):
     """Blocks of one row, of a fraction of a row (``block < V``) and of whole batches."""
     monkeypatch.setattr(oracle_mod, "_BLOCK_ENTRIES", block)
+    if block == 1:
+        monkeypatch.setattr(tree_mod, "_FETCH_ENTRIES", 8)  # and the tree fetches a few prefixes a round
     V, L = (6, 4) if term else (9, 3)
     eos = 0 if term else None
     m = RandomModel(V, seed=5 + V, peak=1.4, ties=ties, eos=eos, eos_boost=2.0)

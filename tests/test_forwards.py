@@ -5,6 +5,8 @@ import math
 
 import pytest
 
+import arenum.tree as tree_mod
+
 from arenum import AutoregressiveEnumerable, BudgetExceeded, Quantizer, autoregressive_count_index
 from arenum.testing import RandomModel, brute_force
 
@@ -100,9 +102,12 @@ class Flaky:
         return [self.model(p) for p in prefixes]
 
 
+@pytest.mark.parametrize("rounds", ["one", "many"])
 @pytest.mark.parametrize("batched", [False, True])
 @pytest.mark.parametrize("fail_at", [1, 3, 20])
-def test_callback_failure_mid_build_leaves_state_consistent(batched, fail_at):
+def test_callback_failure_mid_build_leaves_state_consistent(monkeypatch, batched, fail_at, rounds):
+    if rounds == "many":  # a level's prefixes fetched a few at a time: a failure between rounds
+        monkeypatch.setattr(tree_mod, "_FETCH_ENTRIES", 8)
     m = RandomModel(5, seed=11, peak=1.0, eos=0, eos_boost=2.0)
     fl = Flaky(m, fail_at)
     kw = dict(batch_next_logprobs=fl.batch, batch_size=2) if batched else {}
