@@ -123,3 +123,20 @@ def test_one_shot_and_segmented_builds_agree(monkeypatch, term):
         counted = index_mod.ExactIndex(tree, T, buckets=False)
         assert counted.N == one.N and not counted.bucketed
         assert np.array_equal(counted.complete().perm, one.perm) and counted.bucketed
+
+
+@pytest.mark.parametrize("term", [False, True])
+def test_chunked_build_of_an_all_ties_support(monkeypatch, term):
+    """Every sequence equally likely (a zero-width score range: one bucket), built in segments."""
+    monkeypatch.setattr(index_mod, "_CHUNK", 4)
+    monkeypatch.setattr(index_mod, "_SEGMENT", 9)
+    monkeypatch.setattr(index_mod, "_ONE_SHOT", 0)
+    V, L = 4, 4
+    eos = 0 if term else None
+    m = RandomModel(V, seed=2, peak=0.0, eos=eos)
+    bf = brute_force(m.table, fixed_len=None if term else L, eos=eos, cap=L)
+    ar = AutoregressiveEnumerable(m, max_len=L, eos=eos)
+    assert ar.slice(0, len(bf) + 1) == bf
+    for i in range(0, len(bf), 11):
+        assert ar.rank(bf[i][0]).rank == sum(1 for _, s in bf if s > bf[i][1])
+    ar._check()
