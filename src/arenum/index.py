@@ -9,7 +9,8 @@ position; see ``_Block``), and an item's score is recomputed from the tree when 
 stored. Items are grouped by a coarse bucket of the exact score: a fine uniform grid mapped to
 about equal-count buckets by a monotone lookup table. ``perm`` int32/int64 ``(N,)`` holds the flat
 positions in segments (a few hundred thousand items each, in flat order), each segment grouped by
-bucket (``seg_cum`` its bucket starts); ``cum`` int64 ``(nb+1,)`` the global bucket starts. A
+bucket: ``seg_start`` int64 ``(segments+1,)`` their starts in ``perm``, ``seg_cum`` int32
+``(segments, nb+1)`` each one's bucket starts; ``cum`` int64 ``(nb+1,)`` the global bucket starts. A
 query finds its bucket from ``cum``, gathers it from every segment and sorts that one bucket
 exactly, once (cached). Buckets are a monotone function of the exact score, so the order is exact
 everywhere.
