@@ -66,6 +66,11 @@ _SAMPLE = 16
 _LOWEST = -float(np.finfo(np.float64).max)  # ``x >= max(T, _LOWEST)`` never admits a -inf score
 
 
+def _positions(p: int | np.ndarray, n: int) -> np.ndarray:
+    """Flat positions of a chunk: ``p`` itself, or the ``n`` consecutive ones from the int ``p``."""
+    return np.arange(p, p + n) if isinstance(p, int) else p
+
+
 class _Block:
     """The items of one tree level.
 
@@ -247,7 +252,7 @@ class ExactIndex:
         parts = list(self._chunks(max(self.N, 1)))
         if len(parts) == 1:
             return parts[0]
-        ps = [np.arange(p, p + xc.shape[0]) if isinstance(p, int) else p for p, xc in parts]
+        ps = [_positions(p, xc.shape[0]) for p, xc in parts]
         return np.concatenate([np.zeros(0, np.int64)] + ps), np.concatenate([np.zeros(0)] + [xc for _, xc in parts])
 
     def _scores(self, P: np.ndarray) -> np.ndarray:
@@ -282,11 +287,11 @@ class ExactIndex:
         """
         N = self.N
         self.top = self._top if N else 0.0
-        self._pdt = np.int32 if self.span < 1 << 31 else np.int64
+        pdt = np.int32 if self.span < 1 << 31 else np.int64  # perm's dtype
         if N == 0:
             self.nb, self.nf, self.fscale = 1, 1, 0.0
             self.lut = np.zeros(1, np.uint16)
-            self._set_segments(np.zeros(0, self._pdt), np.zeros((1, 2), np.int32), [0, 0])
+            self._set_segments(np.zeros(0, pdt), np.zeros((1, 2), np.int32), [0, 0])
             return
         rng = self._top - self._bottom
         nb = int(min(65536, max(1, N // 64)))
@@ -300,7 +305,7 @@ class ExactIndex:
             self._set_lut(np.bincount(f, minlength=nf))
             ids = self.lut[f]
             del f
-            perm = np.empty(N, self._pdt)
+            perm = np.empty(N, pdt)
             seg_cum = np.zeros((1, nb + 1), np.int32)
             self._sort_segment(ids, pos, perm, seg_cum[0])
             self._set_segments(perm, seg_cum, [0, N])
@@ -311,7 +316,7 @@ class ExactIndex:
         self._set_lut(np.bincount(np.concatenate(fs), minlength=nf))
         del fs
         seg = min(max(_SEGMENT, -(-N // _MAX_SEGMENTS)), 8 * _SEGMENT)
-        perm = page_empty(N, self._pdt)
+        perm = page_empty(N, pdt)
         seg_cum = np.zeros((N // seg + 1, nb + 1), np.int32)  # segments hold >= seg items, but the last
         seg_start = [0]
         buf = np.empty(2 * seg, np.uint16)
@@ -339,7 +344,7 @@ class ExactIndex:
         ):
             pos: int | np.ndarray = runs[0][0]  # consecutive flat positions
         else:
-            pos = np.concatenate([np.arange(p, p + n) if isinstance(p, int) else p for p, n in runs])
+            pos = np.concatenate([_positions(p, n) for p, n in runs])
         self._sort_segment(ids, pos, perm[a : a + ids.shape[0]], seg_cum[len(seg_start) - 1])
         seg_start.append(a + ids.shape[0])
 
@@ -370,13 +375,12 @@ class ExactIndex:
     def _bucket_positions(self, b: int) -> np.ndarray:
         """Flat positions of the items of bucket ``b`` (ascending), gathered from every segment."""
         a = self.seg_start[:-1] + self.seg_cum[:, b]
-        e = self.seg_start[:-1] + self.seg_cum[:, b + 1]
-        if a.shape[0] == 1:
-            return self.perm[int(a[0]) : int(e[0])].astype(np.int64)
-        n = e - a
+        n = self.seg_cum[:, b + 1] - self.seg_cum[:, b]
         k = np.flatnonzero(n)
         a, n = a[k], n[k]
-        if a.shape[0] == 1:
+        if a.shape[0] == 0:
+            return np.zeros(0, np.int64)
+        if a.shape[0] == 1:  # one run: a slice
             return self.perm[int(a[0]) : int(a[0] + n[0])].astype(np.int64)
         first = np.cumsum(n) - n
         g = np.repeat(a - first, n)
@@ -567,8 +571,7 @@ class ExactIndex:
         assert self.seg_start[0] == 0 and self.seg_start[-1] == self.N
         assert np.array_equal(self.seg_cum[:, -1], np.diff(self.seg_start)) and (np.diff(self.seg_cum, axis=1) >= 0).all()
         pos, x = self._all_items()
-        if isinstance(pos, int):
-            pos = np.arange(pos, pos + x.shape[0])
+        pos = _positions(pos, x.shape[0])
         assert pos.shape[0] == self.N and (x >= self.T).all()
         assert np.array_equal(self._scores(pos), x)
         seen = []

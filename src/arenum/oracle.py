@@ -459,7 +459,7 @@ class StepOracle:
             flat = np.flatnonzero(mask)
             lp = blk.reshape(-1)[flat]
             r = np.repeat(np.arange(blk.shape[0]), cnt)
-            o = np.lexsort((-lp, r))  # rows stay grouped; the sort runs in cache
+            o = _head_order(r, lp, cnt)  # rows stay grouped; the sort runs in cache
             flat, lp = flat[o], lp[o]
             flat -= r * V  # r is unchanged by the sort: the column of each entry
             parts_row.append(chunk[a + r])

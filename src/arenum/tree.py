@@ -270,7 +270,7 @@ class PrefixTree:
         o = self.oracle
         # nodes per round: the heads and their temporaries stay a few MiB (fresh large temporaries
         # cost more in first touches than the work done on them)
-        chunk = max(o.batch_size, _FETCH_ENTRIES // max(1, min(self._widest, _FETCH_ENTRIES)))
+        chunk = max(o.batch_size, 1, _FETCH_ENTRIES // max(self._widest, 1))
         is_leaf = d == self.leaf_level
         eos = self.eos_id
         for a in range(0, nodes.shape[0], chunk):
@@ -552,7 +552,7 @@ def seg_first_below(
     segments at a time: the temporaries stay in cache and their memory is reused, where one pass
     over millions of segments would fault in fresh pages for every temporary.
     """
-    out = lo.copy()
+    out = np.empty_like(lo)
     for a in range(0, lo.shape[0], _SEG_STEP):
         b = a + _SEG_STEP
         out[a:b] = _seg_first_below(pool, off[a:b], s[a:b], lo[a:b], hi[a:b], T)
