@@ -538,8 +538,11 @@ _FETCH_ENTRIES = 1 << 18
 
 
 def _addbins(hist: np.ndarray, bins: np.ndarray) -> None:
+    """``hist[b] += 1`` for every ``b`` in ``bins`` (all in range), touching only the bins' span."""
     if bins.size:
-        hist += np.bincount(bins, minlength=hist.shape[0])[: hist.shape[0]]
+        lo = int(bins.min())
+        c = np.bincount(bins - lo)
+        hist[lo : lo + c.shape[0]] += c
 
 
 def seg_first_below(
