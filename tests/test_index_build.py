@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import arenum.index as index_mod
-import arenum.tree as tree_mod
+import arenum._arrays as arrays_mod
 from arenum import AutoregressiveEnumerable
 from arenum.testing import RandomModel, brute_force
 
@@ -58,8 +58,8 @@ def test_branch_cap_index_is_exact_over_the_capped_support(monkeypatch, term, on
 
 
 def test_grow_remaps_in_place_and_copies_when_a_view_is_held(monkeypatch):
-    monkeypatch.setattr(tree_mod, "MAP_MIN_BYTES", 1 << 12)
-    g = tree_mod._Grow(np.float64)
+    monkeypatch.setattr(arrays_mod, "MAP_MIN_BYTES", 1 << 12)
+    g = arrays_mod.Grow(np.float64)
     rng = np.random.default_rng(0)
     parts = []
     held = None

@@ -7,12 +7,14 @@
 """
 from .count_index import CountHistogram, CountIndex, autoregressive_count_index
 from .enumerable import AutoregressiveEnumerable, count_budget_index
-from .index import MassBracket
+from .estimate import MonteCarloEstimator
 from .oracle import OracleStats
 from .quantize import Quantizer
-from .estimate import MonteCarloEstimator
-from .results import CountBracket, CountDPTopPResult, CountResult, DensityRankResult, SeekResult, ThresholdResult
-from .seek import BudgetExceeded, Limits, SeekIndex
+from .results import (
+    BudgetExceeded, CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult,
+    ThresholdResult,
+)
+from .seek import Limits, SeekIndex
 
 __version__ = "0.1.0"
 

@@ -26,13 +26,16 @@ import numpy as np
 from ._validate import exact_int, finite_float, optional_exact_int
 from .best_first import best_first
 from .count_index import COUNT_MODES, CountIndex, build_count_index
-from .index import MassBracket
+
 from .oracle import NORM_TOL, StepOracle
 from .quantize import LN2, Quantizer
 from .estimate import INTERVALS, ExactHead, MonteCarloEstimator, draw_samples
-from .results import CountBracket, CountDPTopPResult, CountResult, DensityRankResult, SeekResult, ThresholdResult
+from .results import (
+    CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult, ThresholdResult,
+)
 from .sampling import ARSampler
-from .seek import BudgetExceeded, Limits, SeekIndex
+from .results import BudgetExceeded
+from .seek import Limits, SeekIndex
 from .tree import PrefixTree
 
 if TYPE_CHECKING:

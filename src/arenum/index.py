@@ -23,30 +23,16 @@ This module does not deepen the tree: ``arenum.seek.SeekIndex`` decides budgets.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from .tree import PrefixTree, page_empty, seg_first_below
+from ._arrays import page_empty, seg_first_below
+from .results import MassBracket
+from .tree import PrefixTree
 
-__all__ = ["ExactIndex", "MassBracket"]
+__all__ = ["ExactIndex"]
 
 _U = 2.0**-53
-
-
-@dataclass(frozen=True)
-class MassBracket:
-    """A certified bracket ``lo <= mass <= hi`` on a probability mass (float rounding only)."""
-
-    lo: float
-    hi: float
-
-    def __iter__(self):
-        return iter((self.lo, self.hi))
-
-    @property
-    def mid(self) -> float:
-        return 0.5 * (self.lo + self.hi)
 
 
 _CHUNK = 1 << 16

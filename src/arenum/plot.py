@@ -95,7 +95,7 @@ def exact_curve(enum: Any, max_rank: int, n_points: int = 40) -> list[CurvePoint
     only estimate), the curve stops at the sequences the exact index holds. ``IndexError`` past the
     end of the support.
     """
-    from .seek import BudgetExceeded
+    from .results import BudgetExceeded
 
     ks = log_ranks(int(max_rank), int(n_points))
     if not ks:

@@ -1,4 +1,4 @@
-"""Result records returned by queries. Every bracket states its inequality: ``lo <= true <= hi``.
+"""Result records returned (or raised) by queries. Every bracket states its inequality: ``lo <= true <= hi``.
 
 ``exact`` says whether the point value is the true value; ``method`` names how it was obtained:
 ``"exact"`` (full index at the needed budget), ``"bracket"`` (a certified bracket, e.g. a resource
@@ -18,7 +18,28 @@ __all__ = [
     "DensityRankResult",
     "SeekResult",
     "CountDPTopPResult",
+    "MassBracket",
+    "BudgetExceeded",
 ]
+
+
+class BudgetExceeded(RuntimeError):
+    """An exact answer would need more than a configured cap allows (the message says which)."""
+
+
+@dataclass(frozen=True)
+class MassBracket:
+    """A certified bracket ``lo <= mass <= hi`` on a probability mass (float rounding only)."""
+
+    lo: float
+    hi: float
+
+    def __iter__(self):
+        return iter((self.lo, self.hi))
+
+    @property
+    def mid(self) -> float:
+        return 0.5 * (self.lo + self.hi)
 
 
 @dataclass(frozen=True)

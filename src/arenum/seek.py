@@ -25,7 +25,9 @@ import numpy as np
 from ._validate import exact_int, finite_float
 from .index import ExactIndex
 from .quantize import LN2, Quantizer
-from .tree import HIST_BINS_PER_BIT, BudgetExceeded, PrefixTree, seg_first_below
+from ._arrays import seg_first_below
+from .results import BudgetExceeded
+from .tree import HIST_BINS_PER_BIT, PrefixTree
 
 __all__ = ["SeekIndex", "BudgetExceeded", "Limits"]
 

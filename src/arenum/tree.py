@@ -20,26 +20,24 @@ Stored heads keep the entries that can matter for a budget a little below the on
 (``keep_margin_bits``), never the whole vocabulary; a deeper budget re-scores a prefix whose head is
 too short (counted in ``stats.refetches``). A level's pool holds its stored heads back to back:
 ``pool_lp`` float64 and ``pool_tok`` (int32, widened to int64 if a token id needs it); large
-arrays grow in place in anonymous memory maps (see :class:`_Grow`).
+arrays grow in place in anonymous memory maps (see :class:`~arenum._arrays.Grow`).
 
 This module does not answer queries: ``arenum.index`` builds the exact index from a tree.
 """
 from __future__ import annotations
 
 import math
-import mmap
 from typing import Callable
 
 import numpy as np
 
+from ._arrays import Grow, seg_first_below
 from .oracle import StepOracle
 from .quantize import LN2
+from .results import BudgetExceeded
 
-__all__ = ["PrefixTree", "HIST_BINS_PER_BIT", "BudgetExceeded", "seg_first_below", "page_empty"]
+__all__ = ["PrefixTree", "HIST_BINS_PER_BIT"]
 
-
-class BudgetExceeded(RuntimeError):
-    """An exact answer would need more than a configured cap allows (the message says which)."""
 
 HIST_BINS_PER_BIT = 64
 KEEP_ALL_ENTRIES = 1 << 20
@@ -62,99 +60,16 @@ _COLS = {
 }
 
 
-MAP_MIN_BYTES = 1 << 22
-"""Arrays at least this large live in their own anonymous memory map (see :func:`page_empty`)."""
-_MAP_KW = {"flags": mmap.MAP_PRIVATE} if hasattr(mmap, "MAP_PRIVATE") else {}
-
-
-def page_empty(n: int, dtype: type) -> np.ndarray:
-    """An uninitialized 1-D array of ``n`` elements; a large one in its own anonymous memory map.
-
-    numpy asks the kernel for transparent huge pages on large arrays, and the first touch of a
-    huge page can cost several times that of the same memory in 4 KiB pages (on the virtual
-    machines we measure on, about 2.3 ns against 0.35 ns per byte). Every array here is written once
-    soon after it is allocated, so first-touch cost is most of what a large allocation costs.
-    """
-    dt = np.dtype(dtype)
-    nbytes = n * dt.itemsize
-    if nbytes < MAP_MIN_BYTES:
-        return np.empty(n, dt)
-    return np.frombuffer(mmap.mmap(-1, nbytes, **_MAP_KW), dt, count=n)
-
-
-class _Grow:
-    """An append-only 1-D array with amortized doubling.
-
-    Once large, the storage is an anonymous memory map that grows in place (``mremap``: no copy,
-    no page touched twice); if a view of the old storage is still held elsewhere, or the platform
-    cannot remap, it is copied into a new map instead.
-    """
-
-    __slots__ = ("a", "n", "_mm")
-
-    def __init__(self, dtype: type, cap: int = 16) -> None:
-        self.a = np.empty(cap, dtype=dtype)
-        self.n = 0
-        self._mm: mmap.mmap | None = None
-
-    def _grow(self, need: int) -> None:
-        a = self.a
-        dt = a.dtype
-        cap = max(need, 2 * a.shape[0])
-        nbytes = cap * dt.itemsize
-        if nbytes < MAP_MIN_BYTES:
-            new = np.empty(cap, dt)
-            new[: self.n] = a[: self.n]
-            self.a = new
-            return
-        mm = self._mm
-        if mm is not None:
-            self.a = a = None  # drop our view: the map can move only without exported views
-            try:
-                mm.resize(nbytes)
-                self.a = np.frombuffer(memoryview(mm), dt, count=cap)
-                return
-            except (BufferError, OSError, SystemError, ValueError, TypeError):
-                a = np.frombuffer(memoryview(mm), dt, count=self.n)
-        self._mm = mmap.mmap(-1, nbytes, **_MAP_KW)
-        # through a memoryview: it holds the map's buffer export, so a resize refuses while any
-        # view of this array is alive (numpy alone would release the export at once)
-        new = np.frombuffer(memoryview(self._mm), dt, count=cap)
-        new[: self.n] = a[: self.n]
-        self.a = new
-
-    def extend(self, values: np.ndarray) -> None:
-        need = self.n + values.shape[0]
-        if need > self.a.shape[0]:
-            self._grow(need)
-        self.a[self.n : need] = values
-        self.n = need
-
-    def widen(self, dtype: type) -> None:
-        """Store the values (and every later one) as ``dtype``."""
-        old = self.v.astype(dtype)
-        self.a, self._mm, self.n = np.empty(16, dtype), None, 0
-        self.extend(old)
-
-    @property
-    def v(self) -> np.ndarray:
-        return self.a[: self.n]
-
-    @property
-    def nbytes(self) -> int:
-        return self.a.nbytes
-
-
 class Level:
     """Arrays of one tree level (see module docstring)."""
 
     def __init__(self, depth: int, eos: bool = False) -> None:
         self.depth = depth
-        self.cols = {k: _Grow(t) for k, t in _COLS.items()}
+        self.cols = {k: Grow(t) for k, t in _COLS.items()}
         if eos:
-            self.cols["eos_lp"] = _Grow(np.float64)
-        self.pool_tok = _Grow(np.int32)  # widened to int64 if a token id needs it
-        self.pool_lp = _Grow(np.float64)
+            self.cols["eos_lp"] = Grow(np.float64)
+        self.pool_tok = Grow(np.int32)  # widened to int64 if a token id needs it
+        self.pool_lp = Grow(np.float64)
 
     def __len__(self) -> int:
         return self.cols["score"].n
@@ -543,44 +458,3 @@ def _addbins(hist: np.ndarray, bins: np.ndarray) -> None:
         lo = int(bins.min())
         c = np.bincount(bins - lo)
         hist[lo : lo + c.shape[0]] += c
-
-
-def seg_first_below(
-    pool: np.ndarray, off: np.ndarray, s: np.ndarray, lo: np.ndarray, hi: np.ndarray, T: float
-) -> np.ndarray:
-    """Per segment: first position ``j`` in ``[lo, hi]`` with ``s + pool[off + j] < T`` (or ``hi``).
-
-    Vectorized binary search; the predicate ``s + lp >= T`` is evaluated exactly as scores are
-    computed, and is monotone because segments are sorted descending. Runs ``_SEG_STEP``
-    segments at a time: the temporaries stay in cache and their memory is reused, where one pass
-    over millions of segments would fault in fresh pages for every temporary.
-    """
-    out = np.empty_like(lo)
-    for a in range(0, lo.shape[0], _SEG_STEP):
-        b = a + _SEG_STEP
-        out[a:b] = _seg_first_below(pool, off[a:b], s[a:b], lo[a:b], hi[a:b], T)
-    return out
-
-
-_SEG_STEP = 1 << 14
-
-
-def _seg_first_below(
-    pool: np.ndarray, off: np.ndarray, s: np.ndarray, lo: np.ndarray, hi: np.ndarray, T: float
-) -> np.ndarray:
-    out = lo.copy()
-    idx = np.flatnonzero(lo < hi)
-    # the searches still running, compacted: every step touches only them
-    lo, hi, s, off = lo[idx], hi[idx], s[idx], off[idx]
-    while idx.size:
-        mid = lo + hi
-        mid >>= 1
-        ok = s + pool[off + mid] >= T
-        lo = np.where(ok, mid + 1, lo)
-        hi = np.where(ok, hi, mid)
-        go = lo < hi
-        if not go.all():
-            done = ~go
-            out[idx[done]] = lo[done]
-            idx, lo, hi, s, off = idx[go], lo[go], hi[go], s[go], off[go]
-    return out
