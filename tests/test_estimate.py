@@ -31,7 +31,7 @@ def _setup(V, L, term, peak, **kw):
 
 def _draw(ar, n, seed, head=None):
     o = ar._oracle
-    return draw_samples(o, n, fixed_len=None if ar.terminating else ar.max_len, eos_id=o.eos_id, cap=ar.cap,
+    return draw_samples(o, n, ar.support,
                         seed=seed, tree=ar._tree if head else None, head_T=head.T if head else math.inf,
                         head_count=head.count if head else 0)
 

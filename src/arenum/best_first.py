@@ -15,21 +15,20 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from .support import Support
+
 __all__ = ["best_first"]
 
 
 def best_first(
     table: Callable[[tuple], tuple[np.ndarray, np.ndarray]],
-    *,
-    fixed_len: int | None,
-    eos_id: int | None,
-    cap: int,
-    branch_cap: int | None = None,
+    support: Support,
 ) -> Iterator[tuple[tuple, float]]:
-    """Yield ``(id sequence, score)`` in exact descending order (ties as documented above).
+    """Yield ``(id sequence, score)`` of ``support`` in exact descending order (ties as above).
 
     ``table(prefix_ids)`` returns the sorted table ``(ids, logps)`` of a prefix.
     """
+    branch_cap = support.branch_cap
     # heap item: (-score, length, positions, ids, parent_table_key)
     # a "child" candidate is (parent ids, position j) materialized lazily.
     heap: list[tuple[float, int, tuple, tuple, Any]] = []
@@ -44,19 +43,7 @@ def best_first(
         seq = prefix + (tok,)
         heapq.heappush(heap, (-score, len(seq), positions + (j,), seq, (prefix, positions, base, tab)))
 
-    def is_complete(seq: tuple) -> bool:
-        if fixed_len is not None:
-            return len(seq) == fixed_len
-        return seq[-1] == eos_id
-
-    def expandable(seq: tuple) -> bool:
-        if fixed_len is not None:
-            return len(seq) < fixed_len
-        return len(seq) < cap
-
-    if fixed_len == 0:
-        yield (), 0.0
-        return
+    is_complete = support.is_complete_ids
     push_child(root, (), 0.0, table(root), 0)
     while heap:
         negs, _, pos, seq, parent = heapq.heappop(heap)
@@ -65,5 +52,5 @@ def best_first(
         score = -negs
         if is_complete(seq):
             yield seq, score
-        elif expandable(seq):
+        elif support.can_extend(len(seq)):
             push_child(seq, pos, score, table(seq), 0)

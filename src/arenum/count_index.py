@@ -16,6 +16,7 @@ from ._validate import exact_int, optional_exact_int
 from .index import ExactIndex
 from .oracle import StepOracle
 from .quantize import LN2, Quantizer
+from .support import Support
 from .tree import HIST_BINS_PER_BIT, PrefixTree
 
 if TYPE_CHECKING:
@@ -192,8 +193,9 @@ def autoregressive_count_index(
     prefix = tuple(prefix)
     oracle = StepOracle(lambda p: steps(prefix + p), eos=eos)
     eos_id = oracle.eos_id
-    tree = PrefixTree(oracle, fixed_len=None if eos is not None else depth, eos_id=eos_id, cap=depth,
-                      branch_cap=branch_cap)
+    support = (Support.terminating(eos, eos_id, depth, branch_cap=branch_cap) if eos is not None
+               else Support.fixed(depth, branch_cap=branch_cap))
+    tree = PrefixTree(oracle, support)
     from .seek import Limits, SeekIndex
 
     seek = SeekIndex(tree, quantizer=quantizer, limits=Limits(max_depth_bits=math.inf, max_prefixes=None,

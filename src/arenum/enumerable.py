@@ -36,6 +36,7 @@ from .results import (
 from .sampling import ARSampler
 from .results import BudgetExceeded
 from .seek import Limits, SeekIndex
+from .support import Support
 from .tree import PrefixTree
 
 if TYPE_CHECKING:
@@ -171,14 +172,11 @@ class AutoregressiveEnumerable:
             eos=eos,
             norm_tol=tol,
         )
-        self._tree = PrefixTree(
-            self._oracle,
-            fixed_len=self._fixed_len,
-            eos_id=self._oracle.eos_id,
-            cap=self.cap,
-            branch_cap=self.branch_cap,
-            keep_margin_bits=margin,
+        self.support = (
+            Support.terminating(eos, self._oracle.eos_id, self.cap, branch_cap=self.branch_cap)
+            if self.terminating else Support.fixed(self.cap, branch_cap=self.branch_cap)
         )
+        self._tree = PrefixTree(self._oracle, self.support, keep_margin_bits=margin)
         self.progress = progress
         self._seek: SeekIndex | None = None
 
@@ -222,15 +220,7 @@ class AutoregressiveEnumerable:
 
     def _in_declared_support(self, sequence: Sequence[Any]) -> bool:
         """Structural support check: length, and for a terminating model ``eos`` last and only last."""
-        n = len(sequence)
-        if not self.terminating:
-            return n == self.max_len
-        if n < 1 or n > self.cap:
-            return False
-        eos = self.eos
-        if sequence[-1] != eos:
-            return False
-        return all(t != eos for t in sequence[:-1])
+        return self.support.contains(sequence)
 
     def _as_tuple(self, sequence: Any, name: str = "sequence") -> tuple:
         if isinstance(sequence, (str, bytes)) and not self._str_tokens():
@@ -325,13 +315,7 @@ class AutoregressiveEnumerable:
     # ------------------------------------------------------------------ listing
     def enumerator(self) -> Iterator[tuple[tuple, float]]:
         """The support in exact descending order, lazily (best-first; one forward per prefix popped)."""
-        for ids, s in best_first(
-            self._table_ids,
-            fixed_len=self._fixed_len,
-            eos_id=self._oracle.eos_id,
-            cap=self.cap,
-            branch_cap=self.branch_cap,
-        ):
+        for ids, s in best_first(self._table_ids, self.support):
             yield self._decode(ids), s
 
     def top_k(self, k: int) -> list[tuple[tuple, float]]:
@@ -347,14 +331,7 @@ class AutoregressiveEnumerable:
     def sampler(self, seed: int | None = None) -> ARSampler:
         """An ancestral sampler (``sample()``, ``sample_n(n)``, ``draw()``), seeded for replay."""
         seed = optional_exact_int("seed", seed, minimum=0)
-        return ARSampler(
-            self._table_ids,
-            fixed_len=self._fixed_len,
-            eos_id=self._oracle.eos_id,
-            cap=self.cap,
-            decode=self._decode,
-            seed=seed,
-        )
+        return ARSampler(self._table_ids, self.support, decode=self._decode, seed=seed)
 
     # ------------------------------------------------------------------ indexes
     def seek_index(self, *, max_depth_bits: float = 4096.0) -> SeekIndex:
@@ -570,8 +547,7 @@ class AutoregressiveEnumerable:
             return est
         h = self.exact_head() if head else None
         samples = draw_samples(
-            self._oracle, n, fixed_len=None if self.terminating else self.max_len,
-            eos_id=self._oracle.eos_id, cap=self.cap, seed=seed,
+            self._oracle, n, self.support, seed=seed,
             tree=self._tree if h is not None else None, head_T=h.T if h is not None else math.inf,
             head_count=h.count if h is not None else 0,
         )
@@ -599,7 +575,8 @@ class AutoregressiveEnumerable:
         key = ("envelope", n_paths, seed)
         env = self._envelopes.get(key)
         if env is None:
-            env = self._envelopes[key] = AREnvelopeIndex(self, n_paths=n_paths, seed=seed, budget_bits=b)
+            env = self._envelopes[key] = AREnvelopeIndex(
+                self._oracle, self.support, self.quantizer, n_paths=n_paths, seed=seed, budget_bits=b)
         elif b > env.budget_bits:
             env._build(b)
         return env

@@ -49,9 +49,10 @@ import numpy as np
 from ._validate import exact_int, finite_float
 from .quantize import LN2, Quantizer
 from .results import CountResult, ThresholdResult
+from .support import Support
 
 if TYPE_CHECKING:
-    from .enumerable import AutoregressiveEnumerable
+    from .oracle import StepOracle
 
 __all__ = ["AREnvelopeIndex", "MAX_PAIRS", "GRID_PER_BUCKET"]
 
@@ -176,20 +177,20 @@ class AREnvelopeIndex:
     dropped_upper = math.inf
     """The envelope may never return some sequences (it is not known to be complete)."""
 
-    def __init__(self, enumerable: "AutoregressiveEnumerable", *, n_paths: int = 64, seed: int | None = 0,
-                 budget_bits: float = 64.0) -> None:
+    def __init__(self, oracle: "StepOracle", support: Support, quantizer: Quantizer, *, n_paths: int = 64,
+                 seed: int | None = 0, budget_bits: float = 64.0) -> None:
         self.n_paths = exact_int("n_paths", n_paths, minimum=1)
         b = finite_float("budget_bits", budget_bits)
         if b <= 0:
             raise ValueError(f"budget_bits must be > 0, got {budget_bits!r}")
-        self._ar = enumerable
-        self._oracle = enumerable._oracle
-        self.quantizer: Quantizer = enumerable.quantizer
+        self._oracle = oracle
+        self.quantizer: Quantizer = quantizer
         self.seed = seed
         self._rng = np.random.default_rng(seed)
-        self.fixed_len = None if enumerable.terminating else enumerable.max_len
-        self.eos_id = self._oracle.eos_id
-        self.cap = enumerable.cap
+        self.support = support
+        self.fixed_len = support.fixed_len
+        self.eos_id = support.eos_id
+        self.cap = support.cap
         self.g_nats = self.quantizer.fine_width_bits / GRID_PER_BUCKET * LN2
         # sampled contexts: distinct prefixes (id tuples) of the current depth and each path's prefix
         self._paths: list[tuple] = [()] * self.n_paths
@@ -459,9 +460,3 @@ class AREnvelopeIndex:
     def __repr__(self) -> str:
         return (f"AREnvelopeIndex(n_paths={self.n_paths}, budget_bits={self.budget_bits:g}, "
                 f"size~{self.size():.4g}, exact_atoms={self.exact_atoms})")
-
-
-def envelope_index(enumerable: Any, *, n_paths: int = 64, seed: int | None = 0,
-                   budget_bits: float = 64.0) -> AREnvelopeIndex:
-    """Same as ``enumerable.envelope_index(...)``."""
-    return AREnvelopeIndex(enumerable, n_paths=n_paths, seed=seed, budget_bits=budget_bits)

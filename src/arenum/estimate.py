@@ -56,6 +56,7 @@ from .results import CountResult, DensityRankResult, Estimate, ThresholdResult
 if TYPE_CHECKING:
     from .index import ExactIndex
     from .oracle import StepOracle
+    from .support import Support
     from .tree import PrefixTree
 
 __all__ = ["SampleSet", "MonteCarloEstimator", "draw_samples", "head_masses", "INTERVALS"]
@@ -145,10 +146,8 @@ def head_masses(tree: "PrefixTree", T: float) -> list[np.ndarray]:
 def draw_samples(
     oracle: "StepOracle",
     n: int,
+    support: "Support",
     *,
-    fixed_len: int | None,
-    eos_id: int | None,
-    cap: int,
     seed: int | None = 0,
     tree: "PrefixTree | None" = None,
     head_T: float = math.inf,
@@ -162,6 +161,7 @@ def draw_samples(
     (module docstring); ``log_q`` records each draw's exact proposal log-probability.
     """
     n = exact_int("n", n, minimum=1)
+    fixed_len, eos_id, cap = support.fixed_len, support.eos_id, support.cap
     rng = np.random.default_rng(seed)
     f0 = oracle.stats.forwards + oracle.stats.refetches
     use_head = tree is not None and head_T < math.inf

@@ -11,6 +11,8 @@ from typing import Callable
 
 import numpy as np
 
+from .support import Support
+
 __all__ = ["ARSampler", "Draw"]
 
 
@@ -29,17 +31,16 @@ class ARSampler:
     def __init__(
         self,
         table: Callable[[tuple], tuple[np.ndarray, np.ndarray]],
+        support: Support,
         *,
-        fixed_len: int | None,
-        eos_id: int | None,
-        cap: int,
         decode: Callable[[tuple], tuple],
         seed: int | None = None,
     ) -> None:
         self._table = table
-        self.fixed_len = fixed_len
-        self.eos_id = eos_id
-        self.cap = cap
+        self.support = support
+        self.fixed_len = support.fixed_len
+        self.eos_id = support.eos_id
+        self.cap = support.cap
         self._decode = decode
         self.rng = np.random.default_rng(seed)
 

@@ -35,6 +35,7 @@ from ._arrays import Grow, seg_first_below
 from .oracle import StepOracle
 from .quantize import LN2
 from .results import BudgetExceeded
+from .support import Support
 
 __all__ = ["PrefixTree", "HIST_BINS_PER_BIT"]
 
@@ -104,32 +105,28 @@ class Level:
 class PrefixTree:
     """Live prefixes of a model for a descending score threshold (see module docstring).
 
-    ``fixed_len``: sequences are exactly this long (levels ``0..fixed_len-1`` are prefixes).
-    ``eos_id``: terminating support (sequences end in ``eos`` at length ``<= cap``).
+    ``support``: fixed length (levels ``0..fixed_len-1`` are prefixes) or terminating (sequences end
+    in ``eos`` at length ``<= cap``), and the ``branch_cap`` of the enumerated sub-support.
     """
 
     def __init__(
         self,
         oracle: StepOracle,
+        support: Support,
         *,
-        fixed_len: int | None,
-        eos_id: int | None,
-        cap: int,
-        branch_cap: int | None = None,
         keep_margin_bits: float = 1.0,
         prefix_ids: tuple[int, ...] = (),
     ) -> None:
-        if (fixed_len is None) == (eos_id is None):
-            raise ValueError("exactly one of fixed_len and eos_id must be given")
         self.oracle = oracle
-        self.fixed_len = fixed_len
-        self.eos_id = eos_id
-        self.cap = cap
-        self.branch_cap = branch_cap
+        self.support = support
+        self.fixed_len = support.fixed_len
+        self.eos_id = eos_id = support.eos_id
+        self.cap = support.cap
+        self.branch_cap = support.branch_cap
         self.keep_margin_bits = float(keep_margin_bits)
         self.prefix = tuple(prefix_ids)  # conditioning ids prepended to every model call
         # last level whose nodes are prefixes (its nodes make completions but no child nodes)
-        self.leaf_level = (fixed_len - 1) if fixed_len is not None else cap - 1
+        self.leaf_level = support.leaf_level
         self.levels: list[Level] = [Level(0, eos_id is not None)]
         self.levels[0].append(
             np.array([-1], np.int64), np.array([-1], np.int32), np.array([-1], np.int64), np.zeros(1)

@@ -1,0 +1,83 @@
+"""The declared support of an enumeration: which sequences exist, in one frozen record.
+
+- fixed length (``fixed_len``): every sequence of exactly ``fixed_len`` tokens;
+- terminating (``eos``): sequences that end in ``eos``, with ``eos`` nowhere earlier, of length
+  ``1 .. cap``.
+
+``branch_cap`` (optional) keeps only the top ``branch_cap`` entries of every step table: the
+enumerated *sub-support*; the rest is bounded, never silently dropped (see ``docs/core.md``).
+
+This module does not score anything: it only answers structural questions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+__all__ = ["Support"]
+
+
+@dataclass(frozen=True)
+class Support:
+    """A fixed-length or terminating support (exactly one of ``fixed_len`` / ``eos_id`` is set).
+
+    fixed_len: sequence length of a fixed-length support, else ``None``.
+    eos: the end-of-sequence token (as the model names it) of a terminating support, else ``None``.
+    eos_id: the oracle's integer id of ``eos`` (``None`` for a fixed-length support).
+    cap: the longest sequence (``fixed_len`` for a fixed-length support).
+    branch_cap: entries of each step table that are enumerated (``None``: all).
+    """
+
+    fixed_len: int | None
+    eos: Any
+    eos_id: int | None
+    cap: int
+    branch_cap: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.fixed_len is None) == (self.eos_id is None):
+            raise ValueError("exactly one of fixed_len and eos_id must be given")
+        if self.fixed_len is not None and self.cap != self.fixed_len:
+            raise ValueError(f"a fixed-length support has cap == fixed_len, got {self.cap} != {self.fixed_len}")
+
+    @classmethod
+    def fixed(cls, length: int, *, branch_cap: int | None = None) -> "Support":
+        """Every sequence of exactly ``length`` tokens."""
+        return cls(length, None, None, length, branch_cap)
+
+    @classmethod
+    def terminating(cls, eos: Any, eos_id: int, cap: int, *, branch_cap: int | None = None) -> "Support":
+        """Sequences ending in ``eos`` (id ``eos_id``), ``eos`` nowhere earlier, ``1 <= length <= cap``."""
+        return cls(None, eos, eos_id, cap, branch_cap)
+
+    @property
+    def is_terminating(self) -> bool:
+        return self.fixed_len is None
+
+    @property
+    def leaf_level(self) -> int:
+        """Length of the longest prefix that still makes sequences (``cap - 1``)."""
+        return self.cap - 1
+
+    def contains(self, sequence: Sequence[Any]) -> bool:
+        """Structural membership of a token sequence: its length, and for a terminating support
+        ``eos`` last and only last. Says nothing of the sequence's probability."""
+        n = len(sequence)
+        if self.fixed_len is not None:
+            return n == self.fixed_len
+        if n < 1 or n > self.cap:
+            return False
+        eos = self.eos
+        if sequence[-1] != eos:
+            return False
+        return all(t != eos for t in sequence[:-1])
+
+    def is_complete_ids(self, ids: Sequence[int]) -> bool:
+        """Whether an id sequence built step by step is a complete sequence of the support."""
+        if self.fixed_len is not None:
+            return len(ids) == self.fixed_len
+        return len(ids) > 0 and ids[-1] == self.eos_id
+
+    def can_extend(self, length: int) -> bool:
+        """Whether a prefix of ``length`` tokens (not complete) may take another token."""
+        return length < self.cap
