@@ -17,7 +17,7 @@ from .index import ExactIndex
 from .oracle import StepOracle
 from .quantize import LN2, Quantizer
 from .support import Support
-from .tree import HIST_BINS_PER_BIT, PrefixTree
+from .tree import PrefixTree
 
 if TYPE_CHECKING:
     from .seek import SeekIndex
@@ -165,7 +165,7 @@ def build_count_index(seek: "SeekIndex", quantizer: Quantizer, max_fine_bucket: 
         hist = CountHistogram(lo, counts)
     else:
         hist = CountHistogram.empty(dtype)
-    truncated = bool(tree.h_comp[int(-T / LN2 * HIST_BINS_PER_BIT) :].any()) or tree.depth_truncated
+    truncated = tree.completions_beyond(-T / LN2) or tree.depth_truncated
     return CountIndex(hist, idx, fbs, decode, seek.dropped_bound(T)), truncated
 
 

@@ -235,34 +235,11 @@ class AutoregressiveEnumerable:
     def _str_tokens(self) -> bool:
         return self._oracle.int_mode is False
 
-    def _walk_score(self, seq: tuple) -> float:
-        """Canonical score: left-to-right float64 sum of the validated table entries.
-
-        Steps the tree's stored tables answer cost nothing; the rest come from memoized full tables.
-        """
-        o = self._oracle
-        ids = o.ids_of(seq)  # None: a token no table has shown yet
-        known = ids[: ids.index(None)] if None in ids else ids
-        steps = self._tree.lookup(tuple(known))
-        if steps and steps[-1] == -math.inf:
-            return -math.inf
-        for t in range(len(steps), len(seq)):
-            tab_ids, lps = o.table(seq[:t])  # parsing the table interns its tokens
-            tid = o.ids_of((seq[t],))[0]
-            hit = np.flatnonzero(tab_ids == tid) if tid is not None else np.zeros(0, np.int64)
-            if hit.size == 0:
-                return -math.inf
-            steps.append(float(lps[hit[0]]))
-        s = 0.0
-        for v in steps:
-            s = s + v
-        return s
-
     def _canonical(self, sequence: Any) -> tuple[tuple, float]:
         seq = self._as_tuple(sequence)
         if not self._in_declared_support(seq):
             return seq, -math.inf
-        return seq, self._walk_score(seq)
+        return seq, self._tree.score(seq)
 
     # ------------------------------------------------------------------ scores
     def log_density(self, sequence: Sequence[Any]) -> float:
@@ -277,7 +254,7 @@ class AutoregressiveEnumerable:
         o = self._oracle
         if o.has_scorer and not all(o.cached(seq[:t]) for t in range(len(seq))):
             return float(o.score_sequences([seq])[0])
-        return self._walk_score(seq)
+        return self._tree.score(seq)
 
     def score_sequences(self, sequences: Iterable[Sequence[Any]]) -> np.ndarray:
         """Exact total log-probabilities of many sequences (``-inf`` off the declared support).
@@ -294,7 +271,7 @@ class AutoregressiveEnumerable:
             out[ok] = self._oracle.score_sequences([seqs[i] for i in ok])
         else:
             for i in ok:
-                out[i] = self._walk_score(seqs[i])
+                out[i] = self._tree.score(seqs[i])
         return out
 
     def harvest(self, sequence: Sequence[Any]) -> int:

@@ -107,10 +107,10 @@ def head_masses(tree: "PrefixTree", T: float) -> list[np.ndarray]:
     """
     if tree.built > T:
         raise ValueError(f"the tree is built to {tree.built}, not down to {T}")
-    L = min(len(tree.levels), tree.leaf_level + 1)
-    H: list[np.ndarray] = [np.zeros(len(lev)) for lev in tree.levels[:L]]
+    L = min(tree.n_levels, tree.leaf_level + 1)
+    H: list[np.ndarray] = [np.zeros(tree.level_size(d)) for d in range(L)]
     for d in range(L - 1, -1, -1):
-        lev = tree.levels[d]
+        lev = tree.view(d)
         n = len(lev)
         if n == 0:
             continue
@@ -118,7 +118,7 @@ def head_masses(tree: "PrefixTree", T: float) -> list[np.ndarray]:
         own = np.zeros(n)
         if live.size:
             s = lev.score[live]
-            pool = lev.pool_lp.v
+            pool = lev.pool_lp
             if tree.fixed_len is not None:
                 if d == tree.leaf_level:
                     tl = lev.tlen[live].astype(np.int64)
@@ -135,9 +135,8 @@ def head_masses(tree: "PrefixTree", T: float) -> list[np.ndarray]:
                 x[has] = s[has] + pool[lev.off[live][has] + ej[has]]
                 ok = x >= T
                 own[live[ok]] = np.exp(x[ok])
-        if d + 1 < L and len(tree.levels[d + 1]):
-            ch = tree.levels[d + 1]
-            own += np.bincount(ch.parent, weights=H[d + 1], minlength=n)
+        if d + 1 < L and tree.level_size(d + 1):
+            own += np.bincount(tree.view(d + 1).parent, weights=H[d + 1], minlength=n)
         H[d] = own
     return H
 
@@ -270,7 +269,8 @@ def _tail_weights(tree, H, T, d, nodes, heads, off, p_cond, eos_id, terminal_lev
     w = p_cond.copy()
     child = np.full(w.shape[0], -1, np.int64)
     rows = np.flatnonzero(nodes >= 0)
-    lev = tree.levels[d]
+    lev = tree.view(d)
+    nxt = tree.view(d + 1) if d + 1 < len(H) and tree.level_size(d + 1) else None
     for r in rows:  # rows in the tree are the distinct live prefixes of one level: few
         a, b = off[r], off[r + 1]
         if b == a:
@@ -288,14 +288,11 @@ def _tail_weights(tree, H, T, d, nodes, heads, off, p_cond, eos_id, terminal_lev
         else:
             term = np.full(b - a, terminal_level)
         in_head = term & (x >= T)
-        if d + 1 < len(H) and len(tree.levels[d + 1]):
-            keys, order = tree._child_keys(d + 1)
-            want = u * (1 << 32) + np.arange(b - a, dtype=np.int64)
-            pos = np.searchsorted(keys, want)
-            pos = np.minimum(pos, keys.shape[0] - 1)
-            hit = (keys[pos] == want) & ~term
-            c = order[pos[hit]]
-            live_c = tree.levels[d + 1].score[c] >= T
+        if nxt is not None:
+            cn = tree.child_nodes(d + 1, u, np.arange(b - a, dtype=np.int64))
+            hit = (cn >= 0) & ~term
+            c = cn[hit]
+            live_c = nxt.score[c] >= T
             cc = np.full(b - a, -1, np.int64)
             cc[np.flatnonzero(hit)[live_c]] = c[live_c]
             has = cc >= 0

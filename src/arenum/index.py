@@ -121,11 +121,11 @@ class ExactIndex:
         reused); the block's arrays are written once, into fresh maps."""
         tree, T = self.tree, self._Tx
         d = tree.leaf_level
-        lev = tree.levels[d] if d < len(tree.levels) else None
+        lev = tree.view(d) if d < tree.n_levels else None
         n = len(lev) if lev is not None else 0
         if n == 0:
             return -math.inf, math.inf, 0
-        pool = lev.pool_lp.v
+        pool = lev.pool_lp
         cap = tree.branch_cap
         nodes, s_out, shift = page_empty(n, np.int64), page_empty(n, np.float64), page_empty(n, np.int64)
         offsets = page_empty(n + 1, np.int64)
@@ -174,7 +174,8 @@ class ExactIndex:
         tree = self.tree
         pos = n_items = 0
         top, bottom = -math.inf, math.inf
-        for d, lev in enumerate(tree.levels[: tree.leaf_level + 1]):
+        for d in range(min(tree.n_levels, tree.leaf_level + 1)):
+            lev = tree.view(d)
             n = len(lev)
             if n == 0:
                 continue
@@ -195,7 +196,7 @@ class ExactIndex:
         return top, (bottom if self.T == -math.inf else self.T), n_items
 
     def _eos_chunks(self, blk: _Block, step: int, sample: int = 1):
-        lev = self.tree.levels[blk.level]
+        lev = self.tree.view(blk.level)
         score, elp = lev.score, lev.eos_lp
         cap = self.tree.branch_cap
         for a in range(0, blk.span, step * sample):
@@ -217,7 +218,7 @@ class ExactIndex:
             if not blk.fixed:
                 yield from self._eos_chunks(blk, step, sample)
                 continue
-            pool = self.tree.levels[blk.level].pool_lp.v
+            pool = self.tree.view(blk.level).pool_lp
             offsets, s, shift = blk.offsets, blk.s, blk.shift
             cuts = np.unique(np.append(np.searchsorted(offsets, np.arange(0, blk.span, step)), s.shape[0]))
             width = int(np.diff(offsets[cuts]).max()) if cuts.shape[0] > 1 else 0
@@ -248,11 +249,11 @@ class ExactIndex:
         for k in np.unique(bi).tolist():
             rows = np.flatnonzero(bi == k)
             blk = self.blocks[k]
-            lev = self.tree.levels[blk.level]
+            lev = self.tree.view(blk.level)
             rel = P[rows] - blk.start
             if blk.fixed:
                 r = np.searchsorted(blk.offsets, rel, side="right") - 1
-                x[rows] = lev.pool_lp.v[blk.shift[r] + rel] + blk.s[r]
+                x[rows] = lev.pool_lp[blk.shift[r] + rel] + blk.s[r]
             else:
                 x[rows] = lev.score[rel] + lev.eos_lp[rel]
         return x
@@ -438,7 +439,7 @@ class ExactIndex:
                 j[rows] = rel - blk.offsets[r]
             else:
                 node[rows] = rel
-                j[rows] = self.tree.levels[blk.level].eos_j[rel]
+                j[rows] = self.tree.view(blk.level).eos_j[rel]
         return lvl, node, j
 
     def sequences(self, P: np.ndarray) -> list[tuple]:
@@ -448,9 +449,9 @@ class ExactIndex:
         for d in np.unique(lvl):
             rows = np.flatnonzero(lvl == d)
             d = int(d)
-            lev = self.tree.levels[d]
+            lev = self.tree.view(d)
             paths = self.tree.token_paths(d, node[rows])
-            last = lev.pool_tok.v[lev.off[node[rows]] + j[rows]]
+            last = lev.pool_tok[lev.off[node[rows]] + j[rows]]
             full = np.concatenate([paths, last[:, None]], axis=1).tolist()
             for r, t in zip(rows.tolist(), full):
                 out[r] = tuple(t)

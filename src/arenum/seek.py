@@ -96,7 +96,7 @@ class SeekIndex:
         )
 
     def _more_beyond(self) -> bool:
-        return bool(self.tree.h_comp[int(self.limits.max_depth_bits * HIST_BINS_PER_BIT) :].any())
+        return self.tree.completions_beyond(self.limits.max_depth_bits)
 
     @property
     def dropped_upper(self) -> int | float:
@@ -184,7 +184,7 @@ class SeekIndex:
                 self.index()
                 continue
             cur = self.built_bits
-            cum = np.cumsum(tree.h_comp)
+            cum = np.cumsum(tree.completions_hist)
             at_built = int(cum[max(0, min(len(cum) - 1, int(round(cur * HIST_BINS_PER_BIT)) - 1))])
             floor_hit = tree.built <= self._floor_T
             if at_built >= n or floor_hit or tree.branch_cap is not None:
@@ -192,7 +192,7 @@ class SeekIndex:
                 # then the buckets would be built for nothing
                 if floor_hit or self._items_at_built().N >= n:
                     return self.index()
-            b_lo = None if tree.branch_cap is not None else tree.bits_for(tree.h_comp, n)
+            b_lo = None if tree.branch_cap is not None else tree.bits_for(tree.completions_hist, n)
             if b_lo is not None and b_lo <= cur + 1e-9:
                 b_lo = None  # the histogram overcounted (float edge): grow instead
             est = self._extrapolate(cum, n)
@@ -201,11 +201,11 @@ class SeekIndex:
                 # few completions seen: at most double the forwards (by the prefixes already
                 # seen), grow the budget by at most a quarter, and never pass the extrapolation
                 want = 2 * tree.fetched_nodes + tree.oracle.batch_size
-                known_total = 1 + int(tree.h_pref.sum())
-                b_cap = tree.bits_for(tree.h_pref, min(want, known_total) - 1) if known_total > 1 else None
+                known_total = 1 + int(tree.prefixes_hist.sum())
+                b_cap = tree.bits_for(tree.prefixes_hist, min(want, known_total) - 1) if known_total > 1 else None
                 if b_cap is not None and b_cap <= cur:
                     i0 = int(cur * HIST_BINS_PER_BIT) + 1
-                    nxt = np.flatnonzero(tree.h_pref[i0:])
+                    nxt = np.flatnonzero(tree.prefixes_hist[i0:])
                     b_cap = (i0 + int(nxt[0]) + 1) / HIST_BINS_PER_BIT if nxt.size else None
                 b_next = b_cap if b_cap is not None else self.limits.max_depth_bits
                 b_next = min(b_next, cur + max(1.0, 0.25 * cur), est + step)
@@ -334,13 +334,14 @@ class SeekIndex:
         ints = 0
         mass = 0.0
         floats: list[np.ndarray] = []
-        for d, lev in enumerate(tree.levels[: tree.leaf_level + 1]):
+        for d in range(min(tree.n_levels, tree.leaf_level + 1)):
+            lev = tree.view(d)
             if len(lev) == 0:
                 continue
             sel = np.flatnonzero(lev.fetched & (lev.score >= T) & (lev.tlen > cap))
             if sel.size == 0:
                 continue
-            pool = lev.pool_lp.v
+            pool = lev.pool_lp
             off = lev.off[sel]
             s = lev.score[sel]
             lo = np.full(sel.shape[0], cap, np.int64)

@@ -27,6 +27,7 @@ This module does not answer queries: ``arenum.index`` builds the exact index fro
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -37,7 +38,7 @@ from .quantize import LN2
 from .results import BudgetExceeded
 from .support import Support
 
-__all__ = ["PrefixTree", "HIST_BINS_PER_BIT"]
+__all__ = ["PrefixTree", "LevelView", "HIST_BINS_PER_BIT"]
 
 
 HIST_BINS_PER_BIT = 64
@@ -61,8 +62,42 @@ _COLS = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class LevelView:
+    """Read-only columns of one tree level, shape ``(n_d,)`` each (meanings: module docstring).
+
+    ``eos_lp`` is ``None`` for a fixed-length tree. ``pool_lp`` / ``pool_tok`` hold the level's
+    stored heads back to back (node ``i``'s head is ``pool[off[i] : off[i] + tlen[i]]``). The arrays
+    are views: hold them only while the tree is not deepened.
+    """
+
+    depth: int
+    parent: np.ndarray
+    child: np.ndarray
+    tok: np.ndarray
+    score: np.ndarray
+    fetched: np.ndarray
+    off: np.ndarray
+    tlen: np.ndarray
+    floor: np.ndarray
+    made: np.ndarray
+    eos_j: np.ndarray
+    eos_lp: np.ndarray | None
+    pool_lp: np.ndarray
+    pool_tok: np.ndarray
+
+    def __len__(self) -> int:
+        return self.score.shape[0]
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 class Level:
-    """Arrays of one tree level (see module docstring)."""
+    """Arrays of one tree level (see module docstring). Only :class:`PrefixTree` writes them."""
 
     def __init__(self, depth: int, eos: bool = False) -> None:
         self.depth = depth
@@ -75,11 +110,26 @@ class Level:
     def __len__(self) -> int:
         return self.cols["score"].n
 
-    def __getattr__(self, name: str) -> np.ndarray:
-        cols = self.__dict__.get("cols")
-        if cols is not None and name in cols:
-            return cols[name].v
-        raise AttributeError(name)
+    # explicit columns (views of the first len(self) entries)
+    parent = property(lambda self: self.cols["parent"].v)
+    child = property(lambda self: self.cols["child"].v)
+    tok = property(lambda self: self.cols["tok"].v)
+    score = property(lambda self: self.cols["score"].v)
+    fetched = property(lambda self: self.cols["fetched"].v)
+    off = property(lambda self: self.cols["off"].v)
+    tlen = property(lambda self: self.cols["tlen"].v)
+    floor = property(lambda self: self.cols["floor"].v)
+    made = property(lambda self: self.cols["made"].v)
+    eos_j = property(lambda self: self.cols["eos_j"].v)
+    eos_lp = property(lambda self: self.cols["eos_lp"].v)
+
+    def view(self) -> LevelView:
+        """The level's columns, read-only."""
+        c = self.cols
+        return LevelView(
+            self.depth, *(_ro(c[k].v) for k in _COLS),
+            _ro(c["eos_lp"].v) if "eos_lp" in c else None, _ro(self.pool_lp.v), _ro(self.pool_tok.v),
+        )
 
     def append(self, parent: np.ndarray, child: np.ndarray, tok: np.ndarray, score: np.ndarray) -> None:
         m = score.shape[0]
@@ -347,6 +397,71 @@ class PrefixTree:
         if sel.size and (lev.score[sel] + lev.pool_lp.v[lev.off[sel] + pos] >= T).any():
             self.depth_truncated = True
 
+    # ------------------------------------------------------------------ read API
+    @property
+    def n_levels(self) -> int:
+        """Levels that hold nodes or may (level ``d`` holds the prefixes of length ``d``)."""
+        return len(self.levels)
+
+    def view(self, d: int) -> LevelView:
+        """Read-only columns of level ``d`` (see :class:`LevelView`)."""
+        return self.levels[d].view()
+
+    def level_size(self, d: int) -> int:
+        """Nodes of level ``d`` (0 past the last level)."""
+        return len(self.levels[d]) if d < len(self.levels) else 0
+
+    @property
+    def completions_hist(self) -> np.ndarray:
+        """Completions seen in fetched tables, by ``1/HIST_BINS_PER_BIT``-bit bin of their score (read-only)."""
+        return _ro(self.h_comp)
+
+    @property
+    def prefixes_hist(self) -> np.ndarray:
+        """Prefixes (children seen in fetched tables) by bin of their score (read-only)."""
+        return _ro(self.h_pref)
+
+    def completions_beyond(self, bits: float) -> bool:
+        """Whether completions with more than ``bits`` bits have been seen in fetched tables."""
+        return bool(self.h_comp[int(bits * HIST_BINS_PER_BIT) :].any())
+
+    def child_nodes(self, d: int, parent: int, positions: np.ndarray) -> np.ndarray:
+        """Node ids at level ``d`` of the children of node ``parent`` (level ``d - 1``) at table
+        ``positions``; ``-1`` where no such child node exists."""
+        positions = np.asarray(positions, np.int64)
+        out = np.full(positions.shape[0], -1, np.int64)
+        if d >= len(self.levels) or len(self.levels[d]) == 0:
+            return out
+        keys, order = self._child_keys(d)
+        want = parent * (1 << 32) + positions
+        pos = np.minimum(np.searchsorted(keys, want), keys.shape[0] - 1)
+        hit = keys[pos] == want
+        out[hit] = order[pos[hit]]
+        return out
+
+    def score(self, seq: tuple) -> float:
+        """Canonical score of a token sequence: left-to-right float64 sum of its validated table
+        entries (``-inf`` if a token has probability 0). Steps the stored tables answer cost no
+        forward; the rest come from the oracle's memoized full tables (one forward per new prefix).
+        Does not check the support."""
+        o = self.oracle
+        ids = o.ids_of(seq)  # None: a token no table has shown yet
+        known = ids[: ids.index(None)] if None in ids else ids
+        steps = self.lookup(tuple(known))
+        if steps and steps[-1] == -math.inf:
+            return -math.inf
+        for t in range(len(steps), len(seq)):
+            tab_ids, lps = o.table(seq[:t])  # parsing the table interns its tokens
+            tid = o.ids_of((seq[t],))[0]
+            hit = np.flatnonzero(tab_ids == tid) if tid is not None else np.zeros(0, np.int64)
+            if hit.size == 0:
+                return -math.inf
+            steps.append(float(lps[hit[0]]))
+        s = 0.0
+        for v in steps:
+            s = s + v
+        return s
+
     # ------------------------------------------------------------------ lookup
     def _child_keys(self, d: int) -> tuple[np.ndarray, np.ndarray]:
         lev = self.levels[d]
@@ -383,12 +498,10 @@ class PrefixTree:
             out.append(float(lev.pool_lp.v[off + j]))
             if d + 1 == len(ids) or d + 1 >= len(self.levels):
                 break
-            keys, order = self._child_keys(d + 1)
-            k = node * (1 << 32) + j
-            p = int(np.searchsorted(keys, k))
-            if p >= keys.shape[0] or keys[p] != k:
+            nxt = int(self.child_nodes(d + 1, node, np.array([j]))[0])
+            if nxt < 0:
                 break
-            node = int(order[p])
+            node = nxt
         return out
 
     # ------------------------------------------------------------------ steering
