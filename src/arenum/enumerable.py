@@ -24,17 +24,17 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from ._validate import exact_int, finite_float, optional_exact_int
+from .answers import Answers
 from .best_first import best_first
 from .count_index import COUNT_MODES, CountIndex, build_count_index
 
 from .oracle import NORM_TOL, StepOracle
-from .quantize import LN2, Quantizer
+from .quantize import Quantizer
 from .estimate import INTERVALS, ExactHead, MonteCarloEstimator, draw_samples
 from .results import (
     CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult, ThresholdResult,
 )
 from .sampling import ARSampler
-from .results import BudgetExceeded
 from .seek import Limits, SeekIndex
 from .support import Support
 from .tree import PrefixTree
@@ -179,6 +179,7 @@ class AutoregressiveEnumerable:
         self._tree = PrefixTree(self._oracle, self.support, keep_margin_bits=margin)
         self.progress = progress
         self._seek: SeekIndex | None = None
+        self._answers_obj: Answers | None = None
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -205,7 +206,7 @@ class AutoregressiveEnumerable:
         d["built_bits"] = seek.built_bits
         d["index_builds"] = seek.builds
         d["index_seconds"] = seek.index_seconds
-        d["indexed_sequences"] = seek._index.N if seek._index is not None else 0
+        d["indexed_sequences"] = seek.indexed
         return d
 
     @property
@@ -329,6 +330,16 @@ class AutoregressiveEnumerable:
             self._seek.max_depth_bits = mdb
         return self._seek
 
+    @property
+    def _answers(self) -> Answers:
+        """The answers stage over :meth:`seek_index` (estimates only with ``exact_limit``)."""
+        seek = self.seek_index()
+        ans = self._answers_obj
+        if ans is None or ans.seek is not seek:
+            est = self._estimator_and_head if self.exact_limit is not None else None
+            ans = self._answers_obj = Answers(seek, self.support, est)
+        return ans
+
     def budget_index(self, budget_bits: float, max_depth_bits: float = 4096.0) -> SeekIndex:
         """The seek index, deepened to cover at least ``2**budget_bits`` sequences (or the support)."""
         b = finite_float("budget_bits", budget_bits)
@@ -363,18 +374,7 @@ class AutoregressiveEnumerable:
         :meth:`count_bracket`). Past a cap: a Monte Carlo estimate when ``exact_limit`` is set, else
         :class:`BudgetExceeded`.
         """
-        t = finite_float("min_log_prob", min_log_prob, allow_neg_inf=True)
-        seek = self.seek_index()
-        try:
-            c = seek.count(t)
-        except BudgetExceeded:
-            if self.exact_limit is None:
-                raise
-            est, head = self._estimator_and_head()
-            return est.count(t, head=head)
-        if self.branch_cap is None or t > 0:
-            return CountResult(c)
-        return CountResult(c, exact=False, method="bracket", ci_lo=c, ci_hi=c + seek.dropped_bound(t))
+        return self._answers.count(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
     def count_bracket(self, min_log_prob: float) -> CountBracket:
         """``lo <= #{x : log_density(x) >= min_log_prob} <= hi``, certified.
@@ -383,16 +383,7 @@ class AutoregressiveEnumerable:
         skipped. Past a resource cap, ``lo`` is the count at the deepest budget built and ``hi`` the
         mass bound ``exp(-min_log_prob)`` (each such sequence has probability ``>= exp(min_log_prob)``).
         """
-        t = finite_float("min_log_prob", min_log_prob, allow_neg_inf=True)
-        seek = self.seek_index()
-        try:
-            lo = seek.count(t)
-        except BudgetExceeded:
-            idx = seek.index()
-            return CountBracket(idx.N, _mass_count_bound(t))
-        if self.branch_cap is None:
-            return CountBracket(lo, lo)
-        return CountBracket(lo, lo + seek.dropped_bound(t))
+        return self._answers.count_bracket(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
     def unrank(self, i: int) -> tuple[tuple, float]:
         """The ``i``-th most probable sequence (0-based) and its exact log-probability.
@@ -419,17 +410,7 @@ class AutoregressiveEnumerable:
         (``method='bracket'``). Past a cap: a Monte Carlo estimate when ``exact_limit`` is set (the
         count estimate inverted), else :class:`BudgetExceeded`.
         """
-        k = exact_int("rank", rank, minimum=1)
-        try:
-            x = self.seek_index().threshold(k)
-        except BudgetExceeded:
-            if self.exact_limit is None:
-                raise
-            est, head = self._estimator_and_head()
-            return est.threshold(k, head=head)
-        if self.branch_cap is None:
-            return ThresholdResult(x)
-        return ThresholdResult(x, exact=False, method="bracket", ci_lo=x, ci_hi=0.0)
+        return self._answers.threshold(exact_int("rank", rank, minimum=1))
 
     def mass_above(self, min_log_prob: float) -> MassBracket:
         """``(lower, upper)``: total probability of sequences with ``log_density >= min_log_prob``.
@@ -438,19 +419,7 @@ class AutoregressiveEnumerable:
         With ``branch_cap`` the upper end adds the skipped mass; past a resource cap the bracket is
         ``[mass built, 1]``.
         """
-        t = finite_float("min_log_prob", min_log_prob, allow_neg_inf=True)
-        seek = self.seek_index()
-        if t > 0:
-            return MassBracket(0.0, 0.0)
-        try:
-            idx = seek.ensure_score(t) if t > -math.inf else seek._ensure_all()
-        except BudgetExceeded:
-            m = seek.index().total_mass()
-            return MassBracket(m.lo, 1.0)
-        m = idx.mass_ge(t)
-        if self.branch_cap is not None:
-            return MassBracket(m.lo, min(1.0, m.hi + seek.dropped_mass(t)))
-        return m
+        return self._answers.mass_above(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
     # ------------------------------------------------------------------ ranks
     def rank(self, sequence: Sequence[Any]) -> DensityRankResult:
@@ -467,36 +436,7 @@ class AutoregressiveEnumerable:
         if s == -math.inf:
             why = "is outside the declared support" if not self._in_declared_support(seq) else "has probability 0"
             raise ValueError(f"sequence {_short(seq)} {why}; its rank is undefined")
-        seek = self.seek_index()
-        trunc = self._tree.depth_truncated or self.branch_cap is not None
-        try:
-            idx = seek.ensure_score(s)
-        except BudgetExceeded:
-            if self.exact_limit is not None:
-                est, head = self._estimator_and_head()
-                return est.rank(s, head=head)
-            idx = seek.index()
-            lo = idx.N
-            hi = _mass_count_bound(s) - 1
-            m = idx.total_mass()
-            c_lo = min(1.0, m.lo + math.exp(s))
-            return DensityRankResult(
-                rank=lo, cumulative=0.5 * (c_lo + 1.0), log_prob=s, exact=False, method="bracket",
-                rank_lo=lo, rank_hi=hi, cumulative_lo=c_lo, cumulative_hi=1.0, truncated=trunc,
-            )
-        lo = idx.count_gt(s)
-        m = idx.mass_ge(s)
-        hi: int | float = lo
-        c_hi = m.hi
-        if self.branch_cap is not None:
-            hi = lo + seek.dropped_bound(s)
-            c_hi = min(1.0, m.hi + seek.dropped_mass(s))
-        exact = hi == lo
-        return DensityRankResult(
-            rank=lo, cumulative=m.mid if exact else 0.5 * (m.lo + c_hi), log_prob=s, exact=exact,
-            method="exact" if exact else "bracket", rank_lo=lo, rank_hi=hi,
-            cumulative_lo=m.lo, cumulative_hi=c_hi, truncated=self._tree.depth_truncated or not exact,
-        )
+        return self._answers.rank(s)
 
     def cumulative(self, sequence: Sequence[Any]) -> DensityRankResult:
         """``G(seq) = P(p(Y) >= p(seq))``: the record of :meth:`rank`, read ``.cumulative``."""
@@ -562,27 +502,14 @@ class AutoregressiveEnumerable:
         """The exact index built so far as an :class:`~arenum.estimate.ExactHead` (every sequence with
         score ``>= T`` counted exactly); ``None`` when nothing is built or with ``branch_cap`` (whose
         index is a sub-support, not a head of the support)."""
-        if self.branch_cap is not None or self._tree.built == math.inf:
-            return None
-        seek = self.seek_index()
-        try:
-            idx = seek.index()
-        except BudgetExceeded:
-            idx = seek._index
-        if idx is None or idx.N == 0:
-            return None
-        return ExactHead(idx.T, idx)
+        return self._answers.exact_head()
 
     def _estimator_and_head(self) -> tuple[MonteCarloEstimator, ExactHead | None]:
         """The default estimator for the automatic regime: the exact head is first deepened as far as
         the caps allow (its forwards also serve later exact answers), then tail draws are made once."""
         key = (self.estimate_samples, self.estimate_seed, True, "bernstein")
         if key not in self._mc:
-            seek = self.seek_index()
-            try:
-                seek.ensure_count(1 << 62)
-            except BudgetExceeded:
-                pass
+            self._answers.deepen_head()
         est = self.monte_carlo()
         return est, (self.exact_head() if est.head is not None else None)
 
@@ -595,39 +522,7 @@ class AutoregressiveEnumerable:
         p = finite_float("p", p)
         if not 0 < p <= 1:
             raise ValueError(f"p must be in (0, 1], got {p!r}")
-        seek = self.seek_index()
-        truncated = False
-        while True:
-            idx = seek.index()
-            tm = idx.total_mass()
-            if tm.hi >= p:
-                r = idx.nucleus(p)
-                if r is not None and (tm.lo >= p or seek.tree.built <= seek._floor_T):
-                    break
-            if seek.tree.built <= seek._floor_T:
-                truncated = True
-                break
-            try:
-                seek.ensure_count(max(2 * idx.N, idx.N + self.batch_size))
-            except BudgetExceeded:
-                truncated = True
-                break
-        idx = seek.index()
-        r = idx.nucleus(p)
-        if truncated and r is None:
-            tm = idx.total_mass()
-            thr = float(idx.item(idx.N - 1)[1]) if idx.N else 0.0
-            return CountDPTopPResult(size=idx.N, size_lo=idx.N, size_hi=None, mass_lo=tm.lo, mass_hi=tm.hi,
-                                     threshold=thr, p=p, truncated=True, exact=False)
-        assert r is not None
-        k_lo, k_hi = r
-        _, thr = idx.item(k_lo - 1)
-        m = idx.mass_ge(thr)
-        if k_hi is None:  # even the whole built support may hold less than p (rounding or caps)
-            return CountDPTopPResult(size=k_lo, size_lo=k_lo, size_hi=None, mass_lo=m.lo, mass_hi=m.hi,
-                                     threshold=thr, p=p, truncated=True, exact=False)
-        return CountDPTopPResult(size=k_lo, size_lo=k_lo, size_hi=k_hi, mass_lo=m.lo, mass_hi=m.hi,
-                                 threshold=thr, p=p, truncated=False, exact=k_lo == k_hi)
+        return self._answers.nucleus_size(p)
 
     def seek(self, target: float) -> SeekResult:
         """The sequence at which the descending cumulative mass first reaches ``target``.
@@ -645,8 +540,8 @@ class AutoregressiveEnumerable:
     def _check(self) -> None:
         """Assert the invariants of the tree and index (for tests)."""
         self._tree._check()
-        if self._seek is not None and self._seek._index is not None:
-            self._seek._index._check()
+        if self._seek is not None and self._seek.current is not None:
+            self._seek.current._check()
 
 
 def count_budget_index(enumerable: AutoregressiveEnumerable, budget_bits: float,
@@ -655,16 +550,6 @@ def count_budget_index(enumerable: AutoregressiveEnumerable, budget_bits: float,
     if not isinstance(enumerable, AutoregressiveEnumerable):
         raise TypeError(f"enumerable must be an AutoregressiveEnumerable, got {type(enumerable).__name__}")
     return enumerable.budget_index(budget_bits, max_depth_bits)
-
-
-def _mass_count_bound(t: float) -> int | float:
-    """Sound bound on #sequences with score ``>= t``: each has mass ``>= e**t``, total ``<= 1``."""
-    if t == -math.inf:
-        return math.inf
-    y = -t
-    if y < 700:
-        return int(math.floor(math.exp(y) * (1 + 1e-12))) + 1
-    return math.inf
 
 
 def _short(x: Any, n: int = 60) -> str:

@@ -42,7 +42,7 @@ This module gives no confidence intervals: :mod:`arenum.estimate` does.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 

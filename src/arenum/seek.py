@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 
@@ -78,8 +78,25 @@ class SeekIndex:
         self.limits.max_depth_bits = float(v)
 
     @property
-    def _floor_T(self) -> float:
+    def depth_floor(self) -> float:
+        """Lowest score (nats) an exact build may reach: ``-max_depth_bits * ln 2``."""
         return -self.limits.max_depth_bits * LN2
+
+    @property
+    def at_depth_floor(self) -> bool:
+        """The tree is built down to :attr:`depth_floor`: no deeper exact build is possible."""
+        return self.tree.built <= self.depth_floor
+
+    @property
+    def current(self) -> ExactIndex | None:
+        """The last index built or being counted (its buckets maybe not built), without building
+        anything; ``None`` before the first build. For reporting and for heads past a cap."""
+        return self._index
+
+    @property
+    def indexed(self) -> int:
+        """Sequences in :attr:`current` (0 before the first build)."""
+        return self._index.N if self._index is not None else 0
 
     @property
     def built_bits(self) -> float:
@@ -92,7 +109,7 @@ class SeekIndex:
         """The declared support was cut: the depth cap bound a prefix with budget left, or the
         build reached ``max_depth_bits`` while more sequences exist."""
         return self.tree.depth_truncated or (
-            self.tree.built <= self._floor_T and self._more_beyond()
+            self.tree.built <= self.depth_floor and self._more_beyond()
         )
 
     def _more_beyond(self) -> bool:
@@ -157,7 +174,7 @@ class SeekIndex:
 
     def ensure_score(self, t: float) -> ExactIndex:
         """Make the index exact for every score ``>= t`` (nats)."""
-        if t < self._floor_T:
+        if t < self.depth_floor:
             raise BudgetExceeded(
                 f"score {t:.6g} is below the depth cap max_depth_bits={self.limits.max_depth_bits}"
             )
@@ -186,7 +203,7 @@ class SeekIndex:
             cur = self.built_bits
             cum = np.cumsum(tree.completions_hist)
             at_built = int(cum[max(0, min(len(cum) - 1, int(round(cur * HIST_BINS_PER_BIT)) - 1))])
-            floor_hit = tree.built <= self._floor_T
+            floor_hit = tree.built <= self.depth_floor
             if at_built >= n or floor_hit or tree.branch_cap is not None:
                 # count first: the bin straddling the budget may hold fewer than it seems, and
                 # then the buckets would be built for nothing
@@ -261,7 +278,7 @@ class SeekIndex:
         return self._seq([p])[0], x
 
     def _exhausted_msg(self, i: int, n: int) -> str:
-        if self.tree.built <= self._floor_T and self._more_beyond():
+        if self.tree.built <= self.depth_floor and self._more_beyond():
             return (f"rank {i} is beyond the {n} sequences within max_depth_bits="
                     f"{self.limits.max_depth_bits:g}")
         return f"rank {i} is beyond the support ({n} sequences)"
@@ -293,11 +310,34 @@ class SeekIndex:
         t = finite_float("min_log_prob", min_log_prob, allow_neg_inf=True)
         if t > 0:
             return 0
-        idx = self.ensure_score(t) if t > -math.inf else self._ensure_all()
+        idx = self.ensure_score(t) if t > -math.inf else self.ensure_all()
         return idx.count_ge(t)
 
-    def _ensure_all(self) -> ExactIndex:
-        return self.ensure_score(self._floor_T)
+    def ensure_all(self) -> ExactIndex:
+        """Make the index hold the whole support (down to :attr:`depth_floor`)."""
+        return self.ensure_score(self.depth_floor)
+
+    def ensure_mass(self, p: float) -> tuple[ExactIndex, bool]:
+        """Deepen until the indexed sequences certainly hold probability mass ``>= p``.
+
+        Returns ``(index, truncated)``: ``truncated`` is True when a cap (``max_depth_bits``,
+        ``max_prefixes``, ``max_sequences``) stopped the deepening first. Rounds at least double the
+        indexed sequences (by ``batch_size`` at least), so the forwards stay within a small factor
+        of those of the smallest head holding ``p``.
+        """
+        while True:
+            idx = self.index()
+            tm = idx.total_mass()
+            if tm.hi >= p:
+                r = idx.nucleus(p)
+                if r is not None and (tm.lo >= p or self.at_depth_floor):
+                    return idx, False
+            if self.at_depth_floor:
+                return idx, True
+            try:
+                self.ensure_count(max(2 * idx.N, idx.N + self.tree.oracle.batch_size))
+            except BudgetExceeded:
+                return self.index(), True
 
     def threshold(self, rank: int) -> float:
         """Log-prob of the ``rank``-th most probable sequence (1-based): ``count(threshold(k)) >= k``."""

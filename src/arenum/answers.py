@@ -1,0 +1,211 @@
+"""The answers stage: exact, else certified bracket, else estimate, decided once per query.
+
+:class:`Answers` turns what the exact index can do (or its :class:`~arenum.results.BudgetExceeded`)
+into the result records of :mod:`arenum.results`, in one order of preference:
+
+1. exact: the index deepened to the budget the answer needs (``method='exact'``);
+2. a certified bracket where a cap forbids exactness: ``branch_cap`` (the sub-support is counted
+   exactly and the skipped part bounded) or a resource cap with no estimator allowed
+   (``method='bracket'``, ``lo <= true <= hi``);
+3. a Monte Carlo estimate with its interval, when the caller allowed one (``exact_limit``): the
+   ``estimator`` callback gives the estimator and the exact head it adds to.
+
+It takes the seek index, the support and the estimator callback, never the facade. It does not
+validate user input (the facade does, once) and does not build anything itself: every forward is
+made by the seek index.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from .estimate import ExactHead, MonteCarloEstimator
+from .results import (
+    BudgetExceeded, CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, ThresholdResult,
+)
+from .seek import SeekIndex
+from .support import Support
+
+__all__ = ["Answers", "mass_count_bound"]
+
+Estimator = Callable[[], "tuple[MonteCarloEstimator, ExactHead | None]"]
+"""``() -> (estimator, exact head or None)``: the automatic regime's Monte Carlo estimator."""
+
+
+def mass_count_bound(t: float) -> int | float:
+    """Sound bound on #sequences with score ``>= t``: each has mass ``>= e**t``, total ``<= 1``."""
+    if t == -math.inf:
+        return math.inf
+    y = -t
+    if y < 700:
+        return int(math.floor(math.exp(y) * (1 + 1e-12))) + 1
+    return math.inf
+
+
+class Answers:
+    """Result records for one seek index (see the module docstring).
+
+    ``estimator``: ``None`` (no estimates: past a cap, brackets or :class:`BudgetExceeded`), or the
+    callback giving the Monte Carlo estimator of the automatic regime.
+    """
+
+    def __init__(self, seek: SeekIndex, support: Support, estimator: Estimator | None = None) -> None:
+        self.seek = seek
+        self.support = support
+        self.estimator = estimator
+
+    @property
+    def _capped(self) -> bool:
+        return self.support.branch_cap is not None
+
+    # ------------------------------------------------------------------ counts
+    def count(self, t: float) -> CountResult:
+        """``#{x : s(x) >= t}``: exact; a bracket record under ``branch_cap``; past a resource cap an
+        estimate when allowed, else :class:`BudgetExceeded`."""
+        seek = self.seek
+        try:
+            c = seek.count(t)
+        except BudgetExceeded:
+            if self.estimator is None:
+                raise
+            est, head = self.estimator()
+            return est.count(t, head=head)
+        if not self._capped or t > 0:
+            return CountResult(c)
+        return CountResult(c, exact=False, method="bracket", ci_lo=c, ci_hi=c + seek.dropped_bound(t))
+
+    def count_bracket(self, t: float) -> CountBracket:
+        """Certified ``lo <= #{x : s(x) >= t} <= hi``, never raising for a cap."""
+        seek = self.seek
+        try:
+            lo = seek.count(t)
+        except BudgetExceeded:
+            idx = seek.index()
+            return CountBracket(idx.N, mass_count_bound(t))
+        if not self._capped:
+            return CountBracket(lo, lo)
+        return CountBracket(lo, lo + seek.dropped_bound(t))
+
+    def count_or_bracket(self, t: float) -> CountResult | CountBracket:
+        """The count the automatic regime gives, never raising for a cap: the exact count as its
+        certified bracket (equal ends unless ``branch_cap`` cut the support), an estimate when one is
+        allowed, else the certified bracket past the cap."""
+        try:
+            c = self.count(t)
+        except BudgetExceeded:
+            return self.count_bracket(t)
+        if getattr(c, "exact", True) or c.method == "bracket":
+            return self.count_bracket(t)
+        return c
+
+    # ------------------------------------------------------------------ positions
+    def threshold(self, k: int) -> ThresholdResult:
+        """Score of the ``k``-th sequence (1-based): exact; a lower bound under ``branch_cap``; past
+        a resource cap an estimate when allowed, else :class:`BudgetExceeded`."""
+        try:
+            x = self.seek.threshold(k)
+        except BudgetExceeded:
+            if self.estimator is None:
+                raise
+            est, head = self.estimator()
+            return est.threshold(k, head=head)
+        if not self._capped:
+            return ThresholdResult(x)
+        return ThresholdResult(x, exact=False, method="bracket", ci_lo=x, ci_hi=0.0)
+
+    # ------------------------------------------------------------------ masses
+    def mass_above(self, t: float) -> MassBracket:
+        """``lo <= P(s(X) >= t) <= hi``: float rounding only; ``branch_cap`` adds the skipped mass
+        to ``hi``; past a resource cap ``[mass built, 1]``."""
+        seek = self.seek
+        if t > 0:
+            return MassBracket(0.0, 0.0)
+        try:
+            idx = seek.ensure_score(t) if t > -math.inf else seek.ensure_all()
+        except BudgetExceeded:
+            m = seek.index().total_mass()
+            return MassBracket(m.lo, 1.0)
+        m = idx.mass_ge(t)
+        if self._capped:
+            return MassBracket(m.lo, min(1.0, m.hi + seek.dropped_mass(t)))
+        return m
+
+    def nucleus_size(self, p: float) -> CountDPTopPResult:
+        """Smallest head with mass ``>= p``: exact up to float rounding; ``truncated`` past a cap."""
+        idx, truncated = self.seek.ensure_mass(p)
+        r = idx.nucleus(p)
+        if truncated and r is None:
+            tm = idx.total_mass()
+            thr = float(idx.item(idx.N - 1)[1]) if idx.N else 0.0
+            return CountDPTopPResult(size=idx.N, size_lo=idx.N, size_hi=None, mass_lo=tm.lo, mass_hi=tm.hi,
+                                     threshold=thr, p=p, truncated=True, exact=False)
+        if r is None:  # pragma: no cover - ensure_mass returns untruncated only with a nucleus
+            raise RuntimeError("internal error: no nucleus in an untruncated index")
+        k_lo, k_hi = r
+        _, thr = idx.item(k_lo - 1)
+        m = idx.mass_ge(thr)
+        if k_hi is None:  # even the whole built support may hold less than p (rounding or caps)
+            return CountDPTopPResult(size=k_lo, size_lo=k_lo, size_hi=None, mass_lo=m.lo, mass_hi=m.hi,
+                                     threshold=thr, p=p, truncated=True, exact=False)
+        return CountDPTopPResult(size=k_lo, size_lo=k_lo, size_hi=k_hi, mass_lo=m.lo, mass_hi=m.hi,
+                                 threshold=thr, p=p, truncated=False, exact=k_lo == k_hi)
+
+    # ------------------------------------------------------------------ ranks
+    def rank(self, s: float) -> DensityRankResult:
+        """Rank (``#{x : s(x) > s}``) and cumulative mass of a sequence of finite score ``s``: exact;
+        a bracket under ``branch_cap``; past a resource cap an estimate when allowed, else a
+        certified bracket."""
+        seek = self.seek
+        tree = seek.tree
+        trunc = tree.depth_truncated or self._capped
+        try:
+            idx = seek.ensure_score(s)
+        except BudgetExceeded:
+            if self.estimator is not None:
+                est, head = self.estimator()
+                return est.rank(s, head=head)
+            idx = seek.index()
+            lo = idx.N
+            hi = mass_count_bound(s) - 1
+            m = idx.total_mass()
+            c_lo = min(1.0, m.lo + math.exp(s))
+            return DensityRankResult(
+                rank=lo, cumulative=0.5 * (c_lo + 1.0), log_prob=s, exact=False, method="bracket",
+                rank_lo=lo, rank_hi=hi, cumulative_lo=c_lo, cumulative_hi=1.0, truncated=trunc,
+            )
+        lo = idx.count_gt(s)
+        m = idx.mass_ge(s)
+        hi: int | float = lo
+        c_hi = m.hi
+        if self._capped:
+            hi = lo + seek.dropped_bound(s)
+            c_hi = min(1.0, m.hi + seek.dropped_mass(s))
+        exact = hi == lo
+        return DensityRankResult(
+            rank=lo, cumulative=m.mid if exact else 0.5 * (m.lo + c_hi), log_prob=s, exact=exact,
+            method="exact" if exact else "bracket", rank_lo=lo, rank_hi=hi,
+            cumulative_lo=m.lo, cumulative_hi=c_hi, truncated=tree.depth_truncated or not exact,
+        )
+
+    # ------------------------------------------------------------------ the exact head
+    def exact_head(self) -> ExactHead | None:
+        """The exact index built so far as an :class:`~arenum.estimate.ExactHead`; ``None`` when
+        nothing is built or under ``branch_cap`` (a sub-support is not a head of the support)."""
+        seek = self.seek
+        if self._capped or seek.tree.built == math.inf:
+            return None
+        try:
+            idx = seek.index()
+        except BudgetExceeded:
+            idx = seek.current
+        if idx is None or idx.N == 0:
+            return None
+        return ExactHead(idx.T, idx)
+
+    def deepen_head(self) -> None:
+        """Deepen the exact head as far as the caps allow (before the first estimate: its forwards
+        also serve later exact answers)."""
+        try:
+            self.seek.ensure_count(1 << 62)
+        except BudgetExceeded:
+            pass
