@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from arenum import AutoregressiveEnumerable, BudgetExceeded
-from arenum.estimate import ExactHead, MonteCarloEstimator, draw_samples
+from arenum.estimate import ExactHead, MonteCarloEstimator
+from arenum.sampling import draw_samples
 from arenum.results import CountResult, ThresholdResult
 from arenum.testing import RandomModel, brute_force
 

@@ -30,11 +30,11 @@ from .count_index import COUNT_MODES, CountIndex, build_count_index
 
 from .oracle import NORM_TOL, StepOracle
 from .quantize import Quantizer
-from .estimate import INTERVALS, ExactHead, MonteCarloEstimator, draw_samples
+from .estimate import INTERVALS, ExactHead, Interval, MonteCarloEstimator
 from .results import (
     CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult, ThresholdResult,
 )
-from .sampling import ARSampler
+from .sampling import ARSampler, draw_samples
 from .seek import Limits, SeekIndex
 from .support import Support
 from .tree import PrefixTree
@@ -309,7 +309,7 @@ class AutoregressiveEnumerable:
     def sampler(self, seed: int | None = None) -> ARSampler:
         """An ancestral sampler (``sample()``, ``sample_n(n)``, ``draw()``), seeded for replay."""
         seed = optional_exact_int("seed", seed, minimum=0)
-        return ARSampler(self._table_ids, self.support, decode=self._decode, seed=seed)
+        return ARSampler(self._oracle, self.support, seed=seed)
 
     # ------------------------------------------------------------------ indexes
     def seek_index(self, *, max_depth_bits: float = 4096.0) -> SeekIndex:
@@ -444,7 +444,7 @@ class AutoregressiveEnumerable:
 
     # ------------------------------------------------------------------ estimates
     def monte_carlo(self, n: int | None = None, *, seed: int | None = -1, head: bool = True,
-                    interval: str = "bernstein") -> MonteCarloEstimator:
+                    interval: Interval = "bernstein") -> MonteCarloEstimator:
         """A :class:`~arenum.estimate.MonteCarloEstimator` over ``n`` draws (default
         ``estimate_samples``, seed ``estimate_seed``), drawn once and cached per arguments.
 
