@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, Literal, get_args
 
 __all__ = ["exact_int", "optional_exact_int", "finite_float"]
 
@@ -52,3 +52,17 @@ def finite_float(name: str, value: Any, *, allow_neg_inf: bool = False) -> float
     if math.isnan(f) or f == math.inf or (f == -math.inf and not allow_neg_inf):
         raise ValueError(f"{name} must be finite, got {value!r}")
     return f
+
+
+CountMode = Literal["auto", "exact", "float"]
+"""Arithmetic of bounds that can exceed int64 (``branch_cap``'s skipped counts): ``"auto"`` (int64,
+float64 past ``2**53``), ``"exact"`` (Python integers) or ``"float"`` (float64). Indexed counts are
+always exact integers."""
+COUNT_MODES: tuple[str, ...] = get_args(CountMode)
+
+
+def check_count_mode(count_mode: Any) -> str:
+    """``count_mode`` if it is one of :data:`COUNT_MODES`, else ``ValueError``."""
+    if not isinstance(count_mode, str) or count_mode not in COUNT_MODES:
+        raise ValueError(f"count_mode must be one of {COUNT_MODES}, got {count_mode!r}")
+    return count_mode

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from ._validate import exact_int, optional_exact_int
+from ._validate import check_count_mode, exact_int, optional_exact_int
 from .index import ExactIndex
 from .oracle import StepOracle
 from .quantize import LN2, Quantizer
@@ -22,9 +22,8 @@ from .tree import PrefixTree
 if TYPE_CHECKING:
     from .seek import SeekIndex
 
-__all__ = ["CountHistogram", "CountIndex", "autoregressive_count_index", "COUNT_MODES"]
+__all__ = ["CountHistogram", "CountIndex", "autoregressive_count_index"]
 
-COUNT_MODES = ("auto", "exact", "float")
 
 
 class CountHistogram:
@@ -150,6 +149,7 @@ def build_count_index(seek: "SeekIndex", quantizer: Quantizer, max_fine_bucket: 
 
     Deepens the shared index (its caps apply) and reads the head of its exact order.
     """
+    count_mode = check_count_mode(count_mode)
     T = -(max_fine_bucket + 1) * quantizer.fine_width_bits * LN2
     T = float(np.nextafter(T, -math.inf))  # include the whole bucket despite rounding at its edge
     idx = seek.ensure_score(T)

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ._validate import exact_int, finite_float, optional_exact_int
+from ._validate import CountMode, exact_int, finite_float, optional_exact_int
 from .answers import Answers
 from .best_first import best_first
-from .count_index import COUNT_MODES, CountIndex, build_count_index
+from .count_index import CountIndex, build_count_index
 
 from .oracle import NORM_TOL, StepOracle
 from .quantize import Quantizer
@@ -36,6 +36,7 @@ from .results import (
 )
 from .sampling import ARSampler, draw_samples
 from .seek import Limits, SeekIndex
+from .settings import Settings
 from .support import Support
 from .tree import PrefixTree
 
@@ -104,7 +105,7 @@ class AutoregressiveEnumerable:
         oversample: int = 8,
         batch_next_logprobs: Callable[[list[tuple]], list[Any]] | None = None,
         batch_size: int = 256,
-        count_mode: str = "auto",
+        count_mode: CountMode = "auto",
         branch_cap: int | None = None,
         batch_score_sequences: Callable[[list[tuple]], Any] | None = None,
         all_position_logprobs: Callable[[tuple], list[Any]] | None = None,
@@ -122,46 +123,24 @@ class AutoregressiveEnumerable:
     ) -> None:
         if not callable(next_logprobs):
             raise TypeError(f"next_logprobs must be callable, got {type(next_logprobs).__name__}")
-        self.max_len = optional_exact_int("max_len", max_len, minimum=1)
-        self.max_depth = exact_int("max_depth", max_depth, minimum=1)
-        self.batch_size = exact_int("batch_size", batch_size, minimum=1)
-        self.branch_cap = optional_exact_int("branch_cap", branch_cap, minimum=1)
-        if not isinstance(count_mode, str) or count_mode not in COUNT_MODES:
-            raise ValueError(f"count_mode must be one of {COUNT_MODES}, got {count_mode!r}")
-        self.count_mode = count_mode
-        self.quantizer = Quantizer(bin_width_bits, oversample)
-        self.bin_width_bits = self.quantizer.bin_width_bits
-        self.oversample = self.quantizer.oversample
-        tol = finite_float("norm_tol", norm_tol)
-        if not 0 < tol < 1:
-            raise ValueError(f"norm_tol must be in (0, 1), got {norm_tol!r}")
-        margin = finite_float("keep_margin_bits", keep_margin_bits)
-        if margin < 0:
-            raise ValueError(f"keep_margin_bits must be >= 0, got {keep_margin_bits!r}")
-        self._limits = Limits(
-            max_depth_bits=4096.0,
-            max_prefixes=optional_exact_int("max_prefixes", max_prefixes, minimum=1),
-            max_sequences=optional_exact_int("max_sequences", max_sequences, minimum=1),
+        cfg = self.settings = Settings.validate(
+            max_len=max_len, eos=eos, max_depth=max_depth, bin_width_bits=bin_width_bits, oversample=oversample,
+            batch_size=batch_size, count_mode=count_mode, branch_cap=branch_cap, norm_tol=norm_tol,
+            keep_margin_bits=keep_margin_bits, max_prefixes=max_prefixes, max_sequences=max_sequences,
+            exact_limit=exact_limit, estimate_samples=estimate_samples, estimate_seed=estimate_seed,
+            confidence=confidence,
         )
-        self.exact_limit = optional_exact_int("exact_limit", exact_limit, minimum=1)
-        if self.exact_limit is not None:
-            mp = self._limits.max_prefixes
-            self._limits.max_prefixes = self.exact_limit if mp is None else min(mp, self.exact_limit)
-        self.estimate_samples = exact_int("estimate_samples", estimate_samples, minimum=2)
-        self.estimate_seed = optional_exact_int("estimate_seed", estimate_seed, minimum=0)
-        conf = finite_float("confidence", confidence)
-        if not 0 < conf < 1:
-            raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-        self.confidence = conf
+        # the public attributes of the spec, read from the validated settings
+        self.max_len, self.max_depth, self.eos, self.cap = cfg.max_len, cfg.max_depth, cfg.eos, cfg.cap
+        self.terminating = cfg.terminating
+        self.batch_size, self.branch_cap, self.count_mode = cfg.batch_size, cfg.branch_cap, cfg.count_mode
+        self.quantizer = cfg.quantizer
+        self.bin_width_bits, self.oversample = cfg.quantizer.bin_width_bits, cfg.quantizer.oversample
+        self.exact_limit, self.confidence = cfg.exact_limit, cfg.confidence
+        self.estimate_samples, self.estimate_seed = cfg.estimate_samples, cfg.estimate_seed
+        self._limits = cfg.limits()
         self._mc: dict[tuple, MonteCarloEstimator] = {}
         self._envelopes: dict[tuple, Any] = {}
-        if eos is None and self.max_len is None:
-            raise ValueError(
-                "give max_len for a fixed-length model or eos for a terminating one (both are None)"
-            )
-        self.eos = eos
-        self.terminating = eos is not None
-        self.cap = (self.max_len if self.max_len is not None else self.max_depth) if self.terminating else self.max_len
         self._oracle = StepOracle(
             next_logprobs,
             batch_next_logprobs=batch_next_logprobs,
@@ -170,13 +149,13 @@ class AutoregressiveEnumerable:
             all_position_logprobs=all_position_logprobs,
             batch_next_heads=batch_next_heads,
             eos=eos,
-            norm_tol=tol,
+            norm_tol=cfg.norm_tol,
         )
         self.support = (
             Support.terminating(eos, self._oracle.eos_id, self.cap, branch_cap=self.branch_cap)
             if self.terminating else Support.fixed(self.cap, branch_cap=self.branch_cap)
         )
-        self._tree = PrefixTree(self._oracle, self.support, keep_margin_bits=margin)
+        self._tree = PrefixTree(self._oracle, self.support, keep_margin_bits=cfg.keep_margin_bits)
         self.progress = progress
         self._seek: SeekIndex | None = None
         self._answers_obj: Answers | None = None

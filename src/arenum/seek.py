@@ -22,7 +22,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ._validate import exact_int, finite_float
+from ._validate import CountMode, check_count_mode, exact_int, finite_float
 from .index import ExactIndex
 from .quantize import LN2, Quantizer
 from ._arrays import seg_first_below
@@ -57,12 +57,12 @@ class SeekIndex:
     exact_order = True
     """Items come in exact descending score order (a rescoring index may use the last score as a bound)."""
 
-    def __init__(self, tree: PrefixTree, *, quantizer: Quantizer, limits: Limits, count_mode: str = "auto",
+    def __init__(self, tree: PrefixTree, *, quantizer: Quantizer, limits: Limits, count_mode: CountMode = "auto",
                  decode=None) -> None:
         self.tree = tree
         self.quantizer = quantizer
         self.limits = limits
-        self.count_mode = count_mode
+        self.count_mode = check_count_mode(count_mode)
         self._decode = decode if decode is not None else tree.oracle.tokens
         self._index: ExactIndex | None = None
         self.builds = 0
