@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-import arenum.oracle as oracle_mod
+import arenum.tables as tables_mod
 import arenum.tree as tree_mod
 from arenum import AutoregressiveEnumerable
 from arenum.testing import RandomModel, brute_force
@@ -24,7 +24,7 @@ def _stacked(m: RandomModel, dtype=np.float64):
 @pytest.mark.parametrize("ties", [False, True])
 def test_dense_batches_in_blocks_match_brute_force(monkeypatch, block, term, ties):
     """Blocks of one row, of a fraction of a row (``block < V``) and of whole batches."""
-    monkeypatch.setattr(oracle_mod, "_BLOCK_ENTRIES", block)
+    monkeypatch.setattr(tables_mod, "_BLOCK_ENTRIES", block)
     if block == 1:
         monkeypatch.setattr(tree_mod, "_FETCH_ENTRIES", 8)  # and the tree fetches a few prefixes a round
     V, L = (6, 4) if term else (9, 3)
@@ -45,7 +45,7 @@ def test_dense_batches_in_blocks_match_brute_force(monkeypatch, block, term, tie
 def test_reduced_precision_rows_are_renormalized_in_blocks(monkeypatch):
     """float32 rows (off from 1 by rounding) are converted and renormalized: the same answers as
     the exact float64 rows up to that renormalization."""
-    monkeypatch.setattr(oracle_mod, "_BLOCK_ENTRIES", 16)
+    monkeypatch.setattr(tables_mod, "_BLOCK_ENTRIES", 16)
     m = RandomModel(7, seed=2, peak=1.0)
     f32 = AutoregressiveEnumerable(m, max_len=3, batch_next_logprobs=_stacked(m, np.float32), batch_size=6)
     f64 = AutoregressiveEnumerable(m, max_len=3, batch_next_logprobs=_stacked(m), batch_size=6)
@@ -57,7 +57,7 @@ def test_reduced_precision_rows_are_renormalized_in_blocks(monkeypatch):
 
 @pytest.mark.parametrize("bad, match", [(float("nan"), "log_prob is NaN"), (0.25, "log_prob must be <= 0")])
 def test_bad_row_in_a_later_block_names_its_prefix(monkeypatch, bad, match):
-    monkeypatch.setattr(oracle_mod, "_BLOCK_ENTRIES", 8)
+    monkeypatch.setattr(tables_mod, "_BLOCK_ENTRIES", 8)
     m = RandomModel(4, seed=1, peak=1.0)
     target = (3,)
 

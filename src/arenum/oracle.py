@@ -1,35 +1,24 @@
 """Step oracle: the only code that calls the user's model.
 
-It parses and validates every raw step table once, turns tokens into integer ids, memoizes full
-tables for prefixes scored outside the prefix tree (best-first listing, sampling, log-densities,
-harvests), fills the tree's tables in batches, and counts every forward.
+:class:`StepOracle` turns tokens into integer ids (integer tokens are their own ids; other tokens
+are interned), memoizes full tables for prefixes scored outside the prefix tree (best-first
+listing, sampling, log-densities, harvests), fills the tree's tables in batches of ``batch_size``
+prefixes, and counts every forward and the seconds spent in the model and in parsing
+(:class:`OracleStats`). It checks the cardinality of batched results (one per prefix) before
+anything is cached.
 
-Accepted result forms for one prefix (``next_logprobs(prefix)``):
+The callbacks: ``next_logprobs(prefix)``; optionally ``batch_next_logprobs(prefixes)``,
+``batch_score_sequences(seqs)`` (teacher forcing, checked here), ``all_position_logprobs(seq)``
+and ``batch_next_heads(prefixes, floors)`` (an ``arenum`` extension for adapters that can cut rows
+where the model runs, e.g. on a GPU; see :meth:`StepOracle.fetch_heads` and
+:func:`arenum.tables.parse_heads` for the contract and what is checked).
 
-- a list of ``(token, log_prob)`` pairs;
-- a ``(tokens, log_probs)`` pair of numpy arrays;
-- a dense 1-D float array of length ``V`` whose index is the token id (``arenum`` extension).
-
-``batch_next_logprobs(prefixes)`` returns a list of such results, or a dense 2-D array ``(n, V)``.
-
-``batch_next_heads(prefixes, floors)`` (optional, an ``arenum`` extension for adapters that can cut
-rows where the model runs, e.g. on a GPU) returns only the table heads the prefix tree asks for; see
-:meth:`StepOracle.fetch_heads` and :func:`check_heads` for the contract and what is checked.
-
-Validation (each a ``ValueError`` naming the prefix): NaN; a log-prob ``> 0`` (this catches
-``+inf``); duplicate tokens; mismatched array lengths; no finite entry; ``|sum(p) - 1| > norm_tol``.
-``-inf`` entries are dropped. Rows whose ``|log sum p| > 1e-12`` (reduced precision) are renormalized
-by subtracting ``log sum p``; rows normalized to float64 precision are used verbatim, so scores are
-bit-identical to summing the model's own numbers.
-
-Table order: descending log-prob; equal log-probs keep the model's order (ascending id for dense
-rows). This order, and nothing else, defines "table position" in the tie rule.
-
-This module does not decide which prefixes to score: the prefix tree and the queries do.
+This module does not parse step tables: the accepted result forms, their validation,
+normalization, sort order and head cutting are in :mod:`arenum.tables`, which it calls with its
+token-id callables. It does not decide which prefixes to score: the prefix tree and the queries do.
 """
 from __future__ import annotations
 
-import math
 import numbers
 import time
 from collections import OrderedDict
@@ -38,12 +27,24 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["StepOracle", "OracleStats", "NORM_TOL", "RENORM_TOL"]
+from .tables import (
+    NORM_TOL,
+    RENORM_TOL,
+    Heads,
+    Scratch,
+    build_heads,
+    check_cardinality,
+    collect_rows,
+    dense_heads,
+    parse_dense_batch,
+    parse_heads,
+    parse_table,
+    rows_of_dense,
+    short_repr,
+    sort_table,
+)
 
-NORM_TOL = 1e-3
-"""Default tolerance on ``|sum(p) - 1|`` for one step table."""
-RENORM_TOL = 1e-12
-"""Rows with ``|log sum p|`` above this are renormalized; below it they are used verbatim."""
+__all__ = ["StepOracle", "OracleStats", "NORM_TOL", "RENORM_TOL"]
 
 
 @dataclass
@@ -125,7 +126,7 @@ class StepOracle:
         self._id2tok: list[Any] = []
         self._cache: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._cache_size = int(cache_size)
-        self._bufs: dict[Any, np.ndarray] = {}
+        self._scratch = Scratch()
         self.eos_id: int | None = None
         if eos is not None:
             self.int_mode = _is_int_token(eos)
@@ -179,160 +180,23 @@ class StepOracle:
                 raise TypeError(f"token {t!r} is not hashable") from None
         return out
 
-    # ------------------------------------------------------------------ parsing
-    def _fail(self, prefix: Any, msg: str) -> ValueError:
-        return ValueError(f"next_logprobs({_short(prefix)}): {msg}")
-
-    def _parse_one(self, raw: Any, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
-        """Validate one raw result; return ``(ids, logps)`` unsorted, ``-inf`` dropped, normalized."""
-        if isinstance(raw, np.ndarray) and raw.ndim == 1 and raw.dtype.kind == "f":
-            lps = raw.astype(np.float64, copy=False)
-            if self.int_mode is None:
-                self.int_mode = True
-            if self.int_mode:
-                ids = np.arange(lps.shape[0], dtype=np.int64)
-            else:
-                ids = np.array([self.token_id(i) for i in range(lps.shape[0])], dtype=np.int64)
-        elif (
-            isinstance(raw, (tuple, list))
-            and len(raw) == 2
-            and isinstance(raw[0], np.ndarray)
-            and isinstance(raw[1], np.ndarray)
-        ):
-            toks, lps = raw
-            if toks.ndim != 1 or lps.ndim != 1:
-                raise self._fail(prefix, f"tokens and log_probs must be 1-D arrays, got shapes {toks.shape} and {lps.shape}")
-            if toks.shape[0] != lps.shape[0]:
-                raise self._fail(
-                    prefix, f"tokens and log_probs differ in length ({toks.shape[0]} != {lps.shape[0]})"
-                )
-            if lps.dtype.kind not in "fiu":
-                raise self._fail(prefix, f"log_probs must be numeric, got dtype {lps.dtype}")
-            lps = lps.astype(np.float64, copy=False)
-            if toks.dtype.kind in "iu":
-                if self.int_mode is None:
-                    self.int_mode = True
-                if self.int_mode:
-                    ids = toks.astype(np.int64, copy=False)
-                else:
-                    ids = np.array([self.token_id(int(t)) for t in toks], dtype=np.int64)
-            else:
-                ids = np.array([self.token_id(t) for t in toks.tolist()], dtype=np.int64)
-            _check_unique(ids, lambda m: self._fail(prefix, m), self)
-        else:
-            try:
-                pairs = list(raw)
-            except TypeError:
-                raise TypeError(
-                    f"next_logprobs({_short(prefix)}) must return (token, log_prob) pairs, a "
-                    f"(tokens, log_probs) array pair or a dense log-prob array; got {type(raw).__name__}"
-                ) from None
-            toks = []
-            vals = []
-            for item in pairs:
-                try:
-                    t, v = item
-                except (TypeError, ValueError):
-                    raise self._fail(prefix, f"expected (token, log_prob) pairs, got item {item!r}") from None
-                toks.append(t)
-                vals.append(v)
-            try:
-                lps = np.asarray(vals, dtype=np.float64)
-            except (TypeError, ValueError):
-                raise self._fail(prefix, "log_probs must be real numbers") from None
-            ids = np.fromiter((self.token_id(t) for t in toks), dtype=np.int64, count=len(toks))
-            _check_unique(ids, lambda m: self._fail(prefix, m), self)
-        return self._normalize(ids, lps, prefix)
-
-    def _normalize(self, ids: np.ndarray, lps: np.ndarray, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
-        if lps.shape[0] == 0:
-            raise self._fail(prefix, "empty step table (probabilities must sum to 1)")
-        mx = lps.max()
-        if not mx <= 0.0:
-            if np.isnan(lps).any():
-                j = int(np.flatnonzero(np.isnan(lps))[0])
-                raise self._fail(prefix, f"log_prob is NaN for token {self.token(ids[j])!r}")
-            j = int(np.argmax(lps))
-            raise self._fail(prefix, f"log_prob must be <= 0, got {float(lps[j])!r} for token {self.token(ids[j])!r}")
-        if mx == -math.inf:
-            raise self._fail(prefix, "no finite log_prob (probabilities must sum to 1)")
-        lse = float(mx + math.log(float(np.exp(lps - mx).sum())))
-        if abs(math.expm1(lse)) > self.norm_tol:
-            raise self._fail(
-                prefix,
-                f"probabilities sum to {math.exp(lse):.6g}, not 1 (tolerance {self.norm_tol:g})",
-            )
-        finite = lps > -math.inf
-        if not finite.all():
-            ids, lps = ids[finite], lps[finite]
-        if abs(lse) > RENORM_TOL:
-            lps = lps - lse
-        return ids, lps
-
-    def _parse_dense_batch(self, arr: np.ndarray, prefixes: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
-        """Validate a dense ``(n, V)`` batch; return ``(normalized rows, ids of the columns)``.
-
-        The rows returned may live in a reusable work buffer: callers copy what they keep.
-        """
-        if arr.dtype != np.float64:
-            arr64 = self._scratch(arr.shape, np.float64, "rows")
-            np.copyto(arr64, arr)
-            arr = arr64
-        n, V = arr.shape
-        mx = np.empty(n)
-        lse = np.empty(n)
-        step = _block_rows(V)
-        buf = self._scratch((min(n, step), V))
-        with np.errstate(invalid="ignore"):  # a NaN row is reported below
-            for a in range(0, n, step):  # in cache-sized blocks of rows: each pass reads from cache
-                blk = arr[a : a + step]
-                m = blk.max(axis=1)
-                mx[a : a + step] = m
-                b = buf[: blk.shape[0]]
-                np.subtract(blk, m[:, None], out=b)
-                np.exp(b, out=b)
-                lse[a : a + step] = m + np.log(b.sum(axis=1))
-        bad = ~(mx <= 0.0) | (mx == -math.inf)
-        if bad.any():
-            r = int(np.flatnonzero(bad)[0])
-            self._normalize(np.arange(arr.shape[1], dtype=np.int64), arr[r], prefixes[r])  # raises
-        off = np.abs(np.expm1(lse)) > self.norm_tol
-        if off.any():
-            r = int(np.flatnonzero(off)[0])
-            raise self._fail(
-                prefixes[r],
-                f"probabilities sum to {math.exp(lse[r]):.6g}, not 1 (tolerance {self.norm_tol:g})",
-            )
+    # ------------------------------------------------------------------ parsing (arenum.tables)
+    def _int_tokens(self) -> bool:
+        """Integer columns or tokens seen: integer mode if undecided; whether ids are the tokens."""
         if self.int_mode is None:
             self.int_mode = True
-        if self.int_mode:
-            ids_all = np.arange(arr.shape[1], dtype=np.int64)
-        else:
-            ids_all = np.array([self.token_id(i) for i in range(arr.shape[1])], dtype=np.int64)
-        renorm = np.abs(lse) > RENORM_TOL
-        if renorm.any():
-            out = self._scratch(arr.shape, np.float64, "rows")
-            if out is not arr and not np.shares_memory(out, arr):
-                np.copyto(out, arr)
-            out[renorm] -= lse[renorm, None]
-            arr = out
-        return arr, ids_all
+        return self.int_mode
 
-    def _scratch(self, shape: tuple[int, int], dtype: Any = np.float64, slot: str = "") -> np.ndarray:
-        """A reusable work buffer per (dtype, slot) (avoids page faults of fresh temporaries)."""
-        n = shape[0] * shape[1]
-        key = (np.dtype(dtype), slot)
-        buf = self._bufs.get(key)
-        if buf is None or buf.shape[0] < n:
-            buf = self._bufs[key] = np.empty(n, dtype)
-        return buf[:n].reshape(shape)
+    def _parse_one(self, raw: Any, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """One raw result, validated: ``(ids, logps)`` unsorted, ``-inf`` dropped, normalized."""
+        return parse_table(raw, prefix, intern=self.token_id, int_tokens=self._int_tokens,
+                           token=self.token, norm_tol=self.norm_tol)
 
-    def _rows_of_dense(self, arr: np.ndarray, ids_all: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-        out = []
-        for row in arr:
-            keep = row > -math.inf
-            out.append((ids_all, row) if keep.all() else (ids_all[keep], row[keep]))
-        return out
+    def _parse_dense_batch(self, arr: np.ndarray, prefixes: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
+        """A dense ``(n, V)`` batch, validated: ``(normalized rows, ids of the columns)``; the rows
+        may live in this oracle's work buffer (callers copy what they keep)."""
+        return parse_dense_batch(arr, prefixes, intern=self.token_id, int_tokens=self._int_tokens,
+                                 token=self.token, norm_tol=self.norm_tol, scratch=self._scratch)
 
     # ------------------------------------------------------------------ calling the model
     def _call_single(self, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
@@ -354,7 +218,7 @@ class StepOracle:
         self.stats.model_seconds += t1 - t0
         self.stats.calls += 1
         self.stats.batch_calls += 1
-        _check_cardinality("batch_next_logprobs", raw, len(prefixes), "for a batch of {n} prefixes", "prefix")
+        check_cardinality("batch_next_logprobs", raw, len(prefixes), "for a batch of {n} prefixes", "prefix")
         if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype.kind == "f":
             out: Any = self._parse_dense_batch(raw, prefixes)
         else:
@@ -362,7 +226,7 @@ class StepOracle:
         self.stats.parse_seconds += time.perf_counter() - t1
         return out
 
-    def fetch_heads(self, prefixes: list[tuple], floors: np.ndarray) -> "Heads":
+    def fetch_heads(self, prefixes: list[tuple], floors: np.ndarray) -> Heads:
         """Sorted heads of the tables of ``prefixes``: the entries with ``lp >= floors[i]``.
 
         One forward per uncached prefix, through ``batch_next_logprobs`` in ``batch_size`` chunks
@@ -412,11 +276,11 @@ class StepOracle:
                 t0 = time.perf_counter()
                 if isinstance(res, tuple):
                     arr, ids_all = res
-                    self._dense_heads(arr, ids_all, chunk, floors[chunk], parts_row, parts_ids, parts_lp)
+                    dense_heads(arr, ids_all, chunk, floors[chunk], parts_row, parts_ids, parts_lp)
                     full[chunk] = arr.shape[1]  # -inf entries count as present: at worst a needless re-score
                 else:
                     presorted = False
-                    self._collect_rows(res, chunk, floors, parts_row, parts_ids, parts_lp, full)
+                    collect_rows(res, chunk, floors, parts_row, parts_ids, parts_lp, full)
                 t_parse += time.perf_counter() - t0
                 self.stats.forwards += len(chunk)
         else:
@@ -424,63 +288,22 @@ class StepOracle:
             for i in todo:
                 tab = self._call_single(prefixes[i])
                 t0 = time.perf_counter()
-                self._collect_rows([tab], np.array([i]), floors, parts_row, parts_ids, parts_lp, full)
+                collect_rows([tab], np.array([i]), floors, parts_row, parts_ids, parts_lp, full)
                 t_parse += time.perf_counter() - t0
                 self.stats.forwards += 1
         t0 = time.perf_counter()
-        if parts_row:
-            row = np.concatenate(parts_row)
-            ids = np.concatenate(parts_ids)
-            lps = np.concatenate(parts_lp)
-        else:
-            row, ids, lps = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
-        lens = np.bincount(row, minlength=n).astype(np.int64)
-        if not presorted:
-            order = _head_order(row, lps, lens)
-            ids, lps = ids[order], lps[order]
-        elif row.shape[0] > 1 and (row[1:] < row[:-1]).any():
-            order = np.argsort(row, kind="stable")  # sorted rows, interleaved: group them
-            ids, lps = ids[order], lps[order]
-        heads = Heads(ids, lps, lens, full)
+        heads = build_heads(parts_row, parts_ids, parts_lp, full, n, presorted)
         self.stats.parse_seconds += t_parse + time.perf_counter() - t0
         return heads
-
-    @staticmethod
-    def _dense_heads(arr: np.ndarray, ids_all: np.ndarray, chunk: np.ndarray, floors: np.ndarray,
-                     parts_row: list, parts_ids: list, parts_lp: list) -> None:
-        """The entries ``>= floors`` of validated dense rows, each row's sorted (descending, ties in
-        column order), rows in order; in cache-sized blocks of rows."""
-        n, V = arr.shape
-        step = _block_rows(V)
-        for a in range(0, n, step):
-            blk = arr[a : a + step]
-            mask = blk >= floors[a : a + step, None]
-            cnt = mask.sum(axis=1)
-            flat = np.flatnonzero(mask)
-            lp = blk.reshape(-1)[flat]
-            r = np.repeat(np.arange(blk.shape[0]), cnt)
-            o = _head_order(r, lp, cnt)  # rows stay grouped; the sort runs in cache
-            flat, lp = flat[o], lp[o]
-            flat -= r * V  # r is unchanged by the sort: the column of each entry
-            parts_row.append(chunk[a + r])
-            parts_ids.append(ids_all[flat])
-            parts_lp.append(lp)
 
     def _call_heads(
         self, prefixes: list[tuple], floors: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """One ``batch_next_heads`` call, checked: ``(row, ids, lps, widths)`` with ``lps >= floors[row]``.
 
-        Contract: ``batch_next_heads(prefixes, floors) -> (counts, tokens, log_probs, widths)``, all
-        1-D arrays: ``counts[i]`` entries of prefix ``i`` (rows concatenated in prefix order, equal
-        log-probs in the model's table order), every entry with ``log_prob >= floors[i]`` included
-        (more is allowed: the oracle drops them), integer tokens, and ``widths[i]`` the number of
-        finite entries of the whole table. The callback guarantees each whole table is normalized;
-        what the oracle can see is checked: cardinality, shapes, NaN, ``> 0``, duplicate tokens,
-        ``counts <= widths``, and a head whose probabilities sum above ``1 + norm_tol``.
+        The contract and what is checked: :func:`arenum.tables.parse_heads`.
         """
         assert self._heads is not None
-        n = len(prefixes)
         t0 = time.perf_counter()
         raw = self._heads(list(prefixes), floors.copy())
         t1 = time.perf_counter()
@@ -488,82 +311,10 @@ class StepOracle:
         st.model_seconds += t1 - t0
         st.calls += 1
         st.batch_calls += 1
-        if not (isinstance(raw, (tuple, list)) and len(raw) == 4):
-            raise TypeError(
-                "batch_next_heads must return a (counts, tokens, log_probs, widths) tuple of arrays, "
-                f"got {type(raw).__name__}"
-            )
-        counts, toks, lps, widths = (np.asarray(x) for x in raw)
-        for name, a, m in (("counts", counts, n), ("widths", widths, n)):
-            if a.ndim != 1 or a.dtype.kind not in "iu":
-                raise TypeError(f"batch_next_heads: {name} must be a 1-D integer array, got {a.dtype} {a.shape}")
-            if a.shape[0] != m:
-                raise ValueError(
-                    f"batch_next_heads returned {a.shape[0]} {name} for a batch of {m} prefixes; "
-                    "it must return exactly one per prefix"
-                )
-        counts = counts.astype(np.int64, copy=False)
-        widths = widths.astype(np.int64, copy=False)
-        if (counts < 0).any() or (counts > widths).any():
-            i = int(np.flatnonzero((counts < 0) | (counts > widths))[0])
-            raise ValueError(
-                f"batch_next_heads({_short(prefixes[i])}): {counts[i]} entries for a table of {widths[i]}"
-            )
-        total = int(counts.sum())
-        if toks.ndim != 1 or lps.ndim != 1 or toks.shape[0] != total or lps.shape[0] != total:
-            raise ValueError(
-                f"batch_next_heads: tokens {toks.shape} and log_probs {lps.shape} must both hold "
-                f"sum(counts) = {total} entries"
-            )
-        if toks.dtype.kind not in "iu" or (total and int(toks.min()) < 0):
-            raise TypeError("batch_next_heads: tokens must be non-negative integer ids")
-        if lps.dtype.kind not in "fiu":
-            raise TypeError(f"batch_next_heads: log_probs must be numeric, got dtype {lps.dtype}")
-        if self.int_mode is None:
-            self.int_mode = True
-        elif not self.int_mode:
-            raise TypeError("batch_next_heads needs integer tokens, but this model's tokens are not integers")
-        ids = toks.astype(np.int64, copy=False)
-        lps = lps.astype(np.float64, copy=False)
-        row = np.repeat(np.arange(n, dtype=np.int64), counts)
-        bad = ~(lps <= 0.0)
-        if bad.any():
-            j = int(np.flatnonzero(bad)[0])
-            what = "NaN" if np.isnan(lps[j]) else f"{float(lps[j])!r} (must be <= 0)"
-            raise ValueError(
-                f"batch_next_heads({_short(prefixes[row[j]])}): log_prob is {what} for token {int(ids[j])}"
-            )
-        if total > 1:
-            width = int(ids.max()) + 1
-            key = row * width + ids
-            key.sort()
-            dup = np.flatnonzero(key[1:] == key[:-1])
-            if dup.size:
-                i, t = divmod(int(key[dup[0]]), width)
-                raise ValueError(f"batch_next_heads({_short(prefixes[i])}): duplicate token {t}")
-        mass = np.bincount(row, weights=np.exp(lps), minlength=n)
-        over = mass > 1.0 + self.norm_tol
-        if over.any():
-            i = int(np.flatnonzero(over)[0])
-            raise ValueError(
-                f"batch_next_heads({_short(prefixes[i])}): head probabilities sum to {mass[i]:.6g} > 1 "
-                f"(tolerance {self.norm_tol:g})"
-            )
-        keep = lps >= floors[row]
-        if not keep.all():
-            row, ids, lps = row[keep], ids[keep], lps[keep]
+        row, ids, lps, widths = parse_heads(raw, prefixes, floors, int_tokens=self._int_tokens,
+                                            norm_tol=self.norm_tol)
         st.parse_seconds += time.perf_counter() - t1
         return row, ids, lps, widths
-
-    @staticmethod
-    def _collect_rows(tabs, rows, floors, parts_row, parts_ids, parts_lp, full) -> None:
-        for i, (ids, lps) in zip(rows.tolist(), tabs):
-            m = lps >= floors[i]
-            k = int(m.sum())
-            parts_row.append(np.full(k, i, np.int64))
-            parts_ids.append(ids[m])
-            parts_lp.append(lps[m])
-            full[i] = lps.shape[0]
 
     def table(self, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
         """Full sorted table for one prefix, memoized (LRU of ``cache_size`` prefixes)."""
@@ -573,7 +324,7 @@ class StepOracle:
             return hit
         if self._batch is not None:
             res = self._call_batch([prefix])
-            ids, lps = self._rows_of_dense(*res)[0] if isinstance(res, tuple) else res[0]
+            ids, lps = rows_of_dense(*res)[0] if isinstance(res, tuple) else res[0]
         else:
             ids, lps = self._call_single(prefix)
         self.stats.forwards += 1
@@ -611,7 +362,7 @@ class StepOracle:
         if np.isnan(arr).any() or (arr > 0).any():
             j = int(np.flatnonzero(np.isnan(arr) | (arr > 0))[0])
             raise ValueError(
-                f"batch_score_sequences returned {arr[j]!r} for sequence {_short(seqs[j])}; "
+                f"batch_score_sequences returned {arr[j]!r} for sequence {short_repr(seqs[j])}; "
                 "a total log-prob must be <= 0 and not NaN"
             )
         self.stats.sequences_scored += len(seqs)
@@ -633,10 +384,10 @@ class StepOracle:
         raw = self._allpos(tuple(seq))
         self.stats.model_seconds += time.perf_counter() - t0
         self.stats.harvest_calls += 1
-        _check_cardinality("all_position_logprobs", raw, len(seq), "for a sequence of length {n}", "position")
+        check_cardinality("all_position_logprobs", raw, len(seq), "for a sequence of length {n}", "position")
         prefixes = [tuple(seq[:d]) for d in range(len(seq))]
         if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype.kind == "f":
-            parsed = self._rows_of_dense(*self._parse_dense_batch(raw, prefixes))
+            parsed = rows_of_dense(*self._parse_dense_batch(raw, prefixes))
         else:
             parsed = [self._parse_one(r, p) for r, p in zip(raw, prefixes)]
         new = 0
@@ -646,96 +397,3 @@ class StepOracle:
                 new += 1
         self.stats.harvested_positions += new
         return new
-
-
-class Heads:
-    """Sorted table heads of many prefixes, CSR: row ``i`` is ``ids/lps[off[i]:off[i] + lens[i]]``.
-
-    ids int64 ``(M,)``, lps float64 ``(M,)`` (descending within a row, ties in the model's order),
-    lens int64 ``(n,)``, full int64 ``(n,)`` = finite entries in the whole row (``lens < full`` means
-    the head was cut).
-    """
-
-    __slots__ = ("ids", "lps", "lens", "full")
-
-    def __init__(self, ids: np.ndarray, lps: np.ndarray, lens: np.ndarray, full: np.ndarray) -> None:
-        self.ids, self.lps, self.lens, self.full = ids, lps, lens, full
-
-
-_BLOCK_ENTRIES = 1 << 16
-"""Dense rows are validated and cut in blocks of about this many entries (they stay in cache)."""
-
-
-def _block_rows(V: int) -> int:
-    return max(1, _BLOCK_ENTRIES // max(V, 1))
-
-
-_BIG_ROW = 4096
-"""Rows with more head entries than this are sorted one by one (a fast unstable sort, checked for ties)."""
-
-
-def _head_order(row: np.ndarray, lps: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Permutation sorting entries by (row, descending log-prob, given order): ``lexsort((-lps, row))``.
-
-    Many small rows go through one lexsort; each big row (a whole wide table) is sorted alone by an
-    unstable argsort, falling back to a stable one only when it holds exact ties.
-    """
-    big = lens > _BIG_ROW
-    if not big.any():
-        return np.lexsort((-lps, row))
-    by_row = np.argsort(row, kind="stable") if (row[1:] < row[:-1]).any() else np.arange(row.shape[0])
-    start = np.concatenate(([0], np.cumsum(lens)))
-    order = np.empty(row.shape[0], np.int64)
-    small = ~big[row[by_row]]
-    if small.any():
-        pos = np.flatnonzero(small)
-        sel = by_row[pos]
-        order[pos] = sel[np.lexsort((-lps[sel], row[sel]))]
-    for i in np.flatnonzero(big).tolist():
-        seg = by_row[start[i] : start[i + 1]]
-        key = -lps[seg]
-        o = np.argsort(key)
-        k = key[o]
-        if (k[1:] == k[:-1]).any():
-            o = np.argsort(key, kind="stable")
-        order[start[i] : start[i + 1]] = seg[o]
-    return order
-
-
-def sort_table(ids: np.ndarray, lps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sort a table by descending log-prob, stable (ties keep the model's order)."""
-    order = np.argsort(-lps, kind="stable")
-    return ids[order], lps[order]
-
-
-def _check_cardinality(name: str, raw: Any, expected: int, what: str, unit: str) -> None:
-    """Exactly one result per item, checked before anything is trusted or cached."""
-    try:
-        n = len(raw)
-    except TypeError:
-        raise TypeError(f"{name} must return a sequence of results, got {type(raw).__name__}") from None
-    if n != expected:
-        raise ValueError(
-            f"{name} returned {n} results {what.format(n=expected)}; it must return exactly one result per {unit}"
-        )
-
-
-def _check_unique(ids: np.ndarray, fail: Callable[[str], ValueError], oracle: StepOracle) -> None:
-    n = ids.shape[0]
-    if n < 2:
-        return
-    lo, hi = int(ids.min()), int(ids.max())
-    if lo >= 0 and hi < 4 * n + 64:
-        counts = np.bincount(ids)
-        if counts.max() > 1:
-            raise fail(f"duplicate token {oracle.token(int(np.argmax(counts)))!r}")
-        return
-    s = np.sort(ids)
-    dup = np.flatnonzero(s[1:] == s[:-1])
-    if dup.size:
-        raise fail(f"duplicate token {oracle.token(int(s[dup[0]]))!r}")
-
-
-def _short(x: Any, n: int = 60) -> str:
-    r = repr(x)
-    return r if len(r) <= n else r[: n - 3] + "..."

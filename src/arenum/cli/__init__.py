@@ -30,7 +30,7 @@ import os
 import sys
 from typing import Sequence
 
-from .common import DEMO_MAX_FORWARDS, CLIError, _dumps, _one_line, make_progress
+from .common import DEMO_MAX_FORWARDS, CLIError, dumps, one_line, make_progress
 from .parser import build_parser
 from .load import load_model
 from .commands import Output
@@ -55,9 +55,9 @@ def _run(args: argparse.Namespace) -> Output:
 def _emit(out: Output, as_json: bool) -> None:
     if as_json:
         if out.json_lines:
-            sys.stdout.write("".join(_dumps(d) + "\n" for d in out.doc))
+            sys.stdout.write("".join(dumps(d) + "\n" for d in out.doc))
         elif out.doc is not None:
-            sys.stdout.write(_dumps(out.doc) + "\n")
+            sys.stdout.write(dumps(out.doc) + "\n")
     else:
         for line in out.text:
             sys.stdout.write(line + "\n")
@@ -78,9 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         msg = str(exc)
     except BudgetExceeded as exc:
         cap = getattr(args, "max_forwards", DEMO_MAX_FORWARDS)
-        msg = f"{_one_line(exc)} (past --max-forwards {cap:,}; raise it to go deeper)"
+        msg = f"{one_line(exc)} (past --max-forwards {cap:,}; raise it to go deeper)"
     except IndexError as exc:
-        msg = f"out of range: {_one_line(exc)}"
+        msg = f"out of range: {one_line(exc)}"
     except BrokenPipeError:  # the reader went away (e.g. '| head'): stop quietly
         try:
             sys.stdout = open(os.devnull, "w")
@@ -88,13 +88,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
         return 1
     except (ValueError, TypeError, OSError) as exc:
-        msg = _one_line(exc)
+        msg = one_line(exc)
     except KeyboardInterrupt:
         sys.stderr.write("\narenum: error: interrupted\n")
         return 130
     except Exception as exc:  # never a traceback on the command line; ARENUM_DEBUG=1 shows it
         if os.environ.get("ARENUM_DEBUG"):
             raise
-        msg = f"internal error: {type(exc).__name__}: {_one_line(exc)} (ARENUM_DEBUG=1 shows the traceback)"
+        msg = f"internal error: {type(exc).__name__}: {one_line(exc)} (ARENUM_DEBUG=1 shows the traceback)"
     sys.stderr.write(f"arenum: error: {msg}\n")
     return 2

@@ -10,16 +10,16 @@ from typing import Any, Callable, Sequence
 from .common import (
     LN2,
     CLIError,
-    _read_lines,
-    _check_writable,
-    _atomic_write,
-    _fmt_count,
-    _fmt_lp,
-    _table,
-    _kv,
-    _one_line,
+    read_lines,
+    check_writable,
+    checked_atomic_write,
+    fmt_count,
+    fmt_lp,
+    table,
+    kv,
+    one_line,
 )
-from .load import Loaded, _score_strings, _threshold_arg
+from .load import Loaded, score_strings, threshold_arg
 
 
 @dataclass
@@ -47,8 +47,8 @@ def cmd_fit(args: argparse.Namespace) -> Output:
 
     if not 1 <= args.order <= 8:
         raise CLIError(f"--order must be in 1..8, got {args.order}")
-    _check_writable(args.output)
-    lines = _read_lines(args.input, skip_empty=True)
+    check_writable(args.output)
+    lines = read_lines(args.input, skip_empty=True)
     if not lines:
         raise CLIError(f"{'stdin' if args.input == '-' else repr(args.input)} has no non-empty lines to fit")
     corpus = [ln.split() for ln in lines] if args.tokens else lines
@@ -57,12 +57,12 @@ def cmd_fit(args: argparse.Namespace) -> Output:
     t0 = time.perf_counter()
     model = NGramModel.fit(corpus, order=args.order, smoothing=args.smoothing, unknown=args.unknown)
     secs = time.perf_counter() - t0
-    size = _atomic_write(args.output, model.save)
+    size = checked_atomic_write(args.output, model.save)
     doc = {"command": "fit", "output": args.output, "bytes": size, "kind": model.kind, "order": model.order,
            "smoothing": model.smoothing, "unknown": model.unknown, "vocab_size": model.vocab_size,
            "n_sequences": model.n_sequences, "n_tokens": model.n_tokens, "contexts": model.num_contexts,
            "seconds": round(secs, 4)}
-    text = _kv([("wrote", f"{args.output} ({size:,} bytes)"),
+    text = kv([("wrote", f"{args.output} ({size:,} bytes)"),
                 ("model", f"{model.kind} {model.order}-gram, smoothing {model.smoothing}, unknown {model.unknown}"),
                 ("vocabulary", f"{model.vocab_size} tokens (EOS included)"),
                 ("fitted on", f"{model.n_sequences:,} sequences, {model.n_tokens:,} tokens in {secs:.2f} s")])
@@ -104,19 +104,19 @@ def count_answer(enum: Any, t: float) -> tuple[Any, dict]:
     return float(c.estimate), _interval(c, float(c.ci_lo), float(c.ci_hi))
 
 
-def _range(g: dict, fmt: Callable[[Any], str] = _fmt_count) -> str:
+def _range(g: dict, fmt: Callable[[Any], str] = fmt_count) -> str:
     return f"[{fmt(g['lo'])}, {fmt(g['hi'])}]"
 
 
 def cmd_count(args: argparse.Namespace, m: Loaded) -> Output:
-    t = _threshold_arg(args)
+    t = threshold_arg(args)
     before, t0 = m.forwards(), time.perf_counter()
     c, g = count_answer(m.enum, t)
     cost, cline = _cost(m, before, t0)
     doc = {"command": "count", **_header(m), "min_log_prob": t, "bits": -t / LN2, "count": c,
            "count_lo": g["lo"], "count_hi": g["hi"], **{k: v for k, v in g.items() if k not in ("lo", "hi")}, **cost}
-    val = _fmt_count(c) if g["exact"] else f"{_fmt_count(c)} in {_range(g)}"
-    text = _kv([("threshold", _fmt_lp(t)), ("count", f"{val}  {_tag(g)}"), ("cost", cline)])
+    val = fmt_count(c) if g["exact"] else f"{fmt_count(c)} in {_range(g)}"
+    text = kv([("threshold", fmt_lp(t)), ("count", f"{val}  {_tag(g)}"), ("cost", cline)])
     return Output(doc, text)
 
 
@@ -131,42 +131,42 @@ def cmd_threshold(args: argparse.Namespace, m: Loaded) -> Output:
            "probability": math.exp(lp), "sequence": None if seq is None else m.display(seq),
            "tokens": None if seq is None else list(seq), "log_prob_lo": g["lo"], "log_prob_hi": g["hi"],
            **{k: v for k, v in g.items() if k not in ("lo", "hi")}, **cost}
-    rows = [("k", f"{args.k:,} (1-based)"), ("threshold", f"{_fmt_lp(lp)}  {_tag(g)}")]
+    rows = [("k", f"{args.k:,} (1-based)"), ("threshold", f"{fmt_lp(lp)}  {_tag(g)}")]
     if not g["exact"]:
         rows.append(("interval", f"log p in {_range(g, lambda v: f'{v:.4f}')}"))
     if seq is not None:
         rows.append(("sequence", repr(m.display(seq))))
-    return Output(doc, _kv(rows + [("cost", cline)]))
+    return Output(doc, kv(rows + [("cost", cline)]))
 
 
-def _item(m: Loaded, rank: int, seq: Sequence[int], lp: float) -> dict:
+def item(m: Loaded, rank: int, seq: Sequence[int], lp: float) -> dict:
     return {"rank": rank, "sequence": m.display(seq), "tokens": [int(t) for t in seq], "log_prob": float(lp),
             "bits": -float(lp) / LN2, "probability": math.exp(lp)}
 
 
-def _items_table(items: list[dict]) -> list[str]:
+def items_table(items: list[dict]) -> list[str]:
     rows = [(f"{d['rank']:,}", f"{d['rank'] + 1:,}", f"{d['log_prob']:.4f}", f"{d['bits']:.3f}",
              f"{d['probability']:.4g}", repr(d["sequence"])) for d in items]
-    return _table(("rank", "guess#", "log_prob", "bits", "p", "sequence"), rows, (True, True, True, True, True))
+    return table(("rank", "guess#", "log_prob", "bits", "p", "sequence"), rows, (True, True, True, True, True))
 
 
 def cmd_unrank(args: argparse.Namespace, m: Loaded) -> Output:
     before, t0 = m.forwards(), time.perf_counter()
     seq, lp = m.enum.unrank(args.i)
     cost, cline = _cost(m, before, t0)
-    it = _item(m, args.i, seq, lp)
+    it = item(m, args.i, seq, lp)
     doc = {"command": "unrank", **_header(m), **it, "exact": True, "guarantee": "exact", **cost}
-    text = _kv([("rank", f"{args.i:,} (0-based; guess number {args.i + 1:,})"), ("sequence", repr(it["sequence"])),
-                ("log_prob", f"{_fmt_lp(lp)}  [exact]"), ("cost", cline)])
+    text = kv([("rank", f"{args.i:,} (0-based; guess number {args.i + 1:,})"), ("sequence", repr(it["sequence"])),
+                ("log_prob", f"{fmt_lp(lp)}  [exact]"), ("cost", cline)])
     return Output(doc, text)
 
 
 def _list_output(command: str, m: Loaded, pairs: list, first: int, before: int, t0: float, **extra: Any) -> Output:
     cost, cline = _cost(m, before, t0)
-    items = [_item(m, first + j, s, lp) for j, (s, lp) in enumerate(pairs)]
+    items = [item(m, first + j, s, lp) for j, (s, lp) in enumerate(pairs)]
     doc = {"command": command, **_header(m), **extra, "items": items, "exact": True, "guarantee": "exact", **cost}
     note = [] if items else ["(no sequences: past the end of the support)"]
-    return Output(doc, _items_table(items) + note + [f"[exact] cost: {cline}"])
+    return Output(doc, items_table(items) + note + [f"[exact] cost: {cline}"])
 
 
 def cmd_slice(args: argparse.Namespace, m: Loaded) -> Output:
@@ -185,7 +185,7 @@ def rank_strings(m: Loaded, strings: Sequence[str]) -> list[dict]:
     """Rank records of ``strings`` in input order. All are encoded and scored first (any failure
     raises before a rank is computed); ranks are then computed from the most probable string to the
     least, so each deepening reuses the forwards of the one before and ``forwards`` is incremental."""
-    enc, scores = _score_strings(m, strings)
+    enc, scores = score_strings(m, strings)
     order = sorted(range(len(strings)), key=lambda j: -scores[j])
     out: list[dict | None] = [None] * len(strings)
     for j in order:
@@ -208,31 +208,31 @@ def rank_record(r: Any) -> dict:
     return d
 
 
-def _rank_table(recs: list[dict]) -> list[str]:
+def rank_table(recs: list[dict]) -> list[str]:
     rows = []
     for d in recs:
         if d["exact"]:
             g, rk, cum = f"{d['guess_number']:,}", f"{d['rank']:,}", f"{d['cumulative']:.6f}"
         elif d.get("confidence") is not None:
-            g = f"~ {_fmt_count(d['guess_number'])}"
-            rk = f"[{_fmt_count(d['rank_lo'])}, {_fmt_count(d['rank_hi'])}] {d['confidence']:.0%}"
+            g = f"~ {fmt_count(d['guess_number'])}"
+            rk = f"[{fmt_count(d['rank_lo'])}, {fmt_count(d['rank_hi'])}] {d['confidence']:.0%}"
             cum = f"~ {d['cumulative']:.4f}"
         else:
             g = f">= {d['rank_lo'] + 1:,}"
-            rk = f"[{_fmt_count(d['rank_lo'])}, {_fmt_count(d['rank_hi'])}]"
+            rk = f"[{fmt_count(d['rank_lo'])}, {fmt_count(d['rank_hi'])}]"
             cum = f"[{d['cumulative_lo']:.4f}, {d['cumulative_hi']:.4f}]"
         rows.append((repr(d["string"]), g, rk, f"{d['bits']:.3f}", f"{d['probability']:.4g}", cum,
                      d["guarantee"], f"{d['forwards']:,}"))
-    return _table(("string", "guess#", "rank", "bits", "p", "cumulative", "guarantee", "forwards"), rows,
+    return table(("string", "guess#", "rank", "bits", "p", "cumulative", "guarantee", "forwards"), rows,
                   (False, True, True, True, True, True, False, True))
 
 
 def cmd_rank(args: argparse.Namespace, m: Loaded) -> Output:
     strings: list[str] = []
     for s in args.strings:
-        strings.extend(_read_lines("-") if s == "-" else [s])
+        strings.extend(read_lines("-") if s == "-" else [s])
     if args.file is not None:
-        strings.extend(_read_lines(args.file))
+        strings.extend(read_lines(args.file))
     if not strings:
         raise CLIError("rank needs at least one string: arguments, '-' for stdin, or --file FILE")
     t0 = time.perf_counter()
@@ -240,11 +240,11 @@ def cmd_rank(args: argparse.Namespace, m: Loaded) -> Output:
     foot = (f"cost: {sum(d['forwards'] for d in recs):,} forwards ({time.perf_counter() - t0:.2f} s); "
             "guess# = rank + 1 (rank = number of strictly more probable sequences)")
     return Output([{"command": "rank", **_header(m), **d} for d in recs],
-                  _rank_table(recs) + [foot], json_lines=True)
+                  rank_table(recs) + [foot], json_lines=True)
 
 
 def cmd_mass(args: argparse.Namespace, m: Loaded) -> Output:
-    t = _threshold_arg(args)
+    t = threshold_arg(args)
     before, t0 = m.forwards(), time.perf_counter()
     b = m.enum.count_bracket(t)
     lo, hi = m.enum.mass_above(t)
@@ -253,8 +253,8 @@ def cmd_mass(args: argparse.Namespace, m: Loaded) -> Output:
     doc = {"command": "mass", **_header(m), "min_log_prob": t, "bits": -t / LN2, "mass_lo": lo, "mass_hi": hi,
            "count": b.lo, "count_lo": b.lo, "count_hi": b.hi, "exact": b.exact, "guarantee": guarantee, **cost}
     what = "exact to float rounding" if b.exact else "bracket: the cap stopped the build"
-    cnt = _fmt_count(b.lo) if b.exact else f"[{_fmt_count(b.lo)}, {_fmt_count(b.hi)}]"
-    text = _kv([("threshold", _fmt_lp(t)), ("mass", f"{lo:.12g} <= mass <= {hi:.12g}  [{what}]"),
+    cnt = fmt_count(b.lo) if b.exact else f"[{fmt_count(b.lo)}, {fmt_count(b.hi)}]"
+    text = kv([("threshold", fmt_lp(t)), ("mass", f"{lo:.12g} <= mass <= {hi:.12g}  [{what}]"),
                 ("sequences", cnt), ("cost", cline)])
     return Output(doc, text)
 
@@ -272,19 +272,19 @@ def cmd_nucleus(args: argparse.Namespace, m: Loaded) -> Output:
         size = f">= {r.size_lo:,}"
     else:
         size = f"{r.size_lo:,} .. {r.size_hi:,}"
-    text = _kv([("p", f"{args.p:g}"), ("size", f"{size}  [{guarantee}]"),
-                ("mass", f"{r.mass_lo:.12g} .. {r.mass_hi:.12g}"), ("boundary", _fmt_lp(r.threshold)), ("cost", cline)])
+    text = kv([("p", f"{args.p:g}"), ("size", f"{size}  [{guarantee}]"),
+                ("mass", f"{r.mass_lo:.12g} .. {r.mass_hi:.12g}"), ("boundary", fmt_lp(r.threshold)), ("cost", cline)])
     return Output(doc, text)
 
 
-def _need_matplotlib() -> None:
+def need_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise CLIError("plotting needs matplotlib (pip install 'arenum[plot]')") from None
 
 
-def _marks(recs: list[dict]) -> list:
+def marks(recs: list[dict]) -> list:
     from ..plot import Mark
 
     return [Mark(label=d["string"], log_prob=d["log_prob"], rank_lo=d["rank_lo"], rank_hi=d["rank_hi"],
@@ -292,7 +292,7 @@ def _marks(recs: list[dict]) -> list:
                  estimate=None if d["exact"] else float(d["rank"])) for d in recs]
 
 
-def _estimates(m: Loaded, exact: list, to_bits: float, samples: int, seed: int,
+def estimates(m: Loaded, exact: list, to_bits: float, samples: int, seed: int,
                warn: Callable[[str], None]) -> list | None:
     """Estimated counts at 25 thresholds from the end of the exact region down to ``to_bits``."""
     from .. import plot
@@ -306,13 +306,13 @@ def _estimates(m: Loaded, exact: list, to_bits: float, samples: int, seed: int,
     try:
         return plot.estimated_curve(m.enum, ts, samples=samples, seed=seed)
     except Exception as exc:  # the band is optional: a failing estimator must not lose the exact plot
-        warn(f"estimated band skipped: {type(exc).__name__}: {_one_line(exc)}")
+        warn(f"estimated band skipped: {type(exc).__name__}: {one_line(exc)}")
         return None
 
 
 def cmd_plot(args: argparse.Namespace, m: Loaded) -> Output:
-    _need_matplotlib()
-    _check_writable(args.out)
+    need_matplotlib()
+    check_writable(args.out)
     from .. import plot
 
     before, t0 = m.forwards(), time.perf_counter()
@@ -324,8 +324,8 @@ def cmd_plot(args: argparse.Namespace, m: Loaded) -> Output:
     warnings: list[str] = []
     b0 = -exact[-1].log_prob / LN2
     to_bits = args.estimate_bits if args.estimate_bits is not None else b0 + 16.0
-    est = _estimates(m, exact, to_bits, args.samples, args.seed, warnings.append)
-    fig = plot.draw_curves(exact, est, _marks(recs), title=f"arenum: {m.name}",
+    est = estimates(m, exact, to_bits, args.samples, args.seed, warnings.append)
+    fig = plot.draw_curves(exact, est, marks(recs), title=f"arenum: {m.name}",
                            subtitle=f"{m.info.get('support', '')}, exact index to rank {exact[-1].count:,}"
                                     + (f", Monte Carlo estimate to {to_bits:.0f} bits" if est else ""))
     size = plot.save_png(fig, args.out)
@@ -340,7 +340,7 @@ def cmd_plot(args: argparse.Namespace, m: Loaded) -> Output:
         band = "none (no Monte Carlo estimator installed)"
     else:
         band = "none (--estimate-bits is inside the exact region)" if not warnings else "none"
-    text = _kv([("wrote", f"{args.out} ({size:,} bytes)"),
+    text = kv([("wrote", f"{args.out} ({size:,} bytes)"),
                 ("exact", f"{len(exact)} points, ranks 1..{exact[-1].count:,}, down to {b0:.2f} bits; "
                           f"the top {exact[-1].count:,} hold mass {exact[-1].mass_lo:.6f}"),
                 ("estimate", band), ("cost", cline)]) + warnings

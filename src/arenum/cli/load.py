@@ -34,7 +34,7 @@ def _estimate_kwargs(args: argparse.Namespace | None) -> dict:
             "confidence": args.confidence}
 
 
-def _ngram_loaded(model: Any, name: str, *, max_len: int | None, eos: Any, max_forwards: int,
+def ngram_loaded(model: Any, name: str, *, max_len: int | None, eos: Any, max_forwards: int,
                   extra: dict | None = None) -> Loaded:
     if eos is not None and eos != "auto" and eos != model.eos:
         raise CLIError(f"--eos {eos} is not this n-gram's EOS id ({model.eos}); use auto or none")
@@ -145,11 +145,11 @@ def load_model(args: argparse.Namespace) -> Loaded:
     if args.prompt is not None:
         raise CLIError("--prompt applies to hf: models only")
     model = load_ngram_file(spec)
-    return _ngram_loaded(model, spec, max_len=args.max_len, eos=args.eos, max_forwards=args.max_forwards,
+    return ngram_loaded(model, spec, max_len=args.max_len, eos=args.eos, max_forwards=args.max_forwards,
                          extra=_estimate_kwargs(args))
 
 
-def _score_strings(m: Loaded, strings: Sequence[str]) -> tuple[list[tuple], list[float]]:
+def score_strings(m: Loaded, strings: Sequence[str]) -> tuple[list[tuple], list[float]]:
     """Encode and score every string (one batched scoring call); any that cannot be produced fails."""
     enc = []
     for j, s in enumerate(strings):
@@ -168,5 +168,5 @@ def _score_strings(m: Loaded, strings: Sequence[str]) -> tuple[list[tuple], list
     return enc, scores
 
 
-def _threshold_arg(args: argparse.Namespace) -> float:
+def threshold_arg(args: argparse.Namespace) -> float:
     return args.min_log_prob if args.min_log_prob is not None else -args.bits * LN2

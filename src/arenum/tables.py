@@ -1,0 +1,470 @@
+"""Step tables: raw model results -> validated, normalized, sorted ``(ids, log_probs)`` and heads.
+
+Accepted result forms for one prefix (``next_logprobs(prefix)``), parsed by :func:`parse_table`:
+
+- a list of ``(token, log_prob)`` pairs;
+- a ``(tokens, log_probs)`` pair of numpy arrays;
+- a dense 1-D float array of length ``V`` whose index is the token id (``arenum`` extension).
+
+``batch_next_logprobs(prefixes)`` returns a list of such results, or a dense 2-D array ``(n, V)``
+(:func:`parse_dense_batch`, validated in cache-sized blocks of rows; :func:`dense_heads` cuts it).
+``batch_next_heads(prefixes, floors)`` returns table heads only; :func:`parse_heads` states that
+contract and checks it.
+
+Validation (each a ``ValueError`` naming the prefix): NaN; a log-prob ``> 0`` (this catches
+``+inf``); duplicate tokens; mismatched array lengths; no finite entry; ``|sum(p) - 1| > norm_tol``.
+``-inf`` entries are dropped. Rows whose ``|log sum p| > 1e-12`` (reduced precision) are renormalized
+by subtracting ``log sum p``; rows normalized to float64 precision are used verbatim, so scores are
+bit-identical to summing the model's own numbers.
+
+Table order: descending log-prob; equal log-probs keep the model's order (ascending id for dense
+rows). This order, and nothing else, defines "table position" in the tie rule (:func:`sort_table`,
+:func:`head_order`).
+
+This module does not call the model, count forwards, cache tables or own the token vocabulary:
+the step oracle (:mod:`arenum.oracle`) does, and passes in the callables that map tokens to ids
+(``intern``), decide integer-token mode (``int_tokens``) and map ids back for messages (``token``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = [
+    "NORM_TOL",
+    "RENORM_TOL",
+    "Heads",
+    "Scratch",
+    "parse_table",
+    "parse_dense_batch",
+    "rows_of_dense",
+    "dense_heads",
+    "collect_rows",
+    "parse_heads",
+    "build_heads",
+    "head_order",
+    "sort_table",
+    "check_cardinality",
+    "short_repr",
+]
+
+NORM_TOL = 1e-3
+"""Default tolerance on ``|sum(p) - 1|`` for one step table."""
+RENORM_TOL = 1e-12
+"""Rows with ``|log sum p|`` above this are renormalized; below it they are used verbatim."""
+
+Intern = Callable[[Any], int]
+"""``intern(token) -> id``: the id of a token, new tokens interned."""
+IntTokens = Callable[[], bool]
+"""``int_tokens() -> bool``: called when a table has integer tokens (or dense columns); enters
+integer mode if undecided and says whether ids are the integer tokens themselves."""
+TokenOf = Callable[[int], Any]
+"""``token(id) -> token``, for error messages."""
+
+
+class Heads:
+    """Sorted table heads of many prefixes, CSR: row ``i`` is ``ids/lps[off[i]:off[i] + lens[i]]``.
+
+    ids int64 ``(M,)``, lps float64 ``(M,)`` (descending within a row, ties in the model's order),
+    lens int64 ``(n,)``, full int64 ``(n,)`` = finite entries in the whole row (``lens < full`` means
+    the head was cut).
+    """
+
+    __slots__ = ("ids", "lps", "lens", "full")
+
+    def __init__(self, ids: np.ndarray, lps: np.ndarray, lens: np.ndarray, full: np.ndarray) -> None:
+        self.ids, self.lps, self.lens, self.full = ids, lps, lens, full
+
+
+class Scratch:
+    """Reusable work buffers per (dtype, slot) (avoids page faults of fresh temporaries)."""
+
+    __slots__ = ("_bufs",)
+
+    def __init__(self) -> None:
+        self._bufs: dict[Any, np.ndarray] = {}
+
+    def __call__(self, shape: tuple[int, int], dtype: Any = np.float64, slot: str = "") -> np.ndarray:
+        n = shape[0] * shape[1]
+        key = (np.dtype(dtype), slot)
+        buf = self._bufs.get(key)
+        if buf is None or buf.shape[0] < n:
+            buf = self._bufs[key] = np.empty(n, dtype)
+        return buf[:n].reshape(shape)
+
+
+# ---------------------------------------------------------------------- one table
+def _fail(prefix: Any, msg: str) -> ValueError:
+    return ValueError(f"next_logprobs({short_repr(prefix)}): {msg}")
+
+
+def _column_ids(V: int, intern: Intern, int_tokens: IntTokens) -> np.ndarray:
+    """Ids of the columns ``0 .. V-1`` of a dense row."""
+    if int_tokens():
+        return np.arange(V, dtype=np.int64)
+    return np.array([intern(i) for i in range(V)], dtype=np.int64)
+
+
+def parse_table(
+    raw: Any, prefix: tuple, *, intern: Intern, int_tokens: IntTokens, token: TokenOf, norm_tol: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Validate one raw result; return ``(ids, logps)`` unsorted, ``-inf`` dropped, normalized."""
+    if isinstance(raw, np.ndarray) and raw.ndim == 1 and raw.dtype.kind == "f":
+        lps = raw.astype(np.float64, copy=False)
+        ids = _column_ids(lps.shape[0], intern, int_tokens)
+    elif (
+        isinstance(raw, (tuple, list))
+        and len(raw) == 2
+        and isinstance(raw[0], np.ndarray)
+        and isinstance(raw[1], np.ndarray)
+    ):
+        toks, lps = raw
+        if toks.ndim != 1 or lps.ndim != 1:
+            raise _fail(prefix, f"tokens and log_probs must be 1-D arrays, got shapes {toks.shape} and {lps.shape}")
+        if toks.shape[0] != lps.shape[0]:
+            raise _fail(
+                prefix, f"tokens and log_probs differ in length ({toks.shape[0]} != {lps.shape[0]})"
+            )
+        if lps.dtype.kind not in "fiu":
+            raise _fail(prefix, f"log_probs must be numeric, got dtype {lps.dtype}")
+        lps = lps.astype(np.float64, copy=False)
+        if toks.dtype.kind in "iu":
+            if int_tokens():
+                ids = toks.astype(np.int64, copy=False)
+            else:
+                ids = np.array([intern(int(t)) for t in toks], dtype=np.int64)
+        else:
+            ids = np.array([intern(t) for t in toks.tolist()], dtype=np.int64)
+        _check_unique(ids, prefix, token)
+    else:
+        try:
+            pairs = list(raw)
+        except TypeError:
+            raise TypeError(
+                f"next_logprobs({short_repr(prefix)}) must return (token, log_prob) pairs, a "
+                f"(tokens, log_probs) array pair or a dense log-prob array; got {type(raw).__name__}"
+            ) from None
+        toks = []
+        vals = []
+        for item in pairs:
+            try:
+                t, v = item
+            except (TypeError, ValueError):
+                raise _fail(prefix, f"expected (token, log_prob) pairs, got item {item!r}") from None
+            toks.append(t)
+            vals.append(v)
+        try:
+            lps = np.asarray(vals, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise _fail(prefix, "log_probs must be real numbers") from None
+        ids = np.fromiter((intern(t) for t in toks), dtype=np.int64, count=len(toks))
+        _check_unique(ids, prefix, token)
+    return _normalize(ids, lps, prefix, token, norm_tol)
+
+
+def _normalize(
+    ids: np.ndarray, lps: np.ndarray, prefix: tuple, token: TokenOf, norm_tol: float
+) -> tuple[np.ndarray, np.ndarray]:
+    if lps.shape[0] == 0:
+        raise _fail(prefix, "empty step table (probabilities must sum to 1)")
+    mx = lps.max()
+    if not mx <= 0.0:
+        if np.isnan(lps).any():
+            j = int(np.flatnonzero(np.isnan(lps))[0])
+            raise _fail(prefix, f"log_prob is NaN for token {token(ids[j])!r}")
+        j = int(np.argmax(lps))
+        raise _fail(prefix, f"log_prob must be <= 0, got {float(lps[j])!r} for token {token(ids[j])!r}")
+    if mx == -math.inf:
+        raise _fail(prefix, "no finite log_prob (probabilities must sum to 1)")
+    lse = float(mx + math.log(float(np.exp(lps - mx).sum())))
+    if abs(math.expm1(lse)) > norm_tol:
+        raise _fail(
+            prefix,
+            f"probabilities sum to {math.exp(lse):.6g}, not 1 (tolerance {norm_tol:g})",
+        )
+    finite = lps > -math.inf
+    if not finite.all():
+        ids, lps = ids[finite], lps[finite]
+    if abs(lse) > RENORM_TOL:
+        lps = lps - lse
+    return ids, lps
+
+
+def _check_unique(ids: np.ndarray, prefix: Any, token: TokenOf) -> None:
+    n = ids.shape[0]
+    if n < 2:
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo >= 0 and hi < 4 * n + 64:
+        counts = np.bincount(ids)
+        if counts.max() > 1:
+            raise _fail(prefix, f"duplicate token {token(int(np.argmax(counts)))!r}")
+        return
+    s = np.sort(ids)
+    dup = np.flatnonzero(s[1:] == s[:-1])
+    if dup.size:
+        raise _fail(prefix, f"duplicate token {token(int(s[dup[0]]))!r}")
+
+
+def sort_table(ids: np.ndarray, lps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sort a table by descending log-prob, stable (ties keep the model's order)."""
+    order = np.argsort(-lps, kind="stable")
+    return ids[order], lps[order]
+
+
+def check_cardinality(name: str, raw: Any, expected: int, what: str, unit: str) -> None:
+    """Exactly one result per item, checked before anything is trusted or cached."""
+    try:
+        n = len(raw)
+    except TypeError:
+        raise TypeError(f"{name} must return a sequence of results, got {type(raw).__name__}") from None
+    if n != expected:
+        raise ValueError(
+            f"{name} returned {n} results {what.format(n=expected)}; it must return exactly one result per {unit}"
+        )
+
+
+# ---------------------------------------------------------------------- dense batches
+_BLOCK_ENTRIES = 1 << 16
+"""Dense rows are validated and cut in blocks of about this many entries (they stay in cache)."""
+
+
+def _block_rows(V: int) -> int:
+    return max(1, _BLOCK_ENTRIES // max(V, 1))
+
+
+def parse_dense_batch(
+    arr: np.ndarray,
+    prefixes: list[tuple],
+    *,
+    intern: Intern,
+    int_tokens: IntTokens,
+    token: TokenOf,
+    norm_tol: float,
+    scratch: Scratch,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a dense ``(n, V)`` batch; return ``(normalized rows, ids of the columns)``.
+
+    The rows returned may live in a ``scratch`` work buffer: callers copy what they keep.
+    """
+    if arr.dtype != np.float64:
+        arr64 = scratch(arr.shape, np.float64, "rows")
+        np.copyto(arr64, arr)
+        arr = arr64
+    n, V = arr.shape
+    mx = np.empty(n)
+    lse = np.empty(n)
+    step = _block_rows(V)
+    buf = scratch((min(n, step), V))
+    with np.errstate(invalid="ignore"):  # a NaN row is reported below
+        for a in range(0, n, step):  # in cache-sized blocks of rows: each pass reads from cache
+            blk = arr[a : a + step]
+            m = blk.max(axis=1)
+            mx[a : a + step] = m
+            b = buf[: blk.shape[0]]
+            np.subtract(blk, m[:, None], out=b)
+            np.exp(b, out=b)
+            lse[a : a + step] = m + np.log(b.sum(axis=1))
+    bad = ~(mx <= 0.0) | (mx == -math.inf)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        _normalize(np.arange(arr.shape[1], dtype=np.int64), arr[r], prefixes[r], token, norm_tol)  # raises
+    off = np.abs(np.expm1(lse)) > norm_tol
+    if off.any():
+        r = int(np.flatnonzero(off)[0])
+        raise _fail(
+            prefixes[r],
+            f"probabilities sum to {math.exp(lse[r]):.6g}, not 1 (tolerance {norm_tol:g})",
+        )
+    ids_all = _column_ids(arr.shape[1], intern, int_tokens)
+    renorm = np.abs(lse) > RENORM_TOL
+    if renorm.any():
+        out = scratch(arr.shape, np.float64, "rows")
+        if out is not arr and not np.shares_memory(out, arr):
+            np.copyto(out, arr)
+        out[renorm] -= lse[renorm, None]
+        arr = out
+    return arr, ids_all
+
+
+def rows_of_dense(arr: np.ndarray, ids_all: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The ``(ids, logps)`` table of each validated dense row, ``-inf`` entries dropped (unsorted)."""
+    out = []
+    for row in arr:
+        keep = row > -math.inf
+        out.append((ids_all, row) if keep.all() else (ids_all[keep], row[keep]))
+    return out
+
+
+def dense_heads(arr: np.ndarray, ids_all: np.ndarray, chunk: np.ndarray, floors: np.ndarray,
+                parts_row: list, parts_ids: list, parts_lp: list) -> None:
+    """The entries ``>= floors`` of validated dense rows, each row's sorted (descending, ties in
+    column order), rows in order; in cache-sized blocks of rows. Appends rows ``chunk``, ids and
+    log-probs to the three lists."""
+    n, V = arr.shape
+    step = _block_rows(V)
+    for a in range(0, n, step):
+        blk = arr[a : a + step]
+        mask = blk >= floors[a : a + step, None]
+        cnt = mask.sum(axis=1)
+        flat = np.flatnonzero(mask)
+        lp = blk.reshape(-1)[flat]
+        r = np.repeat(np.arange(blk.shape[0]), cnt)
+        o = head_order(r, lp, cnt)  # rows stay grouped; the sort runs in cache
+        flat, lp = flat[o], lp[o]
+        flat -= r * V  # r is unchanged by the sort: the column of each entry
+        parts_row.append(chunk[a + r])
+        parts_ids.append(ids_all[flat])
+        parts_lp.append(lp)
+
+
+def collect_rows(tabs, rows, floors, parts_row, parts_ids, parts_lp, full) -> None:
+    """The entries ``>= floors[i]`` of parsed tables (``tabs[j]`` is row ``rows[j]``), unsorted;
+    appended to the three lists, each table's width written to ``full``."""
+    for i, (ids, lps) in zip(rows.tolist(), tabs):
+        m = lps >= floors[i]
+        k = int(m.sum())
+        parts_row.append(np.full(k, i, np.int64))
+        parts_ids.append(ids[m])
+        parts_lp.append(lps[m])
+        full[i] = lps.shape[0]
+
+
+# ---------------------------------------------------------------------- heads
+def parse_heads(
+    raw: Any, prefixes: list[tuple], floors: np.ndarray, *, int_tokens: IntTokens, norm_tol: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Check one ``batch_next_heads`` result: ``(row, ids, lps, widths)`` with ``lps >= floors[row]``.
+
+    Contract: ``batch_next_heads(prefixes, floors) -> (counts, tokens, log_probs, widths)``, all
+    1-D arrays: ``counts[i]`` entries of prefix ``i`` (rows concatenated in prefix order, equal
+    log-probs in the model's table order), every entry with ``log_prob >= floors[i]`` included
+    (more is allowed: they are dropped here), integer tokens, and ``widths[i]`` the number of
+    finite entries of the whole table. The callback guarantees each whole table is normalized;
+    what can be seen is checked: cardinality, shapes, NaN, ``> 0``, duplicate tokens,
+    ``counts <= widths``, and a head whose probabilities sum above ``1 + norm_tol``.
+    """
+    n = len(prefixes)
+    if not (isinstance(raw, (tuple, list)) and len(raw) == 4):
+        raise TypeError(
+            "batch_next_heads must return a (counts, tokens, log_probs, widths) tuple of arrays, "
+            f"got {type(raw).__name__}"
+        )
+    counts, toks, lps, widths = (np.asarray(x) for x in raw)
+    for name, a, m in (("counts", counts, n), ("widths", widths, n)):
+        if a.ndim != 1 or a.dtype.kind not in "iu":
+            raise TypeError(f"batch_next_heads: {name} must be a 1-D integer array, got {a.dtype} {a.shape}")
+        if a.shape[0] != m:
+            raise ValueError(
+                f"batch_next_heads returned {a.shape[0]} {name} for a batch of {m} prefixes; "
+                "it must return exactly one per prefix"
+            )
+    counts = counts.astype(np.int64, copy=False)
+    widths = widths.astype(np.int64, copy=False)
+    if (counts < 0).any() or (counts > widths).any():
+        i = int(np.flatnonzero((counts < 0) | (counts > widths))[0])
+        raise ValueError(
+            f"batch_next_heads({short_repr(prefixes[i])}): {counts[i]} entries for a table of {widths[i]}"
+        )
+    total = int(counts.sum())
+    if toks.ndim != 1 or lps.ndim != 1 or toks.shape[0] != total or lps.shape[0] != total:
+        raise ValueError(
+            f"batch_next_heads: tokens {toks.shape} and log_probs {lps.shape} must both hold "
+            f"sum(counts) = {total} entries"
+        )
+    if toks.dtype.kind not in "iu" or (total and int(toks.min()) < 0):
+        raise TypeError("batch_next_heads: tokens must be non-negative integer ids")
+    if lps.dtype.kind not in "fiu":
+        raise TypeError(f"batch_next_heads: log_probs must be numeric, got dtype {lps.dtype}")
+    if not int_tokens():
+        raise TypeError("batch_next_heads needs integer tokens, but this model's tokens are not integers")
+    ids = toks.astype(np.int64, copy=False)
+    lps = lps.astype(np.float64, copy=False)
+    row = np.repeat(np.arange(n, dtype=np.int64), counts)
+    bad = ~(lps <= 0.0)
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        what = "NaN" if np.isnan(lps[j]) else f"{float(lps[j])!r} (must be <= 0)"
+        raise ValueError(
+            f"batch_next_heads({short_repr(prefixes[row[j]])}): log_prob is {what} for token {int(ids[j])}"
+        )
+    if total > 1:
+        width = int(ids.max()) + 1
+        key = row * width + ids
+        key.sort()
+        dup = np.flatnonzero(key[1:] == key[:-1])
+        if dup.size:
+            i, t = divmod(int(key[dup[0]]), width)
+            raise ValueError(f"batch_next_heads({short_repr(prefixes[i])}): duplicate token {t}")
+    mass = np.bincount(row, weights=np.exp(lps), minlength=n)
+    over = mass > 1.0 + norm_tol
+    if over.any():
+        i = int(np.flatnonzero(over)[0])
+        raise ValueError(
+            f"batch_next_heads({short_repr(prefixes[i])}): head probabilities sum to {mass[i]:.6g} > 1 "
+            f"(tolerance {norm_tol:g})"
+        )
+    keep = lps >= floors[row]
+    if not keep.all():
+        row, ids, lps = row[keep], ids[keep], lps[keep]
+    return row, ids, lps, widths
+
+
+def build_heads(parts_row: list, parts_ids: list, parts_lp: list, full: np.ndarray, n: int,
+                presorted: bool) -> Heads:
+    """:class:`Heads` of ``n`` rows from parts (row, id, log-prob arrays); ``presorted``: every part
+    holds whole rows, each already sorted (the parts are only grouped by row)."""
+    if parts_row:
+        row = np.concatenate(parts_row)
+        ids = np.concatenate(parts_ids)
+        lps = np.concatenate(parts_lp)
+    else:
+        row, ids, lps = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    lens = np.bincount(row, minlength=n).astype(np.int64)
+    if not presorted:
+        order = head_order(row, lps, lens)
+        ids, lps = ids[order], lps[order]
+    elif row.shape[0] > 1 and (row[1:] < row[:-1]).any():
+        order = np.argsort(row, kind="stable")  # sorted rows, interleaved: group them
+        ids, lps = ids[order], lps[order]
+    return Heads(ids, lps, lens, full)
+
+
+_BIG_ROW = 4096
+"""Rows with more head entries than this are sorted one by one (a fast unstable sort, checked for ties)."""
+
+
+def head_order(row: np.ndarray, lps: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Permutation sorting entries by (row, descending log-prob, given order): ``lexsort((-lps, row))``.
+
+    Many small rows go through one lexsort; each big row (a whole wide table) is sorted alone by an
+    unstable argsort, falling back to a stable one only when it holds exact ties.
+    """
+    big = lens > _BIG_ROW
+    if not big.any():
+        return np.lexsort((-lps, row))
+    by_row = np.argsort(row, kind="stable") if (row[1:] < row[:-1]).any() else np.arange(row.shape[0])
+    start = np.concatenate(([0], np.cumsum(lens)))
+    order = np.empty(row.shape[0], np.int64)
+    small = ~big[row[by_row]]
+    if small.any():
+        pos = np.flatnonzero(small)
+        sel = by_row[pos]
+        order[pos] = sel[np.lexsort((-lps[sel], row[sel]))]
+    for i in np.flatnonzero(big).tolist():
+        seg = by_row[start[i] : start[i + 1]]
+        key = -lps[seg]
+        o = np.argsort(key)
+        k = key[o]
+        if (k[1:] == k[:-1]).any():
+            o = np.argsort(key, kind="stable")
+        order[start[i] : start[i + 1]] = seg[o]
+    return order
+
+
+def short_repr(x: Any, n: int = 60) -> str:
+    """``repr(x)``, cut to ``n`` characters (for messages naming a prefix)."""
+    r = repr(x)
+    return r if len(r) <= n else r[: n - 3] + "..."
