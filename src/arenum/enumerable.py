@@ -310,8 +310,9 @@ class AutoregressiveEnumerable:
         return self._seek
 
     @property
-    def _answers(self) -> Answers:
-        """The answers stage over :meth:`seek_index` (estimates only with ``exact_limit``)."""
+    def answers(self) -> Answers:
+        """The answers stage over :meth:`seek_index`: exact, else certified bracket, else estimate
+        (estimates only with ``exact_limit``); see :class:`~arenum.answers.Answers`."""
         seek = self.seek_index()
         ans = self._answers_obj
         if ans is None or ans.seek is not seek:
@@ -353,7 +354,7 @@ class AutoregressiveEnumerable:
         :meth:`count_bracket`). Past a cap: a Monte Carlo estimate when ``exact_limit`` is set, else
         :class:`BudgetExceeded`.
         """
-        return self._answers.count(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
+        return self.answers.count(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
     def count_bracket(self, min_log_prob: float) -> CountBracket:
         """``lo <= #{x : log_density(x) >= min_log_prob} <= hi``, certified.
@@ -362,7 +363,7 @@ class AutoregressiveEnumerable:
         skipped. Past a resource cap, ``lo`` is the count at the deepest budget built and ``hi`` the
         mass bound ``exp(-min_log_prob)`` (each such sequence has probability ``>= exp(min_log_prob)``).
         """
-        return self._answers.count_bracket(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
+        return self.answers.count_bracket(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
     def unrank(self, i: int) -> tuple[tuple, float]:
         """The ``i``-th most probable sequence (0-based) and its exact log-probability.
@@ -389,7 +390,7 @@ class AutoregressiveEnumerable:
         (``method='bracket'``). Past a cap: a Monte Carlo estimate when ``exact_limit`` is set (the
         count estimate inverted), else :class:`BudgetExceeded`.
         """
-        return self._answers.threshold(exact_int("rank", rank, minimum=1))
+        return self.answers.threshold(exact_int("rank", rank, minimum=1))
 
     def mass_above(self, min_log_prob: float) -> MassBracket:
         """``(lower, upper)``: total probability of sequences with ``log_density >= min_log_prob``.
@@ -398,7 +399,7 @@ class AutoregressiveEnumerable:
         With ``branch_cap`` the upper end adds the skipped mass; past a resource cap the bracket is
         ``[mass built, 1]``.
         """
-        return self._answers.mass_above(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
+        return self.answers.mass_above(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
     # ------------------------------------------------------------------ ranks
     def rank(self, sequence: Sequence[Any]) -> DensityRankResult:
@@ -415,7 +416,7 @@ class AutoregressiveEnumerable:
         if s == -math.inf:
             why = "is outside the declared support" if not self._in_declared_support(seq) else "has probability 0"
             raise ValueError(f"sequence {_short(seq)} {why}; its rank is undefined")
-        return self._answers.rank(s)
+        return self.answers.rank(s)
 
     def cumulative(self, sequence: Sequence[Any]) -> DensityRankResult:
         """``G(seq) = P(p(Y) >= p(seq))``: the record of :meth:`rank`, read ``.cumulative``."""
@@ -481,14 +482,14 @@ class AutoregressiveEnumerable:
         """The exact index built so far as an :class:`~arenum.estimate.ExactHead` (every sequence with
         score ``>= T`` counted exactly); ``None`` when nothing is built or with ``branch_cap`` (whose
         index is a sub-support, not a head of the support)."""
-        return self._answers.exact_head()
+        return self.answers.exact_head()
 
     def _estimator_and_head(self) -> tuple[MonteCarloEstimator, ExactHead | None]:
         """The default estimator for the automatic regime: the exact head is first deepened as far as
         the caps allow (its forwards also serve later exact answers), then tail draws are made once."""
         key = (self.estimate_samples, self.estimate_seed, True, "bernstein")
         if key not in self._mc:
-            self._answers.deepen_head()
+            self.answers.deepen_head()
         est = self.monte_carlo()
         return est, (self.exact_head() if est.head is not None else None)
 
@@ -501,7 +502,7 @@ class AutoregressiveEnumerable:
         p = finite_float("p", p)
         if not 0 < p <= 1:
             raise ValueError(f"p must be in (0, 1], got {p!r}")
-        return self._answers.nucleus_size(p)
+        return self.answers.nucleus_size(p)
 
     def seek(self, target: float) -> SeekResult:
         """The sequence at which the descending cumulative mass first reaches ``target``.

@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``arenum`` console script; returns the exit status (0, or 2 on error)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    from ..seek import BudgetExceeded
+    from ..results import BudgetExceeded
 
     try:
         out = _run(args)

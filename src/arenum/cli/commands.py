@@ -91,17 +91,12 @@ def _tag(g: dict) -> str:
 def count_answer(enum: Any, t: float) -> tuple[Any, dict]:
     """``count(t)`` as ``(point value, guarantee fields)``: exact, a certified bracket past the cap, or
     a Monte Carlo estimate with its interval when the enumerable has an ``exact_limit``."""
-    from ..seek import BudgetExceeded
+    from ..results import CountBracket
 
-    try:
-        c = enum.count(t)
-    except BudgetExceeded:
-        b = enum.count_bracket(t)
-        return b.lo, {"exact": False, "guarantee": "bracket", "lo": b.lo, "hi": b.hi}
-    if getattr(c, "exact", True):
-        b = enum.count_bracket(t)  # the certified form (equal ends unless a cap cut the support)
-        return int(c), {"exact": b.exact, "guarantee": "exact" if b.exact else "bracket", "lo": b.lo, "hi": b.hi}
-    return float(c.estimate), _interval(c, float(c.ci_lo), float(c.ci_hi))
+    r = enum.answers.count_or_bracket(t)
+    if isinstance(r, CountBracket):
+        return r.lo, {"exact": r.exact, "guarantee": "exact" if r.exact else "bracket", "lo": r.lo, "hi": r.hi}
+    return float(r.estimate), _interval(r, float(r.ci_lo), float(r.ci_hi))
 
 
 def _range(g: dict, fmt: Callable[[Any], str] = fmt_count) -> str:
