@@ -223,9 +223,9 @@ class AutoregressiveEnumerable:
 
     # ------------------------------------------------------------------ scores
     def log_density(self, sequence: Sequence[Any]) -> float:
-        """Exact total log-probability of ``sequence``; ``-inf`` off the declared support.
+        """Same as ``sum(log p(x_t | x_<t))`` left to right in float64; ``-inf`` off the declared support.
 
-        Uses one teacher-forcing forward (``batch_score_sequences``) when some prefix of the sequence
+        Exact. Uses one teacher-forcing forward (``batch_score_sequences``) when some prefix of the sequence
         is not cached, else the cached tables; without a scorer, one forward per uncached prefix.
         """
         seq = self._as_tuple(sequence)
@@ -237,7 +237,7 @@ class AutoregressiveEnumerable:
         return self._tree.score(seq)
 
     def score_sequences(self, sequences: Iterable[Sequence[Any]]) -> np.ndarray:
-        """Exact total log-probabilities of many sequences (``-inf`` off the declared support).
+        """Same as ``[log_density(x) for x in sequences]`` as a float64 array ``(n,)``. Exact.
 
         With ``batch_score_sequences``: ONE call for all in-support sequences (cardinality checked).
         Otherwise the memoized per-prefix walk. Returns a float64 array ``(n,)``.
@@ -263,7 +263,8 @@ class AutoregressiveEnumerable:
         return self._oracle.harvest(self._as_tuple(sequence))
 
     def structural_fine_bucket(self, sequence: Sequence[Any], quantizer: Quantizer) -> int:
-        """Fine bucket of the sequence's EXACT total bits under ``quantizer``."""
+        """Same as ``quantizer.fine_bucket(log_density(sequence))``: the fine bucket of the EXACT total
+        bits. Costs what :meth:`log_density` costs; ``ValueError`` for a sequence of probability 0."""
         _, s = self._canonical(sequence)
         if s == -math.inf:
             raise ValueError(f"sequence {tuple(sequence)!r} has probability 0 under the model")
@@ -271,14 +272,15 @@ class AutoregressiveEnumerable:
 
     # ------------------------------------------------------------------ listing
     def enumerator(self) -> Iterator[tuple[tuple, float]]:
-        """The support in exact descending order, lazily (best-first; one forward per prefix popped)."""
+        """Same as ``iter(sorted(support, key=score, reverse=True))``, lazily. Exact (ties as in
+        :meth:`unrank`). Cost: one forward per prefix popped (best-first listing)."""
         for ids, s in best_first(self._table_ids, self.support):
             yield self._decode(ids), s
 
     def top_k(self, k: int) -> list[tuple[tuple, float]]:
-        """The ``k`` most probable sequences, exact (best-first). ``k <= 0`` returns ``[]``.
+        """Same as ``sorted(support, key=score, reverse=True)[:k]`` (the library's tie rule).
 
-        Same as ``sorted(support, key=score, reverse=True)[:k]`` with the library's tie rule.
+        Exact; ``k <= 0`` returns ``[]``. Cost: one forward per prefix the best-first listing pops.
         """
         k = exact_int("k", k)
         if k <= 0:
@@ -344,9 +346,9 @@ class AutoregressiveEnumerable:
 
     # ------------------------------------------------------------------ counting
     def count(self, min_log_prob: float) -> CountResult:
-        """How many sequences have ``log_density >= min_log_prob``: exact, from counts, not listed.
+        """Same as ``sum(1 for x in support if score(x) >= min_log_prob)``, counted, not listed.
 
-        Same as ``sum(1 for x in support if score(x) >= min_log_prob)``. Cost: one forward per live
+        Exact. Cost: one forward per live
         prefix at that budget. Returns a :class:`~arenum.results.CountResult`: an ``int`` with
         ``.exact``, ``.method``, ``.ci_lo``/``.ci_hi`` and, for an estimate, ``.stderr``,
         ``.confidence`` and ``.estimate`` (the unrounded value). With ``branch_cap`` this counts the
@@ -357,7 +359,9 @@ class AutoregressiveEnumerable:
         return self.answers.count(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
     def count_bracket(self, min_log_prob: float) -> CountBracket:
-        """``lo <= #{x : log_density(x) >= min_log_prob} <= hi``, certified.
+        """Same as ``count(min_log_prob)`` as a certified bracket: ``lo <= #{x : s(x) >= t} <= hi``.
+
+        Never raises for a cap; cost as :meth:`count`.
 
         ``lo`` counts the kept sub-support exactly; ``hi`` adds the bound on what ``branch_cap``
         skipped. Past a resource cap, ``lo`` is the count at the deepest budget built and ``hi`` the
@@ -366,10 +370,9 @@ class AutoregressiveEnumerable:
         return self.answers.count_bracket(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
     def unrank(self, i: int) -> tuple[tuple, float]:
-        """The ``i``-th most probable sequence (0-based) and its exact log-probability.
+        """Same as ``sorted(support, key=score, reverse=True)[i]`` (0-based): ``(sequence, log_prob)``.
 
-        Same as ``sorted(support, key=score, reverse=True)[i]`` (ties: shorter first, then table
-        positions), so ``rank(unrank(i)) == i`` whenever there are no ties. Exact. Cost: one forward
+        Ties: shorter first, then table positions, so ``rank(unrank(i)) == i`` whenever there are no ties. Exact. Cost: one forward
         per live prefix at the budget of the ``i``-th score. ``IndexError`` past the support.
         """
         i = exact_int("i", i)
@@ -378,13 +381,17 @@ class AutoregressiveEnumerable:
         return self.seek_index().unrank(i)
 
     def slice(self, start: int, k: int) -> list[tuple[tuple, float]]:
-        """Sequences ``start .. start+k-1`` of the exact order (fewer at the end of the support)."""
+        """Same as ``sorted(support, key=score, reverse=True)[start : start + k]``.
+
+        Exact; fewer items at the end of the support. Cost: one forward per live prefix at the budget
+        of the last item's score.
+        """
         return self.seek_index().slice(start, k)
 
     def threshold(self, rank: int) -> ThresholdResult:
-        """Log-probability of the ``rank``-th most probable sequence (1-based): the top-``rank`` boundary.
+        """Same as ``sorted(scores, reverse=True)[rank - 1]``: the top-``rank`` boundary (1-based).
 
-        Exact: ``count(threshold(k)) >= k`` and ``count`` of any larger value is ``< k``. Returns a
+        Exact, cost as ``unrank(rank - 1)``: ``count(threshold(k)) >= k`` and ``count`` of any larger value is ``< k``. Returns a
         :class:`~arenum.results.ThresholdResult` (a ``float`` with ``.exact``, ``.method``,
         ``.ci_lo``/``.ci_hi``). With ``branch_cap`` it is the sub-support's threshold, a lower bound
         (``method='bracket'``). Past a cap: a Monte Carlo estimate when ``exact_limit`` is set (the
@@ -393,9 +400,9 @@ class AutoregressiveEnumerable:
         return self.answers.threshold(exact_int("rank", rank, minimum=1))
 
     def mass_above(self, min_log_prob: float) -> MassBracket:
-        """``(lower, upper)``: total probability of sequences with ``log_density >= min_log_prob``.
+        """Same as ``sum(exp(score(x)) for x in support if score(x) >= min_log_prob)``, bracketed.
 
-        Exact up to float rounding (``lower <= mass <= upper``, relative width ~ ``n * 2**-53``).
+        Cost as :meth:`count`. Exact up to float rounding (``lower <= mass <= upper``, relative width ~ ``n * 2**-53``).
         With ``branch_cap`` the upper end adds the skipped mass; past a resource cap the bracket is
         ``[mass built, 1]``.
         """
@@ -403,7 +410,8 @@ class AutoregressiveEnumerable:
 
     # ------------------------------------------------------------------ ranks
     def rank(self, sequence: Sequence[Any]) -> DensityRankResult:
-        """Rank (number of sequences strictly more probable) and cumulative mass of ``sequence``.
+        """Same as ``sum(1 for x in support if score(x) > score(sequence))`` (the rank, 0-based), with the
+        cumulative mass ``P(score(X) >= score(sequence))``.
 
         Exact when the budget ``-log_density(sequence)`` bits is affordable: one forward per live
         prefix at that budget. Past a resource cap: a Monte Carlo estimate when ``exact_limit`` is
@@ -419,7 +427,8 @@ class AutoregressiveEnumerable:
         return self.answers.rank(s)
 
     def cumulative(self, sequence: Sequence[Any]) -> DensityRankResult:
-        """``G(seq) = P(p(Y) >= p(seq))``: the record of :meth:`rank`, read ``.cumulative``."""
+        """Same as ``sum(exp(score(x)) for x in support if score(x) >= score(sequence))``: the record of
+        :meth:`rank`, read ``.cumulative``. Guarantee and cost as :meth:`rank`."""
         return self.rank(sequence)
 
     # ------------------------------------------------------------------ estimates
@@ -494,9 +503,9 @@ class AutoregressiveEnumerable:
         return est, (self.exact_head() if est.head is not None else None)
 
     def nucleus_size(self, p: float) -> CountDPTopPResult:
-        """Size of the minimal set of most probable sequences with mass ``>= p``, without listing it.
+        """Same as ``min(k for k in range(1, n + 1) if sum(exp(s) for s in sorted_scores[:k]) >= p)``.
 
-        Exact up to float rounding of the masses (``size_lo <= size <= size_hi``, usually equal).
+        Not listed: one forward per live prefix at the budget of that head. Exact up to float rounding of the masses (``size_lo <= size <= size_hi``, usually equal).
         Deepens until the built mass reaches ``p``; past a cap the result says ``truncated``.
         """
         p = finite_float("p", p)
@@ -505,9 +514,10 @@ class AutoregressiveEnumerable:
         return self.answers.nucleus_size(p)
 
     def seek(self, target: float) -> SeekResult:
-        """The sequence at which the descending cumulative mass first reaches ``target``.
+        """Same as ``unrank(nucleus_size(target).size - 1)`` with its masses: the sequence at which the
+        descending cumulative mass first reaches ``target``.
 
-        ``rank`` is ``nucleus_size(target).size - 1``; exact up to float rounding.
+        Cost as :meth:`nucleus_size`; ``rank`` is ``nucleus_size(target).size - 1``; exact up to float rounding.
         """
         r = self.nucleus_size(target)
         if r.truncated:
