@@ -33,6 +33,7 @@ from typing import Callable
 import numpy as np
 
 from ._arrays import Grow, seg_first_below
+from ._guard import deferred_interrupts
 from .oracle import StepOracle
 from .quantize import LN2
 from .results import BudgetExceeded
@@ -257,23 +258,6 @@ class PrefixTree:
                     np.cumsum(kmask, out=kept[1:])
                     ends = np.cumsum(klen)
                     klen = kept[ends] - kept[ends - klen]
-            # steering histograms over the stored entries not stored before
-            if refetch.any():
-                fresh = kx < np.repeat(old_floor, klen)
-                fx, fid = kx[fresh], kid[fresh]
-            else:
-                fx, fid = kx, kid
-            bins = np.negative(fx)
-            bins /= LN2
-            bins *= HIST_BINS_PER_BIT
-            bins = np.minimum(bins.astype(np.int64), _HIST_LEN - 1)
-            if eos is None:
-                _addbins(self.h_comp if is_leaf else self.h_pref, bins)
-            else:
-                is_eos = fid == eos
-                _addbins(self.h_comp, bins[is_eos])
-                if not is_leaf:
-                    _addbins(self.h_pref, bins[~is_eos])
             base = lev.pool_lp.n
             starts = np.cumsum(klen) - klen  # each row's first entry
             offs = base + starts
@@ -287,27 +271,53 @@ class PrefixTree:
                     eos_lp[r] = klp[hit]
             cut = klen < heads.full
             self._widest = max(self._widest, int(heads.full.max(initial=0)))
-            if lev.pool_tok.a.dtype != np.int64 and kid.size:
-                if not _INT32_MIN <= kid.min() <= kid.max() <= _INT32_MAX:
+            widen = lev.pool_tok.a.dtype != np.int64 and kid.size > 0 and not (
+                _INT32_MIN <= kid.min() <= kid.max() <= _INT32_MAX)
+            # commit, whole or not at all (an interrupt is delivered after it)
+            with deferred_interrupts():
+                if widen:
                     lev.pool_tok.widen(np.int64)
-            # commit (no exception possible past this point)
-            lev.pool_lp.extend(klp)
-            lev.pool_tok.extend(kid)
-            self._pool_entries += klp.shape[0]
-            c = lev.cols
-            c["off"].a[ns] = offs
-            c["tlen"].a[ns] = klen
-            c["floor"].a[ns] = np.where(cut, keep, -math.inf)
-            c["eos_j"].a[ns] = eos_j
-            if eos is not None:
-                c["eos_lp"].a[ns] = eos_lp
-            c["fetched"].a[ns] = True
-            nref = int(refetch.sum())
-            o.stats.refetches += nref
-            self.fetched_nodes += m - nref
+                self._commit_fetch(lev, ns, refetch, old_floor, kx, kid, klp, klen, offs, cut, keep, eos_j,
+                                   eos_lp, is_leaf)
             if self.progress is not None:
                 self.progress({"prefixes": self.fetched_nodes, "forwards": o.stats.forwards, "level": d,
                                "level_done": a + m, "level_todo": nodes.shape[0], "keep_bits": -keep / LN2})
+
+    def _commit_fetch(self, lev: Level, ns, refetch, old_floor, kx, kid, klp, klen, offs, cut, keep, eos_j, eos_lp,
+                      is_leaf) -> None:
+        eos = self.eos_id
+        m = ns.shape[0]
+        # steering histograms over the stored entries not stored before
+        if refetch.any():
+            fresh = kx < np.repeat(old_floor, klen)
+            fx, fid = kx[fresh], kid[fresh]
+        else:
+            fx, fid = kx, kid
+        bins = np.negative(fx)
+        bins /= LN2
+        bins *= HIST_BINS_PER_BIT
+        bins = np.minimum(bins.astype(np.int64), _HIST_LEN - 1)
+        if eos is None:
+            _addbins(self.h_comp if is_leaf else self.h_pref, bins)
+        else:
+            is_eos = fid == eos
+            _addbins(self.h_comp, bins[is_eos])
+            if not is_leaf:
+                _addbins(self.h_pref, bins[~is_eos])
+        lev.pool_lp.extend(klp)
+        lev.pool_tok.extend(kid)
+        self._pool_entries += klp.shape[0]
+        c = lev.cols
+        c["off"].a[ns] = offs
+        c["tlen"].a[ns] = klen
+        c["floor"].a[ns] = np.where(cut, keep, -math.inf)
+        c["eos_j"].a[ns] = eos_j
+        if eos is not None:
+            c["eos_lp"].a[ns] = eos_lp
+        c["fetched"].a[ns] = True
+        nref = int(refetch.sum())
+        self.oracle.stats.refetches += nref
+        self.fetched_nodes += m - nref
 
     def _expand(self, d: int, T: float) -> None:
         """Turn the stored heads of level ``d`` into child nodes of level ``d+1`` down to ``T``."""
@@ -343,13 +353,13 @@ class PrefixTree:
         if self.eos_id is not None:
             keepm = j != lev.eos_j[node]
             node, j = node[keepm], j[keepm]
-        lev.cols["made"].a[cand] = h.astype(np.int32)
-        if d + 1 >= len(self.levels):
-            self.levels.append(Level(d + 1, self.eos_id is not None))
         pidx = lev.off[node] + j
-        self.levels[d + 1].append(
-            node, j.astype(np.int32), lev.pool_tok.v[pidx], score[node] + pool[pidx]
-        )
+        tok, child_score, h32, j32 = lev.pool_tok.v[pidx], score[node] + pool[pidx], h.astype(np.int32), j.astype(np.int32)
+        with deferred_interrupts():  # children and `made` move together, or not at all
+            if d + 1 >= len(self.levels):
+                self.levels.append(Level(d + 1, self.eos_id is not None))
+            self.levels[d + 1].append(node, j32, tok, child_score)
+            lev.cols["made"].a[cand] = h32
 
     def deepen(self, T: float, keep: float | None = None, max_prefixes: int | None = None) -> None:
         """Make the tree complete for threshold ``T``: fetch and expand every prefix with score >= T.

@@ -1,0 +1,60 @@
+"""Critical sections and the build lock: what keeps the tree exact under interrupts and threads.
+
+- :func:`deferred_interrupts`: a ``KeyboardInterrupt`` (SIGINT) arriving inside the block is
+  delivered when the block ends, so a commit of several arrays happens whole or not at all. Only the
+  main thread receives signals; elsewhere the block is a plain block.
+- :func:`locked`: a method decorator taking ``self._lock`` (a re-entrant lock), so one thread builds
+  or deepens at a time and readers never see a half-built level.
+
+This module knows nothing of trees or models.
+"""
+from __future__ import annotations
+
+import functools
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, TypeVar
+
+__all__ = ["deferred_interrupts", "locked"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Run the block with SIGINT held back; re-deliver it (``KeyboardInterrupt``) when it ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    try:
+        old = signal.getsignal(signal.SIGINT)
+    except (ValueError, OSError):  # pragma: no cover - no signal support here
+        yield
+        return
+    if old is not signal.default_int_handler:
+        yield  # someone else handles SIGINT: leave it alone
+        return
+    got: list[Any] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        got.append((signum, frame))
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if got:
+            raise KeyboardInterrupt
+
+
+def locked(fn: F) -> F:
+    """Decorate a method so that it runs holding ``self._lock``."""
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return fn(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
