@@ -1,9 +1,7 @@
-"""Smoothed n-gram model over characters or arbitrary hashable tokens, numpy only.
+""":class:`NGramModel`: context lookup, distribution rows, the callbacks, encode/decode.
 
-:class:`NGramModel` is fitted from a corpus with :meth:`NGramModel.fit` and exposes the callbacks
-:class:`arenum.AutoregressiveEnumerable` accepts (``next_logprobs``, ``batch_next_logprobs``,
-``score_sequences``, ``all_position_logprobs``), plus ``encode``/``decode`` and a pickle-free
-``save``/``load``.  See ``docs/ngram.md`` for the formulas and the file format.
+Fitting (``fit.py``) and the file format (``io.py``) live beside this module; ``docs/ngram.md``
+has the formulas and the file format.
 
 Token ids are ``0..V-1``: the corpus symbols first (sorted when they are mutually orderable, else in
 order of first appearance), then the end-of-sequence token ``eos``, then ``unk`` when the model
@@ -12,92 +10,17 @@ in contexts; it has the internal id ``V`` and is never predicted.
 """
 from __future__ import annotations
 
-import json
-import math
-import numbers
 import os
 from collections import OrderedDict
-from itertools import chain
 from typing import Any, Hashable, Iterable, Sequence
 
 import numpy as np
 
-from .._validate import exact_int
+from ..._validate import exact_int
+from .fit import check_params, fit_tables
+from .io import load_model, save_model
 
 __all__ = ["NGramModel"]
-
-_SMOOTHINGS = ("kn", "wb", "addk")
-_UNKNOWN_MODES = ("error", "unk")
-_FORMAT = "arenum.ngram"
-_FORMAT_VERSION = 1
-_MAX_ORDER = 8
-_INT64_MAX = 2**63 - 1
-
-
-# ----------------------------------------------------------------------------------- validation
-def _real(name: str, value: Any, *, lo: float, hi: float, lo_open: bool, hi_open: bool) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    f = float(value)
-    ok = math.isfinite(f) and (f > lo if lo_open else f >= lo) and (f < hi if hi_open else f <= hi)
-    if not ok:
-        lb = "(" if lo_open else "["
-        rb = ")" if hi_open else "]"
-        raise ValueError(f"{name} must be in {lb}{lo}, {hi}{rb}, got {value!r}")
-    return f
-
-
-def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in allowed:
-        listed = ", ".join(repr(a) for a in allowed)
-        raise ValueError(f"{name} must be one of {listed}; got {value!r}")
-    return value
-
-
-# ------------------------------------------------------------------------ token (de)serializing
-def _tag(tok: Any) -> Any:
-    """JSON form of a token, with its type kept so that the load gives back an equal token."""
-    if isinstance(tok, (bool, np.bool_)):
-        return ["b", bool(tok)]
-    if isinstance(tok, str):
-        return ["s", str(tok)]
-    if isinstance(tok, numbers.Integral):
-        return ["i", int(tok)]
-    if isinstance(tok, numbers.Real):
-        return ["f", float(tok)]
-    if tok is None:
-        return ["n"]
-    if isinstance(tok, bytes):
-        return ["y", tok.hex()]
-    if isinstance(tok, tuple):
-        return ["t", [_tag(t) for t in tok]]
-    if isinstance(tok, frozenset):
-        return ["z", [_tag(t) for t in tok]]
-    raise TypeError(
-        f"cannot save a token of type {type(tok).__name__} ({tok!r}); supported token types are "
-        "str, int, float, bool, None, bytes, and tuples/frozensets of those"
-    )
-
-
-def _untag(obj: Any) -> Any:
-    kind = obj[0]
-    if kind == "s":
-        return obj[1]
-    if kind == "i":
-        return int(obj[1])
-    if kind == "b":
-        return bool(obj[1])
-    if kind == "f":
-        return float(obj[1])
-    if kind == "n":
-        return None
-    if kind == "y":
-        return bytes.fromhex(obj[1])
-    if kind == "t":
-        return tuple(_untag(t) for t in obj[1])
-    if kind == "z":
-        return frozenset(_untag(t) for t in obj[1])
-    raise ValueError(f"unknown token tag {kind!r} in model file")
 
 
 # ------------------------------------------------------------------------------------ LRU cache
@@ -324,48 +247,9 @@ class NGramModel:
             unknown: ``"error"`` (``encode`` raises on unseen symbols) or ``"unk"`` (reserve an
                 ``unk`` id that receives smoothed probability mass).
         """
-        order = exact_int("order", order, minimum=1, maximum=_MAX_ORDER)
-        smoothing = _choice("smoothing", smoothing, _SMOOTHINGS)
-        discount = _real("discount", discount, lo=0.0, hi=1.0, lo_open=True, hi_open=False)
-        k = _real("k", k, lo=0.0, hi=math.inf, lo_open=True, hi_open=True)
-        unknown = _choice("unknown", unknown, _UNKNOWN_MODES)
-        if isinstance(corpus, (str, bytes)):
-            raise TypeError(
-                "corpus must be an iterable of sequences (e.g. a list of strings), not a single "
-                f"{type(corpus).__name__}"
-            )
-        try:
-            items = list(corpus)
-        except TypeError:
-            raise TypeError(
-                f"corpus must be an iterable of strings or token sequences, got "
-                f"{type(corpus).__name__}"
-            ) from None
-        if not items:
-            raise ValueError("corpus is empty: need at least one sequence to fit")
-
-        if isinstance(items[0], str):
-            kind = "char"
-            symbols, ids, lengths = _encode_char_corpus(items)
-        else:
-            kind = "token"
-            symbols, ids, lengths = _encode_token_corpus(items)
-
-        n_sym = len(symbols)
-        V = n_sym + (2 if unknown == "unk" else 1)
-        tables = _count(ids, lengths, order=order, V=V, eos=n_sym, smoothing=smoothing)
-        return cls(
-            order=order,
-            smoothing=smoothing,
-            discount=discount,
-            k=k,
-            unknown=unknown,
-            kind=kind,
-            symbols=symbols,
-            n_sequences=len(lengths),
-            n_tokens=int(lengths.sum()),
-            **tables,
-        )
+        order, smoothing, discount, k, unknown = check_params(order, smoothing, discount, k, unknown)
+        fitted = fit_tables(corpus, order=order, smoothing=smoothing, unknown=unknown)
+        return cls(order=order, smoothing=smoothing, discount=discount, k=k, unknown=unknown, **fitted)
 
     # ---------------------------------------------------------------------- encode / decode
     def encode(self, text_or_tokens: str | Iterable[Hashable], *, eos: bool = True) -> tuple:
@@ -516,65 +400,27 @@ class NGramModel:
     # -------------------------------------------------------------------------- save / load
     def save(self, path: str | os.PathLike) -> None:
         """Write the model to ``path`` (a numpy ``.npz`` archive; no pickle)."""
-        if self._kind == "char":
-            symbols: list = list(self._symbols)
-        else:
-            symbols = [_tag(s) for s in self._symbols]
-        meta = {
-            "format": _FORMAT,
-            "version": _FORMAT_VERSION,
-            "kind": self._kind,
-            "order": self._order,
-            "smoothing": self._smoothing,
-            "discount": self._discount,
-            "k": self._k,
-            "unknown": self._unknown,
-            "symbols": symbols,
-            "n_sequences": self.n_sequences,
-            "n_tokens": self.n_tokens,
-        }
-        arrays: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta))}
-        for L in range(self._order):
-            arrays[f"ctx_keys_{L}"] = self._ctx_keys[L]
-            arrays[f"ptr_{L}"] = self._ptr[L]
-            arrays[f"words_{L}"] = self._words[L]
-            arrays[f"counts_{L}"] = self._counts[L]
-        with open(path, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
+        save_model(
+            path,
+            kind=self._kind,
+            order=self._order,
+            smoothing=self._smoothing,
+            discount=self._discount,
+            k=self._k,
+            unknown=self._unknown,
+            symbols=self._symbols,
+            n_sequences=self.n_sequences,
+            n_tokens=self.n_tokens,
+            ctx_keys=self._ctx_keys,
+            ptr=self._ptr,
+            words=self._words,
+            counts=self._counts,
+        )
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "NGramModel":
         """Read a model written by :meth:`save`; it gives the same log-probabilities bit for bit."""
-        with np.load(path, allow_pickle=False) as z:
-            if "meta" not in z.files:
-                raise ValueError(f"{os.fspath(path)!r} is not an arenum n-gram model file")
-            meta = json.loads(str(z["meta"][()]))
-            if meta.get("format") != _FORMAT:
-                raise ValueError(f"{os.fspath(path)!r} is not an arenum n-gram model file")
-            if meta.get("version") != _FORMAT_VERSION:
-                raise ValueError(
-                    f"unsupported n-gram file version {meta.get('version')!r} "
-                    f"(this arenum reads version {_FORMAT_VERSION})"
-                )
-            order = exact_int("order", meta["order"], minimum=1, maximum=_MAX_ORDER)
-            tables = {
-                name: [np.asarray(z[f"{name}_{L}"]) for L in range(order)]
-                for name in ("ctx_keys", "ptr", "words", "counts")
-            }
-        kind = meta["kind"]
-        symbols = list(meta["symbols"]) if kind == "char" else [_untag(s) for s in meta["symbols"]]
-        return cls(
-            order=order,
-            smoothing=_choice("smoothing", meta["smoothing"], _SMOOTHINGS),
-            discount=float(meta["discount"]),
-            k=float(meta["k"]),
-            unknown=_choice("unknown", meta["unknown"], _UNKNOWN_MODES),
-            kind=kind,
-            symbols=symbols,
-            n_sequences=meta["n_sequences"],
-            n_tokens=meta["n_tokens"],
-            **tables,
-        )
+        return cls(**load_model(path))
 
     # ----------------------------------------------------------------------------- internals
     def _check_tables(self) -> None:
@@ -784,157 +630,3 @@ class NGramModel:
                 Q[rr, self._words[L][idx]] += vals
                 P[sel] = Q
         return self._finish(P)
-
-
-# ------------------------------------------------------------------------------------- fitting
-def _encode_char_corpus(items: list) -> tuple[list, np.ndarray, np.ndarray]:
-    for i, s in enumerate(items):
-        if not isinstance(s, str):
-            raise TypeError(
-                f"corpus item {i} is {type(s).__name__}, but item 0 is a str: a character corpus "
-                "must contain only strings"
-            )
-    lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
-    text = "".join(items)
-    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4").astype(np.int64)
-    if len(cps):
-        present = np.flatnonzero(np.bincount(cps))
-        lut = np.full(int(present[-1]) + 1, -1, dtype=np.int64)
-        lut[present] = np.arange(len(present))
-        ids = lut[cps]
-        symbols = [chr(int(c)) for c in present]
-    else:
-        ids = np.zeros(0, dtype=np.int64)
-        symbols = []
-    return symbols, ids, lengths
-
-
-def _encode_token_corpus(items: list) -> tuple[list, np.ndarray, np.ndarray]:
-    seqs = []
-    for i, s in enumerate(items):
-        if isinstance(s, str):
-            raise TypeError(
-                f"corpus item {i} is a str, but item 0 is not: a corpus is either all strings "
-                "(character model) or all token sequences (token model)"
-            )
-        try:
-            seqs.append(s if isinstance(s, (list, tuple)) else list(s))
-        except TypeError:
-            raise TypeError(
-                f"corpus item {i} ({type(s).__name__}) is neither a str nor a sequence of tokens"
-            ) from None
-    lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
-    first: dict = {}
-    for i, s in enumerate(seqs):
-        for t in s:
-            try:
-                if t not in first:
-                    first[t] = len(first)
-            except TypeError:
-                raise TypeError(f"corpus item {i} contains an unhashable token {t!r}") from None
-    try:
-        symbols = sorted(first)
-    except TypeError:  # not mutually orderable: keep first-appearance order
-        symbols = list(first)
-    table = {s: i for i, s in enumerate(symbols)}
-    total = int(lengths.sum())
-    ids = np.fromiter(map(table.__getitem__, chain.from_iterable(seqs)), np.int64, count=total)
-    return symbols, ids, lengths
-
-
-def _count(
-    ids: np.ndarray, lengths: np.ndarray, *, order: int, V: int, eos: int, smoothing: str
-) -> dict[str, list[np.ndarray]]:
-    """Count tables for every level (context length 0..order-1), fully vectorized."""
-    n1 = order - 1
-    B = V + 1
-    bos = V
-    n_lines = len(lengths)
-    # One flat int array: for each line, order-1 BOS, its tokens, EOS.
-    span = lengths + order  # n1 pads + tokens + EOS
-    line_start = np.cumsum(span) - span
-    sym_start = np.cumsum(lengths) - lengths
-    flat = np.full(int(span.sum()), bos, dtype=np.int64 if B > 2**31 - 1 else np.int32)
-    tok_pos = np.repeat(line_start + n1 - sym_start, lengths) + np.arange(len(ids), dtype=np.int64)
-    flat[tok_pos] = ids
-    eos_pos = line_start + n1 + lengths
-    flat[eos_pos] = eos
-    tgt = np.concatenate([tok_pos, eos_pos])
-    w = flat[tgt].astype(np.int64)
-    del tok_pos, eos_pos
-
-    # Context ids per level: the level-L context extends its level-(L-1) parent by the token L
-    # back, with key_L = parent_id * B + token; ids index the sorted unique keys, so
-    # parent(id) = key // B and the context's oldest token = key % B.
-    ctx_keys: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
-    if B**n1 * V <= _INT64_MAX:
-        # One mixed-radix key per prediction, most recent token most significant, next token
-        # least.  Sorted distinct keys list the n-grams lexicographically by (token 1 back,
-        # token 2 back, ..., next token), so every level's contexts are contiguous runs, their
-        # keys come out sorted, and no further sort is needed to number them.
-        key = np.zeros(len(tgt), dtype=np.int64)
-        for j in range(1, n1 + 1):
-            key *= B
-            key += flat[tgt - j]
-        key *= V
-        key += w
-        del flat, tgt, w
-        uk, raw = np.unique(key, return_counts=True)  # (U,) int64 each
-        del key
-        w_top = uk % V
-        rest = uk // V
-        X = np.empty((len(uk), n1), dtype=np.int64)  # X[:, j]: context token j+1 back
-        for j in range(n1 - 1, -1, -1):
-            X[:, j] = rest % B
-            rest //= B
-        del uk, rest
-        cid = np.zeros(len(raw), dtype=np.int64)
-        change = np.zeros(len(raw), dtype=bool)
-        change[0] = True
-        for L in range(1, n1 + 1):
-            x = X[:, L - 1]
-            change[1:] |= x[1:] != x[:-1]
-            ctx_keys.append((cid * B + x)[change])
-            cid = np.cumsum(change) - 1
-        g = cid * V + w_top  # strictly increasing: (context id, next token) order
-    else:
-        # Large vocabulary: the full key would overflow, so number the contexts level by level.
-        cid = np.zeros(len(tgt), dtype=np.int64)
-        for j in range(1, n1 + 1):
-            keys, cid = np.unique(cid * B + flat[tgt - j], return_inverse=True)
-            cid = cid.reshape(-1)
-            ctx_keys.append(keys)
-        g, raw = np.unique(cid * V + w, return_counts=True)
-        del flat, tgt, w, cid
-    raw = raw.astype(np.int64)
-
-    ptr: list = [None] * order
-    words: list = [None] * order
-    counts: list = [None] * order
-    for L in range(n1, -1, -1):
-        ctx = g // V
-        wl = g % V
-        C = 1 if L == 0 else len(ctx_keys[L])
-        p = np.zeros(C + 1, dtype=np.int64)
-        np.cumsum(np.bincount(ctx, minlength=C), out=p[1:])
-        ptr[L] = p
-        words[L] = wl
-        if smoothing == "kn" and L < n1:
-            # Kneser-Ney: continuation counts N1+(. c w), except for contexts that start with
-            # BOS (nothing but BOS can precede them), which keep raw counts.
-            use = cont
-            if L >= 1:
-                starts_bos = (ctx_keys[L][ctx] % B) == bos
-                use = np.where(starts_bos, raw, cont)
-            counts[L] = use.astype(np.int64)
-        else:
-            counts[L] = raw
-        if L == 0:
-            break
-        # Lower level: map each n-gram (c, w) to (parent(c), w) and aggregate.
-        parent = ctx_keys[L][ctx] // B
-        g, inv = np.unique(parent * V + wl, return_inverse=True)
-        inv = inv.reshape(-1)
-        raw = np.bincount(inv, weights=raw, minlength=len(g)).astype(np.int64)
-        cont = np.bincount(inv, minlength=len(g)).astype(np.int64)
-    return {"ctx_keys": ctx_keys, "ptr": ptr, "words": words, "counts": counts}
