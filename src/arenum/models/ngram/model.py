@@ -20,6 +20,8 @@ from ..._validate import exact_int
 from .fit import check_params, fit_tables
 from .io import load_model, save_model
 
+_INT64_MAX = 2**63 - 1
+
 __all__ = ["NGramModel"]
 
 
@@ -52,14 +54,28 @@ class _LRU:
         return len(self._d)
 
 
-def _concat_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """``concatenate([arange(a, b) for a, b in zip(lo, hi)])``, vectorized."""
+def _ranges(ptr: np.ndarray, c: np.ndarray) -> tuple[np.ndarray | None, Any]:
+    """Row number and position of every entry of the CSR rows ``c`` of ``ptr``, concatenated.
+
+    For a single row: ``None`` and a slice, which copy nothing (see :func:`_scatter_add`).
+    """
+    if len(c) == 1:
+        i = int(c[0])
+        return None, slice(int(ptr[i]), int(ptr[i + 1]))
+    lo, hi = ptr[c], ptr[c + 1]
     lengths = hi - lo
     total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
     starts = np.cumsum(lengths) - lengths
-    return np.repeat(lo - starts, lengths) + np.arange(total, dtype=np.int64)
+    pos = np.repeat(lo - starts, lengths) + np.arange(total, dtype=np.int64)
+    return np.repeat(np.arange(len(c)), lengths), pos
+
+
+def _scatter_add(Q: np.ndarray, rr: np.ndarray | None, cols: np.ndarray, vals: np.ndarray) -> None:
+    """``Q[rr, cols] += vals`` (no repeated (row, col) pair); ``rr=None``: Q's only row."""
+    if rr is None:
+        Q[0][cols] += vals  # 1-D fancy indexing: a few times cheaper than the 2-D form
+    else:
+        Q[rr, cols] += vals
 
 
 # ----------------------------------------------------------------------------------------- model
@@ -123,16 +139,38 @@ class NGramModel:
         self._V = n_sym + (2 if unknown == "unk" else 1)
         self._B = self._V + 1  # radix of context keys (tokens plus BOS)
         self._bos = self._V
-        self._ctx_keys = [np.ascontiguousarray(a, dtype=np.int64) for a in ctx_keys]
+        # Context keys with a sentinel above every key appended, so that a lookup's position is
+        # always a valid index; _ctx_keys are views without it.
+        self._keys_s = [np.append(np.asarray(a, dtype=np.int64), _INT64_MAX) for a in ctx_keys]
+        self._ctx_keys = [a[:-1] for a in self._keys_s]
         self._ptr = [np.ascontiguousarray(a, dtype=np.int64) for a in ptr]
         self._words = [np.ascontiguousarray(a, dtype=np.int64) for a in words]
         self._counts = [np.ascontiguousarray(a, dtype=np.int64) for a in counts]
         self._check_tables()
-        self._tot = []
-        self._types = []
-        for p, c in zip(self._ptr, self._counts):
-            self._types.append(np.diff(p))
-            self._tot.append(np.add.reduceat(c, p[:-1]) if len(c) else np.zeros(0, np.int64))
+        # What every row computation needs from a level, computed once for all its contexts with
+        # the float64 operations a row would do: KN/WB the back-off weight of each context
+        # (_gamma) and the discounted term of each (context, next token) entry (_vals); add-k
+        # the denominator A(c) + kV of each top-level context (_denom).
+        self._gamma: list[np.ndarray] = []
+        self._vals: list[np.ndarray] = []
+        self._denom = np.zeros(0)
+        D = self._discount
+        for L, (p, c) in enumerate(zip(self._ptr, self._counts)):
+            types = np.diff(p)
+            tot = (np.add.reduceat(c, p[:-1]) if len(c) else np.zeros(0, np.int64)).astype(np.float64)
+            if smoothing == "addk":
+                if L == order - 1:
+                    self._denom = tot + self._k * self._V
+                continue
+            types = types.astype(np.float64)
+            cnt = c.astype(np.float64)
+            if smoothing == "kn":
+                self._gamma.append(D * types / tot)
+                self._vals.append((cnt - D) / np.repeat(tot, np.diff(p)))
+            else:
+                denom = tot + types
+                self._gamma.append(types / denom)
+                self._vals.append(cnt / np.repeat(denom, np.diff(p)))
         self.n_sequences = int(n_sequences)
         self.n_tokens = int(n_tokens)
         if cache_size is None:
@@ -447,97 +485,31 @@ class NGramModel:
         for i in miss:
             uniq.setdefault(ctxs[i], len(uniq))
         ukeys = list(uniq)
-        if len(ukeys) == 1:
-            row = self._row_one(ukeys[0])
-            cache.put(ukeys[0], row)
-            for i in miss:
-                rows[i] = row
-            return rows
         depth, path = self._walk(ukeys)
         # Rows are cached per deepest matched context (depth, id): many contexts share one.
         row_cache = self._row_cache
-        deep_ids = path[np.arange(len(ukeys)), depth]
-        targets: dict[tuple[int, int], int] = {}
-        found: list = [None] * len(ukeys)
-        for j in range(len(ukeys)):
-            key = (int(depth[j]), int(deep_ids[j]))
-            r = row_cache.get(key)
+        R = len(ukeys)
+        rkeys = list(zip(depth.tolist(), path[np.arange(R), depth].tolist()))
+        found: list = [row_cache.get(key) for key in rkeys]
+        todo: dict[tuple[int, int], int] = {}  # uncached (depth, id) -> first row that has it
+        for j, r in enumerate(found):
             if r is None:
-                targets.setdefault(key, j)
+                todo.setdefault(rkeys[j], j)
+        if todo:
+            if len(todo) == R:
+                new = self._compute(depth, path)
             else:
-                found[j] = r
-        if targets:
-            sel = np.fromiter(targets.values(), dtype=np.int64, count=len(targets))
-            new = self._compute(depth[sel], path[sel])
-            for (key, _), r in zip(targets.items(), new):
+                sel = np.fromiter(todo.values(), dtype=np.int64, count=len(todo))
+                new = self._compute(depth[sel], path[sel])
+            fresh = dict(zip(todo, new))
+            for key, r in fresh.items():
                 row_cache.put(key, r)
-            for j in range(len(ukeys)):
-                if found[j] is None:
-                    found[j] = row_cache.get((int(depth[j]), int(deep_ids[j])))
-                    if found[j] is None:  # evicted meanwhile (tiny cache): recompute alone
-                        found[j] = self._compute(depth[j : j + 1], path[j : j + 1])[0]
+            found = [fresh[key] if r is None else r for key, r in zip(rkeys, found)]
         for c, r in zip(ukeys, found):
             cache.put(c, r)
         for i in miss:
             rows[i] = found[uniq[ctxs[i]]]
         return rows
-
-    def _row_one(self, ctx: tuple) -> np.ndarray:
-        """Scalar version of ``_walk`` + ``_compute`` for one context (same arithmetic)."""
-        V = self._V
-        B = self._B
-        for t in ctx:
-            if not 0 <= t < V:
-                raise ValueError(f"token id {t!r} in prefix {ctx!r} is outside [0, {V})")
-        n1 = self._order - 1
-        path = [0]
-        cid = 0
-        for L in range(1, n1 + 1):
-            x = int(ctx[-L]) if L <= len(ctx) else self._bos
-            keys = self._ctx_keys[L]
-            q = cid * B + x
-            pos = int(np.searchsorted(keys, q))
-            if pos >= len(keys) or int(keys[pos]) != q:
-                break
-            cid = pos
-            path.append(pos)
-        key = (len(path) - 1, path[-1])
-        row = self._row_cache.get(key)
-        if row is not None:
-            return row
-        if self._smoothing == "addk":
-            top = n1
-            if len(path) - 1 == top:
-                c = path[top]
-                lo, hi = int(self._ptr[top][c]), int(self._ptr[top][c + 1])
-                kk = self._k
-                denom = np.float64(self._tot[top][c]) + kk * V
-                Q = np.full(V, kk, dtype=np.float64)
-                Q[self._words[top][lo:hi]] += self._counts[top][lo:hi]
-                P = Q / denom
-            else:
-                P = np.full(V, 1.0 / V, dtype=np.float64)
-        else:
-            kn = self._smoothing == "kn"
-            D = self._discount
-            P = np.full(V, 1.0 / V, dtype=np.float64)
-            for L, c in enumerate(path):
-                lo, hi = int(self._ptr[L][c]), int(self._ptr[L][c + 1])
-                tot = np.float64(self._tot[L][c])
-                types = np.float64(hi - lo)
-                cnt = self._counts[L][lo:hi].astype(np.float64)
-                if kn:
-                    gamma = D * types / tot
-                    vals = (cnt - D) / tot
-                else:
-                    denom = tot + types
-                    gamma = types / denom
-                    vals = cnt / denom
-                P = P * gamma
-                P[self._words[L][lo:hi]] += vals
-        row = self._finish(P[None, :])[0]
-        self._row_cache.put(key, row)
-        return row
 
     @staticmethod
     def _finish(P: np.ndarray) -> list[np.ndarray]:
@@ -550,83 +522,90 @@ class NGramModel:
         return rows
 
     def _walk(self, ctxs: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
-        """Deepest observed suffix of each context: depth (R,) and context ids per level (R, n)."""
+        """Deepest observed suffix of each context: depth (R,) and context ids per level (R, n).
+
+        ``path[r, L]`` is the id of context r's level-L suffix for ``L <= depth[r]``; the entries
+        past ``depth[r]`` are meaningless.
+        """
         n1 = self._order - 1
         R = len(ctxs)
-        X = np.full((R, max(n1, 1)), self._bos, dtype=np.int64)  # column j: token j+1 back
-        lens = np.zeros(R, dtype=np.int64)
-        for r, c in enumerate(ctxs):
-            if c:
-                X[r, : len(c)] = c[::-1]
-                lens[r] = len(c)
-        if R and n1:
-            filled = np.arange(max(n1, 1)) < lens[:, None]
-            bad = filled & ((X < 0) | (X >= self._V))
-            if bad.any():
-                r, j = np.argwhere(bad)[0]
-                raise ValueError(
-                    f"token id {X[r, j]} in prefix {ctxs[r]!r} is outside [0, {self._V})"
-                )
-        depth = np.zeros(R, dtype=np.int64)
-        path = np.full((R, self._order), -1, dtype=np.int64)
-        path[:, 0] = 0
-        ids = np.zeros(R, dtype=np.int64)
-        alive = np.ones(R, dtype=bool)
+        V = self._V
+        X = np.empty((R, max(n1, 1)), dtype=np.int64)  # column j: token j+1 back
+        X.fill(V)  # BOS
+        n_tok = 0
+        try:
+            for r, c in enumerate(ctxs):
+                if c:
+                    X[r, : len(c)] = c[::-1]
+                    n_tok += len(c)
+            # All ids are in [0, V) iff the cells >= V as unsigned (negatives included) are
+            # exactly the BOS padding.
+            bad = int(np.count_nonzero(X.view(np.uint64) >= V)) != X.size - n_tok
+        except (OverflowError, TypeError, ValueError):  # not convertible to int64
+            bad = True
+        if bad:
+            for c in ctxs:
+                for t in c:
+                    if not (isinstance(t, (int, np.integer)) and 0 <= t < V):
+                        t = int(t) if isinstance(t, (int, np.integer)) else repr(t)
+                        raise ValueError(f"token id {t} in prefix {c!r} is outside [0, {V})")
+        path = np.zeros((R, self._order), dtype=np.int64)
+        match = np.zeros((R, max(n1, 1)), dtype=bool)  # match[r, L-1]: level-L key found
         B = self._B
+        pos = path[:, 0]  # level-0 context id of every row: 0
         for L in range(1, n1 + 1):
-            keys = self._ctx_keys[L]
-            if not len(keys) or not alive.any():
+            keys = self._keys_s[L]
+            q = pos * B
+            q += X[:, L - 1]
+            pos = keys.searchsorted(q)  # <= len(keys) - 1: the sentinel is above every q
+            m = match[:, L - 1]
+            np.equal(keys[pos], q, out=m)
+            if not np.count_nonzero(m):
                 break
-            q = ids * B + X[:, L - 1]
-            pos = np.searchsorted(keys, q)
-            ok = alive & (pos < len(keys))
-            ok[ok] = keys[pos[ok]] == q[ok]
-            ids = np.where(ok, pos, ids)
-            path[ok, L] = pos[ok]
-            depth += ok
-            alive = ok
+            path[:, L] = pos
+        # A row's depth is its number of leading matches (a later match after a miss is chance).
+        depth = np.add.reduce(np.logical_and.accumulate(match, axis=1), axis=1, dtype=np.int64)
         return depth, path
 
     def _compute(self, depth: np.ndarray, path: np.ndarray) -> list[np.ndarray]:
-        """Log-prob rows for resolved contexts; each row depends on its own context only."""
+        """Log-prob rows for resolved contexts; each row depends on its own context only.
+
+        The rows are processed deepest first, so that the rows that reach level L are the first
+        ``n_L``: every level updates a leading slice of ``P`` in place.
+        """
         R = len(depth)
         V = self._V
-        P = np.full((R, V), 1.0 / V, dtype=np.float64)
+        if R > 1:
+            perm = np.argsort(-depth, kind="stable")
+            depth, path = depth[perm], path[perm]
+        # reach[L]: the number of rows whose context is observed at level L (depth >= L).
+        reach = np.add.accumulate(np.bincount(depth, minlength=self._order)[::-1])[::-1].tolist()
+        P = np.empty((R, V), dtype=np.float64)
+        P.fill(1.0 / V)
         if self._smoothing == "addk":
             top = self._order - 1
-            sel = np.flatnonzero(depth == top)
-            if len(sel):
-                c = path[sel, top]
-                kk = self._k
-                lo, hi = self._ptr[top][c], self._ptr[top][c + 1]
-                denom = self._tot[top][c].astype(np.float64) + kk * V
-                Q = np.full((len(sel), V), kk, dtype=np.float64)
-                idx = _concat_ranges(lo, hi)
-                rr = np.repeat(np.arange(len(sel)), hi - lo)
-                Q[rr, self._words[top][idx]] += self._counts[top][idx]
-                P[sel] = Q / denom[:, None]
+            n = reach[top]
+            if n:
+                c = path[:n, top]
+                rr, idx = _ranges(self._ptr[top], c)
+                Q = P[:n]
+                Q.fill(self._k)
+                _scatter_add(Q, rr, self._words[top][idx], self._counts[top][idx])
+                Q /= self._denom[c][:, None]
         else:
-            kn = self._smoothing == "kn"
-            D = self._discount
             for L in range(self._order):
-                sel = np.flatnonzero(depth >= L)
-                if not len(sel):
+                n = reach[L]
+                if not n:
                     break
-                c = path[sel, L]
-                lo, hi = self._ptr[L][c], self._ptr[L][c + 1]
-                tot = self._tot[L][c].astype(np.float64)
-                types = self._types[L][c].astype(np.float64)
-                idx = _concat_ranges(lo, hi)
-                rr = np.repeat(np.arange(len(sel)), hi - lo)
-                cnt = self._counts[L][idx].astype(np.float64)
-                if kn:
-                    gamma = D * types / tot
-                    vals = (cnt - D) / tot[rr]
-                else:
-                    denom = tot + types
-                    gamma = types / denom
-                    vals = cnt / denom[rr]
-                Q = P[sel] * gamma[:, None]
-                Q[rr, self._words[L][idx]] += vals
-                P[sel] = Q
-        return self._finish(P)
+                c = path[:n, L]
+                rr, idx = _ranges(self._ptr[L], c)
+                Q = P[:n]
+                Q *= self._gamma[L][c][:, None]
+                _scatter_add(Q, rr, self._words[L][idx], self._vals[L][idx])
+        rows = self._finish(P)
+        if R == 1:
+            return rows
+        out: list = [None] * R
+        for i, r in zip(perm.tolist(), rows):
+            out[i] = r
+        return out
