@@ -146,7 +146,6 @@ class NGramModel:
         self._ptr = [np.ascontiguousarray(a, dtype=np.int64) for a in ptr]
         self._words = [np.ascontiguousarray(a, dtype=np.int64) for a in words]
         self._counts = [np.ascontiguousarray(a, dtype=np.int64) for a in counts]
-        self._check_tables()
         # What every row computation needs from a level, computed once for all its contexts with
         # the float64 operations a row would do: KN/WB the back-off weight of each context
         # (_gamma) and the discounted term of each (context, next token) entry (_vals); add-k
@@ -457,21 +456,39 @@ class NGramModel:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "NGramModel":
-        """Read a model written by :meth:`save`; it gives the same log-probabilities bit for bit."""
-        return cls(**load_model(path))
+        """Read a model written by :meth:`save`; it gives the same log-probabilities bit for bit.
+
+        The file is checked before use (``docs/ngram.md`` lists the checks): any problem with its
+        content raises a one-line ``ValueError`` naming the file; a file that cannot be opened
+        raises ``OSError``.
+        """
+        model = cls(**load_model(path))
+        model._check_sample_rows(os.fspath(path))
+        return model
 
     # ----------------------------------------------------------------------------- internals
-    def _check_tables(self) -> None:
-        n = self._order
-        if not all(len(t) == n for t in (self._ctx_keys, self._ptr, self._words, self._counts)):
-            raise ValueError("corrupt n-gram tables: wrong number of levels")
-        for L in range(n):
+    def _check_sample_rows(self, name: str) -> None:
+        """Raise ``ValueError`` unless the rows of up to 8 contexts per level are distributions."""
+        depths, paths = [], []
+        for L in range(self._order):
             C = 1 if L == 0 else len(self._ctx_keys[L])
-            p = self._ptr[L]
-            if len(p) != C + 1 or p[0] != 0 or p[-1] != len(self._words[L]):
-                raise ValueError(f"corrupt n-gram tables at level {L}")
-            if len(self._counts[L]) != len(self._words[L]):
-                raise ValueError(f"corrupt n-gram tables at level {L}")
+            ids = np.unique(np.linspace(0, C - 1, num=min(C, 8)).astype(np.int64))
+            path = np.zeros((len(ids), self._order), dtype=np.int64)
+            path[:, L] = ids
+            for up in range(L, 1, -1):  # parent of a level-`up` context: key // B
+                path[:, up - 1] = self._ctx_keys[up][path[:, up]] // self._B
+            depths.append(np.full(len(ids), L, dtype=np.int64))
+            paths.append(path)
+        depth = np.concatenate(depths)
+        rows = np.stack(self._compute(depth, np.concatenate(paths)))
+        total = np.exp(rows).sum(axis=1)
+        bad = ~np.isfinite(rows).all(axis=1) | ~(np.abs(total - 1.0) <= 1e-9)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(
+                f"{name!r} is not a valid arenum n-gram model file: the distribution after a "
+                f"level-{int(depth[i])} context is not normalized (sums to {total[i]!r})"
+            )
 
     def _rows(self, ctxs: list[tuple]) -> list[np.ndarray]:
         """Read-only log-prob rows for contexts (each at most order-1 most recent token ids)."""
