@@ -515,6 +515,60 @@ def test_load_refuses_archives_that_inflate_hugely(tmp_path, monkeypatch):
     _refused(good, r"would inflate to [\d,]+ bytes, more than the 1,000 allowed")
 
 
+# ------------------------------------------------------------------------------- atomic save
+@pytest.mark.parametrize("exc", [RuntimeError("disk full"), KeyboardInterrupt()])
+def test_failed_save_keeps_the_previous_file(tmp_path, monkeypatch, exc):
+    old, path = _saved(tmp_path)
+    before = path.read_bytes()
+    real = np.savez_compressed
+
+    def savez_then_fail(file, **arrays):  # writes part of an archive, then fails
+        real(file, **dict(list(arrays.items())[:3]))
+        file.flush()
+        assert os.path.getsize(file.name) > 0
+        raise exc
+
+    monkeypatch.setattr(np, "savez_compressed", savez_then_fail)
+    new = NGramModel.fit(["xyz"], order=2)
+    with pytest.raises(type(exc)):
+        new.save(path)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["good.npz"]  # no temp file left
+    assert NGramModel.load(path).vocab == old.vocab
+    with pytest.raises(type(exc)):
+        new.save(tmp_path / "fresh.npz")
+    assert os.listdir(tmp_path) == ["good.npz"]
+
+
+def test_save_is_synced_then_renamed(tmp_path, monkeypatch):
+    _, path = _saved(tmp_path)
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    proc = os.path.isdir("/proc/self/fd")
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}") if proc else fd))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", src, dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    m = NGramModel.fit(["xyz"], order=2)
+    m.save(path)
+    kinds = [e[0] for e in events]
+    assert kinds[:2] == ["fsync", "replace"], events
+    tmp = events[1][1]
+    assert os.path.dirname(tmp) == str(tmp_path) and os.path.basename(tmp).startswith(".arenum-")
+    if proc:
+        assert events[0][1] == tmp and events[2] == ("fsync", str(tmp_path))  # file, then folder
+    assert events[1][2] == str(path)
+    assert os.listdir(tmp_path) == ["good.npz"]
+    assert NGramModel.load(path).vocab == m.vocab
+
+
 # ----------------------------------------------------------------------------------- bad params
 @pytest.mark.parametrize(
     "kwargs, exc, match",

@@ -19,6 +19,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from ..._io import atomic_write
 from ..._validate import exact_int
 from .fit import KINDS, check_params
 
@@ -103,7 +104,11 @@ def _untag(obj: Any) -> Any:
 def save_model(path: str | os.PathLike, *, kind: str, order: int, smoothing: str, discount: float,
                k: float, unknown: str, symbols: list, n_sequences: int, n_tokens: int,
                **tables: list[np.ndarray]) -> None:
-    """Write a model's parameters, symbols and count tables to ``path``."""
+    """Write a model's parameters, symbols and count tables to ``path``, atomically.
+
+    The archive goes to a temp file beside ``path``, is fsynced and renamed over ``path``: if
+    anything fails, ``path`` keeps its previous content and no temp file is left.
+    """
     if kind == "char":
         syms: list = list(symbols)
     else:
@@ -125,8 +130,12 @@ def save_model(path: str | os.PathLike, *, kind: str, order: int, smoothing: str
     for L in range(order):
         for name in TABLES:
             arrays[f"{name}_{L}"] = tables[name][L]
-    with open(path, "wb") as fh:
-        np.savez_compressed(fh, **arrays)
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:  # a file object: savez would append ".npz" to a name
+            np.savez_compressed(fh, **arrays)
+
+    atomic_write(path, write, suffix=".npz.tmp")
 
 
 class _Invalid(ValueError):

@@ -436,7 +436,11 @@ class NGramModel:
 
     # -------------------------------------------------------------------------- save / load
     def save(self, path: str | os.PathLike) -> None:
-        """Write the model to ``path`` (a numpy ``.npz`` archive; no pickle)."""
+        """Write the model to ``path`` (a numpy ``.npz`` archive; no pickle).
+
+        The write is atomic: a temp file in the same folder, fsynced, then renamed over ``path``.
+        If it fails (or is interrupted) a previous file at ``path`` is left intact.
+        """
         save_model(
             path,
             kind=self._kind,
