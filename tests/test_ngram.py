@@ -621,6 +621,17 @@ def test_only_empty_lines():
     assert m.vocab == ["</s>"] and m.next_logprobs(()).tolist() == [0.0]
 
 
+def test_empty_and_whitespace_items_are_sequences():
+    # fit reads no lines and skips nothing: "" is an EOS-only sequence, "  " two spaces.
+    m = NGramModel.fit(["ab", "", "  "], order=2)
+    assert (m.n_sequences, m.n_tokens) == (3, 4) and m.vocab == [" ", "a", "b", "</s>"]
+    assert m.encode("  ") == (0, 0, m.eos)
+    without_empty = NGramModel.fit(["ab", "  "], order=2)
+    assert m.logprob("") > without_empty.logprob("")  # the empty item counted BOS -> EOS
+    tok = NGramModel.fit([["a", " "], [], [" "]], order=2)
+    assert (tok.n_sequences, tok.n_tokens) == (3, 3) and tok.vocab == [" ", "a", "</s>"]
+
+
 def test_enumerable_requires_max_len_when_fixed_length():
     m = NGramModel.fit(CORPUS, order=2)
     with pytest.raises(ValueError, match="max_len is required when terminating=False"):

@@ -276,6 +276,9 @@ class NGramModel:
         Args:
             corpus: an iterable of strings (character model) or of token sequences (token
                 model; tokens must be hashable).  Each item is one sequence; EOS is appended.
+                Nothing is skipped or stripped: an empty item ``""``/``[]`` is a sequence of no
+                tokens (it counts one EOS after BOS), and a whitespace-only string such as
+                ``"  "`` is a sequence of space characters.  Filter the items first to drop them.
             order: n, an integer in [1, 8].
             smoothing: ``"kn"`` (interpolated Kneser-Ney), ``"wb"`` (interpolated Witten-Bell)
                 or ``"addk"`` (add-k on the full context).
