@@ -16,6 +16,7 @@ import pytest
 from arenum.models import NGramModel
 from arenum.models.ngram import fit as ngram_fit
 from arenum.models.ngram import io as ngram_io
+from arenum.models.ngram import tables as ngram_tables
 
 CORPUS = ["abracadabra", "abc", "cab", "", "bad", "dab", "aaa", "cadabra", "ba"]
 SMOOTHINGS = ["kn", "wb", "addk"]
@@ -463,8 +464,8 @@ def test_load_refuses_bad_token_symbols(tmp_path):
 
 def test_load_checks_a_sample_of_rows(tmp_path, monkeypatch):
     _, good = _saved(tmp_path)
-    compute = NGramModel._compute
-    monkeypatch.setattr(NGramModel, "_compute", lambda self, d, p: [r + 0.01 for r in compute(self, d, p)])
+    rows = ngram_tables.CountTables.rows
+    monkeypatch.setattr(ngram_tables.CountTables, "rows", lambda self, d, p: [r + 0.01 for r in rows(self, d, p)])
     _refused(good, r"the distribution after a level-0 context is not normalized")
 
 

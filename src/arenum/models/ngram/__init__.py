@@ -5,8 +5,9 @@
 ``score_sequences``, ``all_position_logprobs``), plus ``encode``/``decode`` and a pickle-free
 ``save``/``load``.  See ``docs/ngram.md`` for the formulas and the file format.
 
-Modules: ``model`` (the class: lookup, rows, callbacks), ``fit`` (parameter checks, corpus
-encoding, counting), ``io`` (the ``.npz`` file: save, load, validation).
+Modules: ``model`` (the class: callbacks, encode/decode, save/load), ``cache`` (the LRU caches of
+rows), ``tables`` (the count tables, suffix lookup and row arithmetic), ``fit`` (parameter checks,
+corpus encoding, counting), ``io`` (the ``.npz`` file: save, load, validation).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-""":class:`NGramModel`: context lookup, distribution rows, the callbacks, encode/decode.
+""":class:`NGramModel`: the row caches, the callbacks, encode/decode, save/load.
 
-Fitting (``fit.py``) and the file format (``io.py``) live beside this module; ``docs/ngram.md``
-has the formulas and the file format.
+The count tables and the row arithmetic (``tables.py``), fitting (``fit.py``) and the file format
+(``io.py``) live beside this module; ``docs/ngram.md`` has the formulas and the file format.
 
 Token ids are ``0..V-1``: the corpus symbols first (sorted when they are mutually orderable, else in
 order of first appearance), then the end-of-sequence token ``eos``, then ``unk`` when the model
@@ -11,71 +11,17 @@ in contexts; it has the internal id ``V`` and is never predicted.
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from typing import Any, Hashable, Iterable, Sequence
 
 import numpy as np
 
 from ..._validate import exact_int
+from .cache import RowCache
 from .fit import check_params, fit_tables
 from .io import load_model, save_model
-
-_INT64_MAX = 2**63 - 1
+from .tables import CountTables
 
 __all__ = ["NGramModel"]
-
-
-# ------------------------------------------------------------------------------------ LRU cache
-class _LRU:
-    __slots__ = ("_d", "maxsize")
-
-    def __init__(self, maxsize: int) -> None:
-        self._d: OrderedDict = OrderedDict()
-        self.maxsize = maxsize
-
-    def get(self, key: Any) -> Any:
-        d = self._d
-        val = d.get(key)
-        if val is not None:
-            d.move_to_end(key)
-        return val
-
-    def put(self, key: Any, val: Any) -> None:
-        d = self._d
-        d[key] = val
-        d.move_to_end(key)
-        if len(d) > self.maxsize:
-            d.popitem(last=False)
-
-    def clear(self) -> None:
-        self._d.clear()
-
-    def __len__(self) -> int:
-        return len(self._d)
-
-
-def _ranges(ptr: np.ndarray, c: np.ndarray) -> tuple[np.ndarray | None, Any]:
-    """Row number and position of every entry of the CSR rows ``c`` of ``ptr``, concatenated.
-
-    For a single row: ``None`` and a slice, which copy nothing (see :func:`_scatter_add`).
-    """
-    if len(c) == 1:
-        i = int(c[0])
-        return None, slice(int(ptr[i]), int(ptr[i + 1]))
-    lo, hi = ptr[c], ptr[c + 1]
-    lengths = hi - lo
-    total = int(lengths.sum())
-    starts = np.cumsum(lengths) - lengths
-    pos = np.repeat(lo - starts, lengths) + np.arange(total, dtype=np.int64)
-    return np.repeat(np.arange(len(c)), lengths), pos
-
-
-def _scatter_add(Q: np.ndarray, rr: np.ndarray | None, cols: np.ndarray, vals: np.ndarray) -> None:
-    """``Q[rr, cols] += vals`` (no repeated (row, col) pair); ``rr=None``: Q's only row."""
-    if rr is None:
-        Q[0][cols] += vals  # 1-D fancy indexing: a few times cheaper than the 2-D form
-    else:
-        Q[rr, cols] += vals
 
 
 # ----------------------------------------------------------------------------------------- model
@@ -137,45 +83,17 @@ class NGramModel:
         self._eos = n_sym
         self._unk = n_sym + 1 if unknown == "unk" else None
         self._V = n_sym + (2 if unknown == "unk" else 1)
-        self._B = self._V + 1  # radix of context keys (tokens plus BOS)
-        self._bos = self._V
-        # Context keys with a sentinel above every key appended, so that a lookup's position is
-        # always a valid index; _ctx_keys are views without it.
-        self._keys_s = [np.append(np.asarray(a, dtype=np.int64), _INT64_MAX) for a in ctx_keys]
-        self._ctx_keys = [a[:-1] for a in self._keys_s]
-        self._ptr = [np.ascontiguousarray(a, dtype=np.int64) for a in ptr]
-        self._words = [np.ascontiguousarray(a, dtype=np.int64) for a in words]
-        self._counts = [np.ascontiguousarray(a, dtype=np.int64) for a in counts]
-        # What every row computation needs from a level, computed once for all its contexts with
-        # the float64 operations a row would do: KN/WB the back-off weight of each context
-        # (_gamma) and the discounted term of each (context, next token) entry (_vals); add-k
-        # the denominator A(c) + kV of each top-level context (_denom).
-        self._gamma: list[np.ndarray] = []
-        self._vals: list[np.ndarray] = []
-        self._denom = np.zeros(0)
-        D = self._discount
-        for L, (p, c) in enumerate(zip(self._ptr, self._counts)):
-            types = np.diff(p)
-            tot = (np.add.reduceat(c, p[:-1]) if len(c) else np.zeros(0, np.int64)).astype(np.float64)
-            if smoothing == "addk":
-                if L == order - 1:
-                    self._denom = tot + self._k * self._V
-                continue
-            types = types.astype(np.float64)
-            cnt = c.astype(np.float64)
-            if smoothing == "kn":
-                self._gamma.append(D * types / tot)
-                self._vals.append((cnt - D) / np.repeat(tot, np.diff(p)))
-            else:
-                denom = tot + types
-                self._gamma.append(types / denom)
-                self._vals.append(cnt / np.repeat(denom, np.diff(p)))
+        self._tables = CountTables(
+            order=order, V=self._V, smoothing=smoothing, discount=discount, k=k,
+            ctx_keys=ctx_keys, ptr=ptr, words=words, counts=counts,
+        )
+        t = self._tables
+        self._ctx_keys, self._ptr, self._words, self._counts = t.ctx_keys, t.ptr, t.words, t.counts
         self.n_sequences = int(n_sequences)
         self.n_tokens = int(n_tokens)
         if cache_size is None:
             cache_size = int(min(1 << 16, max(256, (1 << 27) // (8 * self._V))))
-        self._row_cache = _LRU(cache_size)  # (depth, ctx id) -> read-only log-prob row
-        self._ctx_cache = _LRU(cache_size)  # last order-1 token ids -> same row object
+        self._cache = RowCache(self._tables, cache_size)
 
     # ------------------------------------------------------------------------------ properties
     @property
@@ -239,19 +157,16 @@ class NGramModel:
     @property
     def cache_size(self) -> int:
         """Maximum number of cached distribution rows (LRU)."""
-        return self._row_cache.maxsize
+        return self._cache.maxsize
 
     @cache_size.setter
     def cache_size(self, value: int) -> None:
         value = exact_int("cache_size", value, minimum=1)
-        self._row_cache.maxsize = value
-        self._ctx_cache.maxsize = value
-        self.clear_cache()
+        self._cache.maxsize = value
 
     def clear_cache(self) -> None:
         """Drop the cached distributions (they are recomputed identically on demand)."""
-        self._row_cache.clear()
-        self._ctx_cache.clear()
+        self._cache.clear()
 
     def __repr__(self) -> str:
         return (
@@ -354,9 +269,9 @@ class NGramModel:
         n1 = self._order - 1
         prefix = tuple(prefix)
         ctx = prefix[len(prefix) - n1 :] if len(prefix) > n1 else prefix
-        row = self._ctx_cache.get(ctx)
+        row = self._cache.get(ctx)
         if row is None:
-            row = self._rows([ctx])[0]
+            row = self._cache.rows([ctx])[0]
         return row.copy()
 
     def batch_next_logprobs(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
@@ -366,7 +281,7 @@ class NGramModel:
         for p in prefixes:
             p = tuple(p)
             ctxs.append(p[len(p) - n1 :] if len(p) > n1 else p)
-        rows = self._rows(ctxs)
+        rows = self._cache.rows(ctxs)
         if not rows:
             return np.zeros((0, self._V), dtype=np.float64)
         return np.stack(rows)
@@ -376,7 +291,7 @@ class NGramModel:
         seq = tuple(seq)
         n1 = self._order - 1
         ctxs = [seq[max(0, d - n1) : d] for d in range(len(seq))]
-        rows = self._rows(ctxs)
+        rows = self._cache.rows(ctxs)
         if not rows:
             return np.zeros((0, self._V), dtype=np.float64)
         return np.stack(rows)
@@ -396,7 +311,7 @@ class NGramModel:
                 if not (isinstance(tok, (int, np.integer)) and 0 <= tok < V):
                     raise ValueError(f"token id {tok!r} at position {t} is outside [0, {V})")
                 ctxs.append(s[max(0, t - n1) : t])
-        rows = self._rows(ctxs)
+        rows = self._cache.rows(ctxs)
         out = np.empty(len(seqs), dtype=np.float64)
         i = 0
         for j, s in enumerate(seqs):
@@ -444,22 +359,10 @@ class NGramModel:
         The write is atomic: a temp file in the same folder, fsynced, then renamed over ``path``.
         If it fails (or is interrupted) a previous file at ``path`` is left intact.
         """
-        save_model(
-            path,
-            kind=self._kind,
-            order=self._order,
-            smoothing=self._smoothing,
-            discount=self._discount,
-            k=self._k,
-            unknown=self._unknown,
-            symbols=self._symbols,
-            n_sequences=self.n_sequences,
-            n_tokens=self.n_tokens,
-            ctx_keys=self._ctx_keys,
-            ptr=self._ptr,
-            words=self._words,
-            counts=self._counts,
-        )
+        save_model(path, kind=self._kind, order=self._order, smoothing=self._smoothing,
+                   discount=self._discount, k=self._k, unknown=self._unknown,
+                   symbols=self._symbols, n_sequences=self.n_sequences, n_tokens=self.n_tokens,
+                   ctx_keys=self._ctx_keys, ptr=self._ptr, words=self._words, counts=self._counts)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "NGramModel":
@@ -470,166 +373,9 @@ class NGramModel:
         raises ``OSError``.
         """
         model = cls(**load_model(path))
-        model._check_sample_rows(os.fspath(path))
+        problem = model._tables.sample_problem()
+        if problem:
+            raise ValueError(f"{os.fspath(path)!r} is not a valid arenum n-gram model file: {problem}")
         return model
 
     # ----------------------------------------------------------------------------- internals
-    def _check_sample_rows(self, name: str) -> None:
-        """Raise ``ValueError`` unless the rows of up to 8 contexts per level are distributions."""
-        depths, paths = [], []
-        for L in range(self._order):
-            C = 1 if L == 0 else len(self._ctx_keys[L])
-            ids = np.unique(np.linspace(0, C - 1, num=min(C, 8)).astype(np.int64))
-            path = np.zeros((len(ids), self._order), dtype=np.int64)
-            path[:, L] = ids
-            for up in range(L, 1, -1):  # parent of a level-`up` context: key // B
-                path[:, up - 1] = self._ctx_keys[up][path[:, up]] // self._B
-            depths.append(np.full(len(ids), L, dtype=np.int64))
-            paths.append(path)
-        depth = np.concatenate(depths)
-        rows = np.stack(self._compute(depth, np.concatenate(paths)))
-        total = np.exp(rows).sum(axis=1)
-        bad = ~np.isfinite(rows).all(axis=1) | ~(np.abs(total - 1.0) <= 1e-9)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ValueError(
-                f"{name!r} is not a valid arenum n-gram model file: the distribution after a "
-                f"level-{int(depth[i])} context is not normalized (sums to {total[i]!r})"
-            )
-
-    def _rows(self, ctxs: list[tuple]) -> list[np.ndarray]:
-        """Read-only log-prob rows for contexts (each at most order-1 most recent token ids)."""
-        cache = self._ctx_cache
-        rows: list = [cache.get(c) for c in ctxs]
-        miss = [i for i, r in enumerate(rows) if r is None]
-        if not miss:
-            return rows
-        # Distinct missing contexts, resolved together.
-        uniq: dict[tuple, int] = {}
-        for i in miss:
-            uniq.setdefault(ctxs[i], len(uniq))
-        ukeys = list(uniq)
-        depth, path = self._walk(ukeys)
-        # Rows are cached per deepest matched context (depth, id): many contexts share one.
-        row_cache = self._row_cache
-        R = len(ukeys)
-        rkeys = list(zip(depth.tolist(), path[np.arange(R), depth].tolist()))
-        found: list = [row_cache.get(key) for key in rkeys]
-        todo: dict[tuple[int, int], int] = {}  # uncached (depth, id) -> first row that has it
-        for j, r in enumerate(found):
-            if r is None:
-                todo.setdefault(rkeys[j], j)
-        if todo:
-            if len(todo) == R:
-                new = self._compute(depth, path)
-            else:
-                sel = np.fromiter(todo.values(), dtype=np.int64, count=len(todo))
-                new = self._compute(depth[sel], path[sel])
-            fresh = dict(zip(todo, new))
-            for key, r in fresh.items():
-                row_cache.put(key, r)
-            found = [fresh[key] if r is None else r for key, r in zip(rkeys, found)]
-        for c, r in zip(ukeys, found):
-            cache.put(c, r)
-        for i in miss:
-            rows[i] = found[uniq[ctxs[i]]]
-        return rows
-
-    @staticmethod
-    def _finish(P: np.ndarray) -> list[np.ndarray]:
-        P /= P.sum(axis=1, keepdims=True)
-        with np.errstate(divide="ignore"):
-            logP = np.log(P)
-        rows = list(logP)
-        for r in rows:
-            r.flags.writeable = False
-        return rows
-
-    def _walk(self, ctxs: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
-        """Deepest observed suffix of each context: depth (R,) and context ids per level (R, n).
-
-        ``path[r, L]`` is the id of context r's level-L suffix for ``L <= depth[r]``; the entries
-        past ``depth[r]`` are meaningless.
-        """
-        n1 = self._order - 1
-        R = len(ctxs)
-        V = self._V
-        X = np.empty((R, max(n1, 1)), dtype=np.int64)  # column j: token j+1 back
-        X.fill(V)  # BOS
-        n_tok = 0
-        try:
-            for r, c in enumerate(ctxs):
-                if c:
-                    X[r, : len(c)] = c[::-1]
-                    n_tok += len(c)
-            # All ids are in [0, V) iff the cells >= V as unsigned (negatives included) are
-            # exactly the BOS padding.
-            bad = int(np.count_nonzero(X.view(np.uint64) >= V)) != X.size - n_tok
-        except (OverflowError, TypeError, ValueError):  # not convertible to int64
-            bad = True
-        if bad:
-            for c in ctxs:
-                for t in c:
-                    if not (isinstance(t, (int, np.integer)) and 0 <= t < V):
-                        t = int(t) if isinstance(t, (int, np.integer)) else repr(t)
-                        raise ValueError(f"token id {t} in prefix {c!r} is outside [0, {V})")
-        path = np.zeros((R, self._order), dtype=np.int64)
-        match = np.zeros((R, max(n1, 1)), dtype=bool)  # match[r, L-1]: level-L key found
-        B = self._B
-        pos = path[:, 0]  # level-0 context id of every row: 0
-        for L in range(1, n1 + 1):
-            keys = self._keys_s[L]
-            q = pos * B
-            q += X[:, L - 1]
-            pos = keys.searchsorted(q)  # <= len(keys) - 1: the sentinel is above every q
-            m = match[:, L - 1]
-            np.equal(keys[pos], q, out=m)
-            if not np.count_nonzero(m):
-                break
-            path[:, L] = pos
-        # A row's depth is its number of leading matches (a later match after a miss is chance).
-        depth = np.add.reduce(np.logical_and.accumulate(match, axis=1), axis=1, dtype=np.int64)
-        return depth, path
-
-    def _compute(self, depth: np.ndarray, path: np.ndarray) -> list[np.ndarray]:
-        """Log-prob rows for resolved contexts; each row depends on its own context only.
-
-        The rows are processed deepest first, so that the rows that reach level L are the first
-        ``n_L``: every level updates a leading slice of ``P`` in place.
-        """
-        R = len(depth)
-        V = self._V
-        if R > 1:
-            perm = np.argsort(-depth, kind="stable")
-            depth, path = depth[perm], path[perm]
-        # reach[L]: the number of rows whose context is observed at level L (depth >= L).
-        reach = np.add.accumulate(np.bincount(depth, minlength=self._order)[::-1])[::-1].tolist()
-        P = np.empty((R, V), dtype=np.float64)
-        P.fill(1.0 / V)
-        if self._smoothing == "addk":
-            top = self._order - 1
-            n = reach[top]
-            if n:
-                c = path[:n, top]
-                rr, idx = _ranges(self._ptr[top], c)
-                Q = P[:n]
-                Q.fill(self._k)
-                _scatter_add(Q, rr, self._words[top][idx], self._counts[top][idx])
-                Q /= self._denom[c][:, None]
-        else:
-            for L in range(self._order):
-                n = reach[L]
-                if not n:
-                    break
-                c = path[:n, L]
-                rr, idx = _ranges(self._ptr[L], c)
-                Q = P[:n]
-                Q *= self._gamma[L][c][:, None]
-                _scatter_add(Q, rr, self._words[L][idx], self._vals[L][idx])
-        rows = self._finish(P)
-        if R == 1:
-            return rows
-        out: list = [None] * R
-        for i, r in zip(perm.tolist(), rows):
-            out[i] = r
-        return out
