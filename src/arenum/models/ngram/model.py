@@ -377,5 +377,3 @@ class NGramModel:
         if problem:
             raise ValueError(f"{os.fspath(path)!r} is not a valid arenum n-gram model file: {problem}")
         return model
-
-    # ----------------------------------------------------------------------------- internals
