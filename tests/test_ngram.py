@@ -3,14 +3,20 @@ error paths, and enumeration against brute force."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import os
+import re
+import zipfile
 from collections import defaultdict
 
 import numpy as np
 import pytest
 
 from arenum.models import NGramModel
-from arenum.models import ngram as ngram_mod
+from arenum.models.ngram import fit as ngram_fit
+from arenum.models.ngram import io as ngram_io
+from arenum.models.ngram import tables as ngram_tables
 
 CORPUS = ["abracadabra", "abc", "cab", "", "bad", "dab", "aaa", "cadabra", "ba"]
 SMOOTHINGS = ["kn", "wb", "addk"]
@@ -212,7 +218,7 @@ def test_large_vocabulary_key_fallback_matches_fast_path(monkeypatch):
     rng = np.random.default_rng(3)
     corpus = [[int(x) for x in rng.integers(0, 40, size=int(rng.integers(0, 12)))] for _ in range(60)]
     fast = NGramModel.fit(corpus, order=4, smoothing="kn")
-    monkeypatch.setattr(ngram_mod, "_INT64_MAX", 0)  # force the level-by-level numbering
+    monkeypatch.setattr(ngram_fit, "_INT64_MAX", 0)  # force the level-by-level numbering
     slow = NGramModel.fit(corpus, order=4, smoothing="kn")
     for name in ("_ctx_keys", "_ptr", "_words", "_counts"):
         for a, b in zip(getattr(fast, name), getattr(slow, name)):
@@ -320,6 +326,250 @@ def test_load_rejects_foreign_files(tmp_path):
         NGramModel.load(tmp_path / "other.npz")
 
 
+# ------------------------------------------------------------------------- load: damaged files
+def _saved(tmp_path, order=4, corpus=CORPUS):
+    m = NGramModel.fit(corpus, order=order, smoothing="kn")
+    path = tmp_path / "good.npz"
+    m.save(path)
+    return m, path
+
+
+def _rewrite(path, out, *, meta=None, drop_meta=(), arrays=None, drop=()):
+    """Copy the npz at ``path`` to ``out`` with meta fields and arrays replaced or dropped."""
+    with np.load(path, allow_pickle=False) as z:
+        entries = {n: z[n] for n in z.files}
+    m = json.loads(str(entries["meta"][()]))
+    m.update(meta or {})
+    for key in drop_meta:
+        del m[key]
+    entries["meta"] = np.array(json.dumps(m))
+    for name, fn in (arrays or {}).items():
+        entries[name] = fn(entries)
+    for name in drop:
+        del entries[name]
+    np.savez_compressed(out, **entries)
+    return out
+
+
+def _refused(path, match):
+    """load(path) raises a one-line ValueError that names the file and matches ``match``."""
+    with pytest.raises(ValueError) as info:
+        NGramModel.load(path)
+    msg = str(info.value)
+    assert "\n" not in msg and repr(str(path)) in msg, msg
+    assert re.search(match, msg), msg
+    return msg
+
+
+def _swap01(a):
+    a = a.copy()
+    a[[0, 1]] = a[[1, 0]]
+    return a
+
+
+def _set(name, i, value):
+    def edit(e):
+        a = e[name].copy()
+        a[i] = value
+        return a
+    return edit
+
+
+@pytest.mark.parametrize(
+    "meta, drop_meta, match",
+    [
+        ({"discount": 5.0}, (), r"discount must be in \(0.0, 1.0\], got 5.0"),
+        ({"discount": 0}, (), r"discount must be in"),
+        ({"k": -1}, (), r"k must be in \(0.0, inf\), got -1"),
+        ({"order": 9}, (), r"order must be <= 8, got 9"),
+        ({"order": "4"}, (), r"order must be an integer, got str '4'"),
+        ({"smoothing": "gt"}, (), r"smoothing must be one of 'kn', 'wb', 'addk'; got 'gt'"),
+        ({"unknown": "ignore"}, (), r"unknown must be one of 'error', 'unk'; got 'ignore'"),
+        ({"kind": "bytes"}, (), r"kind must be one of 'char', 'token'; got 'bytes'"),
+        ({"n_sequences": 0}, (), r"n_sequences must be >= 1, got 0"),
+        ({"n_tokens": 1.5}, (), r"n_tokens must be an exact integer"),
+        ({}, ("k",), r"meta has no 'k' field"),
+        ({"symbols": "abcdr"}, (), r"symbols must be a list"),
+        ({"symbols": ["a", "b", "c", "d"]}, (), r"token id outside \[0, 5\)"),  # one fewer than V-1
+        ({"symbols": ["b", "a", "c", "d", "r"]}, (), r"not in increasing order"),
+        ({"symbols": ["ab", "b", "c", "d", "r"]}, (), r"symbol 0 of a character model is 'ab'"),
+        ({"version": 2}, (), r"unsupported n-gram file version 2 \(this arenum reads version 1\)"),
+        ({"format": "other"}, (), r"is not an arenum n-gram model file"),
+        ({"n_tokens": 1}, (), r"top-level counts add up to 44, but n_tokens \+ n_sequences = 10"),
+    ],
+)
+def test_load_refuses_bad_meta(tmp_path, meta, drop_meta, match):
+    _, good = _saved(tmp_path)
+    _refused(_rewrite(good, tmp_path / "bad.npz", meta=meta, drop_meta=drop_meta), match)
+
+
+@pytest.mark.parametrize(
+    "arrays, drop, match",
+    [
+        # An unsorted level used to load and silently give another model.
+        ({"ctx_keys_2": lambda e: _swap01(e["ctx_keys_2"])}, (), r"ctx_keys_2 is not strictly increasing \(entry 1: 0 after 1\)"),
+        ({"ctx_keys_1": _set("ctx_keys_1", -1, 7)}, (), r"ctx_keys_1 holds a key outside \[0, 7\)"),
+        ({"ctx_keys_3": _set("ctx_keys_3", 0, -1)}, (), r"ctx_keys_3 holds a key outside"),
+        ({"ctx_keys_0": lambda e: np.array([3])}, (), r"ctx_keys_0 must be empty"),
+        ({"ctx_keys_2": lambda e: e["ctx_keys_2"][:0]}, (), r"ctx_keys_2 is empty"),
+        ({"ptr_1": _set("ptr_1", 1, 9)}, (), r"ptr_1 must rise strictly from 0 to len\(words_1\)"),
+        ({"ptr_2": _set("ptr_2", -1, 1000)}, (), r"ptr_2 must rise strictly"),
+        ({"ptr_3": lambda e: e["ptr_3"][:-1]}, (), r"ptr_3 has \d+ entries; \d+ contexts need \d+"),
+        ({"words_1": _set("words_1", 0, 6)}, (), r"words_1 holds a token id outside \[0, 6\)"),
+        ({"words_0": _set("words_0", 2, -3)}, (), r"words_0 holds a token id outside"),
+        ({"words_2": lambda e: _swap01(e["words_2"])}, (), r"words_2 is not strictly increasing within a context"),
+        ({"counts_2": _set("counts_2", 0, 0)}, (), r"counts_2 holds a count <= 0 \(0\)"),
+        ({"counts_1": _set("counts_1", 3, -2)}, (), r"counts_1 holds a count <= 0"),
+        ({"counts_3": _set("counts_3", 0, 2)}, (), r"top-level counts add up to 45"),
+        ({"counts_0": lambda e: e["counts_0"][:-1]}, (), r"counts_0 has 5 entries, words_0 has 6"),
+        ({"counts_0": lambda e: np.full(6, 2**61)}, (), r"counts_0 add up to more than 2\*\*62"),
+        ({"words_1": lambda e: e["words_1"].astype(np.float64)}, (), r"words_1 must be a 1-d integer array, got 1-d float64"),
+        ({"counts_0": lambda e: e["counts_0"].astype(bool)}, (), r"counts_0 must be a 1-d integer array, got 1-d bool"),
+        ({"words_3": lambda e: e["words_3"].reshape(-1, 1)}, (), r"words_3 must be a 1-d integer array, got 2-d int64"),
+        ({"counts_1": lambda e: e["counts_1"].astype(object)}, (), r"entry 'counts_1' holds Python objects"),
+        ({"meta": lambda e: np.array(5)}, (), r"entry 'meta' must be a 0-d string array"),
+        ({"meta": lambda e: np.array("{not json")}, (), r"entry 'meta' is not JSON"),
+        ({}, ("words_3",), r"entry 'words_3' is missing"),
+        ({"extra": lambda e: np.arange(3)}, (), r"unexpected entry 'extra.npy' for an order-4 model"),
+    ],
+)
+def test_load_refuses_bad_tables(tmp_path, arrays, drop, match):
+    _, good = _saved(tmp_path)
+    _refused(_rewrite(good, tmp_path / "bad.npz", arrays=arrays, drop=drop), match)
+
+
+def test_load_accepts_other_integer_dtypes(tmp_path):
+    m, good = _saved(tmp_path)
+    cast = {f"{t}_{L}": (lambda e, n=f"{t}_{L}": e[n].astype(">u4"))
+            for t in ("words", "counts") for L in range(4)}
+    r = NGramModel.load(_rewrite(good, tmp_path / "u4.npz", arrays=cast))
+    prefixes = _contexts(m, np.random.default_rng(1))
+    assert np.array_equal(m.batch_next_logprobs(prefixes), r.batch_next_logprobs(prefixes))
+
+
+def test_load_refuses_bad_token_symbols(tmp_path):
+    m = NGramModel.fit([[1, 2], ["x", (3, None)]], order=2)
+    good = tmp_path / "tok.npz"
+    m.save(good)
+    syms = json.loads(str(np.load(good)["meta"][()]))["symbols"]
+    _refused(_rewrite(good, tmp_path / "b1.npz", meta={"symbols": [["q", 1]] + syms[1:]}),
+             r"symbol 0: \['q', 1\] is not a tagged token")
+    _refused(_rewrite(good, tmp_path / "b2.npz", meta={"symbols": [["i", "1"]] + syms[1:]}),
+             r"symbol 0: .* is not a tagged token")
+    _refused(_rewrite(good, tmp_path / "b3.npz", meta={"symbols": [syms[1]] + syms[1:]}),
+             r"two symbols are equal")
+    _refused(_rewrite(good, tmp_path / "b4.npz", meta={"symbols": [["y", "zz"]] + syms[1:]}),
+             r"symbol 0: non-hexadecimal")
+
+
+def test_load_checks_a_sample_of_rows(tmp_path, monkeypatch):
+    _, good = _saved(tmp_path)
+    rows = ngram_tables.CountTables.rows
+    monkeypatch.setattr(ngram_tables.CountTables, "rows", lambda self, d, p: [r + 0.01 for r in rows(self, d, p)])
+    _refused(good, r"the distribution after a level-0 context is not normalized")
+
+
+def test_load_damaged_and_foreign_files(tmp_path):
+    m, good = _saved(tmp_path)
+    data = good.read_bytes()
+    (tmp_path / "text.npz").write_text("hello\n")
+    _refused(tmp_path / "text.npz", r"is not an arenum n-gram model file \(not a .npz archive\)")
+    (tmp_path / "empty.npz").write_bytes(b"")
+    _refused(tmp_path / "empty.npz", r"not a .npz archive")
+    for n in (10, len(data) // 3, len(data) // 2, len(data) - 30, len(data) - 1):
+        (tmp_path / "cut.npz").write_bytes(data[:n])
+        _refused(tmp_path / "cut.npz", r"damaged or truncated zip archive|not a .npz archive")
+    with pytest.raises(FileNotFoundError, match="missing.npz"):
+        NGramModel.load(tmp_path / "missing.npz")
+    # One flipped byte anywhere: a clear ValueError, or (a byte zip ignores) the same model.
+    prefixes = _contexts(m, np.random.default_rng(2))
+    want = m.batch_next_logprobs(prefixes)
+    outcomes = set()
+    for i in np.linspace(0, len(data) - 1, 150).astype(int).tolist():
+        flipped = bytearray(data)
+        flipped[i] ^= 0x5A
+        (tmp_path / "flip.npz").write_bytes(bytes(flipped))
+        try:
+            r = NGramModel.load(tmp_path / "flip.npz")
+        except ValueError as exc:
+            assert repr(str(tmp_path / "flip.npz")) in str(exc) and "\n" not in str(exc), exc
+            outcomes.add("refused")
+        else:
+            assert np.array_equal(r.batch_next_logprobs(prefixes), want), i
+            outcomes.add("same")
+    assert "refused" in outcomes
+
+
+def test_load_refuses_archives_that_inflate_hugely(tmp_path, monkeypatch):
+    _, good = _saved(tmp_path)
+    # With the default limits: a 72 MB entry of zeros compresses to ~70 kB (1000x).
+    bomb = tmp_path / "bomb.npz"
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+        dst.writestr("words_9.npy", bytes(72_000_000))
+    assert os.path.getsize(bomb) < 200_000
+    msg = _refused(bomb, r"is refused: its entries would inflate to 72,0\d\d,\d{3} bytes, more than")
+    assert "50x" in msg
+    # The absolute cap applies whatever the ratio.
+    monkeypatch.setattr(ngram_io, "MAX_UNCOMPRESSED_BYTES", 1000)
+    _refused(good, r"would inflate to [\d,]+ bytes, more than the 1,000 allowed")
+
+
+# ------------------------------------------------------------------------------- atomic save
+@pytest.mark.parametrize("exc", [RuntimeError("disk full"), KeyboardInterrupt()])
+def test_failed_save_keeps_the_previous_file(tmp_path, monkeypatch, exc):
+    old, path = _saved(tmp_path)
+    before = path.read_bytes()
+    real = np.savez_compressed
+
+    def savez_then_fail(file, **arrays):  # writes part of an archive, then fails
+        real(file, **dict(list(arrays.items())[:3]))
+        file.flush()
+        assert os.path.getsize(file.name) > 0
+        raise exc
+
+    monkeypatch.setattr(np, "savez_compressed", savez_then_fail)
+    new = NGramModel.fit(["xyz"], order=2)
+    with pytest.raises(type(exc)):
+        new.save(path)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["good.npz"]  # no temp file left
+    assert NGramModel.load(path).vocab == old.vocab
+    with pytest.raises(type(exc)):
+        new.save(tmp_path / "fresh.npz")
+    assert os.listdir(tmp_path) == ["good.npz"]
+
+
+def test_save_is_synced_then_renamed(tmp_path, monkeypatch):
+    _, path = _saved(tmp_path)
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    proc = os.path.isdir("/proc/self/fd")
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}") if proc else fd))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", src, dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    m = NGramModel.fit(["xyz"], order=2)
+    m.save(path)
+    kinds = [e[0] for e in events]
+    assert kinds[:2] == ["fsync", "replace"], events
+    tmp = events[1][1]
+    assert os.path.dirname(tmp) == str(tmp_path) and os.path.basename(tmp).startswith(".arenum-")
+    if proc:
+        assert events[0][1] == tmp and events[2] == ("fsync", str(tmp_path))  # file, then folder
+    assert events[1][2] == str(path)
+    assert os.listdir(tmp_path) == ["good.npz"]
+    assert NGramModel.load(path).vocab == m.vocab
+
+
 # ----------------------------------------------------------------------------------- bad params
 @pytest.mark.parametrize(
     "kwargs, exc, match",
@@ -370,6 +620,17 @@ def test_bad_corpora():
 def test_only_empty_lines():
     m = NGramModel.fit(["", ""], order=3)
     assert m.vocab == ["</s>"] and m.next_logprobs(()).tolist() == [0.0]
+
+
+def test_empty_and_whitespace_items_are_sequences():
+    # fit reads no lines and skips nothing: "" is an EOS-only sequence, "  " two spaces.
+    m = NGramModel.fit(["ab", "", "  "], order=2)
+    assert (m.n_sequences, m.n_tokens) == (3, 4) and m.vocab == [" ", "a", "b", "</s>"]
+    assert m.encode("  ") == (0, 0, m.eos)
+    without_empty = NGramModel.fit(["ab", "  "], order=2)
+    assert m.logprob("") > without_empty.logprob("")  # the empty item counted BOS -> EOS
+    tok = NGramModel.fit([["a", " "], [], [" "]], order=2)
+    assert (tok.n_sequences, tok.n_tokens) == (3, 3) and tok.vocab == [" ", "a", "</s>"]
 
 
 def test_enumerable_requires_max_len_when_fixed_length():

@@ -1,7 +1,8 @@
-"""Writing files atomically: a temp file in the destination folder, renamed over the target.
+"""Writing files atomically: a temp file in the destination folder, synced, renamed over the target.
 
-Nothing is left at the target, or beside it, when writing fails. Used by the command line and the
-plots; this module does not decide what is written.
+Nothing is left at the target, or beside it, when writing fails, and a file that was there before
+is untouched. Used by the command line, the plots and ``NGramModel.save``; this module does not
+decide what is written.
 """
 from __future__ import annotations
 
@@ -13,16 +14,24 @@ __all__ = ["atomic_write"]
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None], *, suffix: str = ".tmp") -> int:
-    """Call ``write(tmp)`` on a temp file beside ``path``, then rename it to ``path``.
+    """Call ``write(tmp)`` on a temp file beside ``path``, fsync it, then rename it to ``path``.
 
-    The file gets the mode a plain ``open(path, "w")`` would (temp files start as 0600). Returns the
-    size written, in bytes.
+    The folder is fsynced after the rename where the platform allows it, so the new file survives
+    a crash once this returns. The file gets the mode a plain ``open(path, "w")`` would (temp files
+    start as 0600). On any failure, ``KeyboardInterrupt`` included, the temp file is removed and
+    ``path`` is left as it was. Returns the size written, in bytes.
     """
     path = os.fspath(path)
-    fd, tmp = tempfile.mkstemp(prefix=".arenum-", suffix=suffix, dir=os.path.dirname(os.path.abspath(path)))
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".arenum-", suffix=suffix, dir=folder)
     os.close(fd)
     try:
         write(tmp)
+        fd = os.open(tmp, os.O_RDWR)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         mask = os.umask(0)
         os.umask(mask)
         os.chmod(tmp, 0o666 & ~mask)
@@ -33,4 +42,19 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None], *, suffi
         except OSError:
             pass
         raise
+    _fsync_folder(folder)
     return os.path.getsize(path)
+
+
+def _fsync_folder(folder: str) -> None:
+    """Make a rename in ``folder`` durable; a no-op where folders cannot be opened (Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
