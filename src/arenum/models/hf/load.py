@@ -1,0 +1,199 @@
+"""Loading for :class:`~arenum.models.hf.CausalLMOracle`: devices and dtypes, local checkpoints,
+special tokens (BOS / EOS), the vocabulary size and prompt encoding.
+
+Everything here runs once, when an oracle is built; nothing is on the scoring path.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+__all__ = [
+    "DTYPE_NAMES",
+    "encode_prompt",
+    "load_checkpoint",
+    "resolve_device",
+    "resolve_dtype",
+    "resolve_special",
+    "vocab_size_of",
+]
+
+DTYPE_NAMES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "float64": torch.float64,
+    "fp64": torch.float64,
+    "double": torch.float64,
+}
+
+
+def resolve_device(device: Any, model: torch.nn.Module | None) -> torch.device:
+    """``None`` keeps the model's device (CPU without a model); else a checked ``torch.device``."""
+    if device is None:
+        if model is not None:
+            try:
+                return next(model.parameters()).device
+            except StopIteration:
+                pass
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"invalid device {device!r}: {exc}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but torch.cuda.is_available() is False")
+    return dev
+
+
+def resolve_dtype(dtype: Any, device: torch.device) -> torch.dtype | None:
+    """``None`` keeps the model's dtype; ``"auto"`` is float32 on CPU, bf16 (else fp16) on CUDA."""
+    if dtype is None:
+        return None
+    if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating-point torch dtype, got {dtype}")
+        return dtype
+    if isinstance(dtype, str):
+        key = dtype.strip().lower().removeprefix("torch.")
+        if key == "auto":
+            if device.type == "cpu":
+                return torch.float32
+            if device.type == "cuda":
+                return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            return torch.float32
+        if key in DTYPE_NAMES:
+            return DTYPE_NAMES[key]
+    raise ValueError(
+        f"unknown dtype {dtype!r}; expected None (keep the model's), 'auto', a torch.dtype, or one "
+        f"of {sorted(DTYPE_NAMES)}"
+    )
+
+
+def load_checkpoint(
+    path: str | os.PathLike, *, tokenizer: Any, dtype: torch.dtype | None, model_kwargs: dict[str, Any] | None
+) -> tuple[torch.nn.Module, Any]:
+    """``(model, tokenizer)`` from a local checkpoint, ``local_files_only=True`` (nothing is downloaded).
+
+    ``tokenizer="auto"`` loads the checkpoint's tokenizer when it has one (else ``None``); anything
+    else is returned as given.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = os.fspath(path)
+    mk = dict(model_kwargs or {})
+    if dtype is not None:
+        mk.setdefault("dtype", dtype)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **mk)
+    except OSError as exc:
+        raise FileNotFoundError(
+            f"no local causal-LM checkpoint at {path!r} (local_files_only=True; nothing is downloaded): {exc}"
+        ) from exc
+    if isinstance(tokenizer, str) and tokenizer == "auto":
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError, TypeError, KeyError):
+            tokenizer = None
+    return model, tokenizer
+
+
+def vocab_size_of(model: torch.nn.Module) -> int:
+    """Width of the model's output layer (else ``config.vocab_size``)."""
+    out = None
+    get_out = getattr(model, "get_output_embeddings", None)
+    if callable(get_out):
+        try:
+            out = get_out()
+        except (NotImplementedError, AttributeError):
+            out = None
+    if out is not None:
+        n = getattr(out, "out_features", None)
+        if n is None and getattr(out, "weight", None) is not None:
+            n = out.weight.shape[0]
+        if n:
+            return int(n)
+    config = getattr(model, "config", None)
+    if config is not None:
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        if getattr(text, "vocab_size", None):
+            return int(text.vocab_size)
+    raise ValueError("cannot tell the model's vocabulary size (no output embeddings, no config.vocab_size)")
+
+
+def first_id(value: Any) -> int | None:
+    """A special-token attribute as one id (the first of a list), or ``None``."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return int(value[0]) if len(value) else None
+    return int(value)
+
+
+def resolve_special(which: str, value: Any, tokenizer: Any, config: Any, vocab_size: int) -> int | None:
+    """The ``bos`` / ``eos`` id: ``"auto"`` takes the tokenizer's, then the config's; checked against V."""
+    attr = f"{which}_token_id"
+    if isinstance(value, str):
+        if value != "auto":
+            raise ValueError(f"{which} must be 'auto', None or a token id, got {value!r}")
+        source, tid = None, None
+        if tokenizer is not None and first_id(getattr(tokenizer, attr, None)) is not None:
+            source, tid = "tokenizer", first_id(getattr(tokenizer, attr))
+        elif config is not None and first_id(getattr(config, attr, None)) is not None:
+            source, tid = "model.config", first_id(getattr(config, attr))
+        if tid is None:
+            return None
+        if not 0 <= tid < vocab_size:
+            raise ValueError(
+                f"{attr} {tid} (from {source}) is outside the vocabulary 0..{vocab_size - 1}; "
+                f"pass {'bos_token_id' if which == 'bos' else 'eos'}=<id> or None"
+            )
+        return tid
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{which} must be 'auto', None or an int token id, got {value!r}")
+    if not 0 <= int(value) < vocab_size:
+        raise ValueError(f"{which} token id {value} is outside the vocabulary 0..{vocab_size - 1}")
+    return int(value)
+
+
+def encode_prompt(
+    prompt: str | Sequence[int] | None, tokenizer: Any, vocab_size: int, bos_token_id: int | None,
+    add_special_tokens: bool,
+) -> list[int]:
+    """The prompt's token ids: text through the tokenizer, ids checked against V, ``[bos]`` if empty."""
+    if isinstance(prompt, str):
+        if tokenizer is None:
+            raise ValueError("a text prompt needs a tokenizer; pass tokenizer=... or token ids")
+        try:
+            ids = tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
+        except TypeError:
+            ids = tokenizer.encode(prompt)
+        ids = [int(t) for t in ids]
+    elif prompt is None:
+        ids = []
+    else:
+        try:
+            ids = [int(t) for t in prompt]
+        except (TypeError, ValueError):
+            raise ValueError(f"prompt must be text, token ids or None, got {prompt!r}") from None
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary 0..{vocab_size - 1}")
+    if not ids:
+        if bos_token_id is None:
+            raise ValueError(
+                "no prompt and no BOS token: the empty prefix has no context to condition on; "
+                "give a prompt (text or token ids) or bos_token_id=<id>"
+            )
+        ids = [bos_token_id]
+    return ids
