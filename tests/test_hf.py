@@ -444,3 +444,16 @@ def test_enumerable_fills_tree_through_heads(model):
     assert enum2.threshold(3000) == t
     assert [enum.unrank(i) for i in range(0, 3000, 97)] == [enum2.unrank(i) for i in range(0, 3000, 97)]
     assert enum.stats["forwards"] == enum2.stats["forwards"]
+
+
+def test_stats_class_is_causal_lm_stats(model):
+    """The adapter's counters are CausalLMStats; the core's OracleStats name is not reused here."""
+    import arenum.models.hf as hf
+
+    o = CausalLMOracle(model, prompt=PROMPT)
+    assert isinstance(o.stats, hf.CausalLMStats)
+    o.next_logprobs((3,))
+    assert o.stats.forward_calls == 2
+    o.reset_stats()
+    assert isinstance(o.stats, hf.CausalLMStats) and o.stats.forward_calls == 0
+    assert "OracleStats" not in hf.__all__ and not hasattr(hf, "OracleStats")

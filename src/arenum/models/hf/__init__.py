@@ -27,7 +27,7 @@ checkpoints, tokenizers, special tokens, prompts), ``forward`` (what the model i
 """
 from __future__ import annotations
 
-from .forward import OracleStats
+from .forward import CausalLMStats
 from .oracle import CausalLMOracle
 
-__all__ = ["CausalLMOracle", "OracleStats"]
+__all__ = ["CausalLMOracle", "CausalLMStats"]

@@ -18,13 +18,13 @@ import torch
 
 from .kv import KV, DynamicCache, KVStore, NoKVCache, kv_layers, new_cache, plain_cache_layers
 
-__all__ = ["ModelRunner", "OracleStats"]
+__all__ = ["CausalLMStats", "ModelRunner"]
 
 RowsPerForward = Callable[..., int]  # (context_tokens, logits_positions=1) -> rows of one forward
 
 
 @dataclass
-class OracleStats:
+class CausalLMStats:
     """Work counters of a :class:`CausalLMOracle` (reset with :meth:`CausalLMOracle.reset_stats`).
 
     - ``forward_calls``: number of calls of the model's forward (prompt included).
@@ -100,7 +100,7 @@ class ModelRunner:
             raise ValueError(f"token ids {bad} are outside the vocabulary 0..{self.vocab_size - 1}")
         return t.to(self.device)
 
-    def forward(self, ids: torch.Tensor, stats: OracleStats, past: KV | None = None, keep: int = 0,
+    def forward(self, ids: torch.Tensor, stats: CausalLMStats, past: KV | None = None, keep: int = 0,
                 use_cache: bool = False) -> tuple[torch.Tensor, Any]:
         """Run the model; return (logits of the last ``keep`` positions (all if 0), cache or None)."""
         kwargs: dict[str, Any] = {"use_cache": use_cache}
@@ -133,7 +133,7 @@ class ModelRunner:
             cache = returned if returned is not None else cache
         return logits, cache
 
-    def prompt_logits(self, stats: OracleStats) -> torch.Tensor:
+    def prompt_logits(self, stats: CausalLMStats) -> torch.Tensor:
         """Run the prompt (keeping its KV when reusing KV); its logits at the last position, ``[1, 1, V]``."""
         ids = self.tensor([self.prompt_ids])
         if not self.kv_reuse:
@@ -156,7 +156,7 @@ class ModelRunner:
         self.store.set_prompt(kv)
         return logits
 
-    def level_logits(self, keys: list[tuple[int, ...]], stats: OracleStats,
+    def level_logits(self, keys: list[tuple[int, ...]], stats: CausalLMStats,
                      rows_per_forward: RowsPerForward) -> Iterator[tuple[list[int], torch.Tensor | None]]:
         """Run the forwards for ``keys``; yield ``(rows, last-position logits)`` chunk by chunk.
 
@@ -214,7 +214,7 @@ class ModelRunner:
                     stats.kv_misses += len(chunk)
                     yield chunk, logits[:, -1]
 
-    def position_logits(self, seqs: list[tuple[int, ...]], L: int, stats: OracleStats,
+    def position_logits(self, seqs: list[tuple[int, ...]], L: int, stats: CausalLMStats,
                         rows_per_forward: RowsPerForward) -> Iterator[tuple[int, int, torch.Tensor | None]]:
         """Teacher forcing of equal-length ``seqs`` (L >= 1, the prompt has been run).
 

@@ -13,12 +13,12 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
-from .forward import ModelRunner, OracleStats
+from .forward import CausalLMStats, ModelRunner
 from .kv import KVStore
 from .load import encode_prompt, load_checkpoint, resolve_device, resolve_dtype, resolve_special, vocab_size_of
 from .numerics import HeadParts, LogSoftmax64
 
-__all__ = ["CausalLMOracle", "OracleStats"]
+__all__ = ["CausalLMOracle"]
 
 _MIB = 2**20
 
@@ -123,7 +123,7 @@ class CausalLMOracle:
         self._add_special_tokens = add_special_tokens
         self._kv = KVStore(kv_cache_bytes, self.device)
         self._run = ModelRunner(model, self.device, self.vocab_size, self._encode_prompt(prompt), self._kv, kv_reuse)
-        self.stats = OracleStats()
+        self.stats = CausalLMStats()
         self._prompt_logprobs: np.ndarray | None = None
         self._norm = LogSoftmax64()
         self._store_limit_set = False
@@ -156,7 +156,7 @@ class CausalLMOracle:
         """A new oracle sharing model, tokenizer and settings, continuing another prompt."""
         new = object.__new__(CausalLMOracle)
         new.__dict__.update(self.__dict__)
-        new.stats = OracleStats()
+        new.stats = CausalLMStats()
         new._prompt_logprobs = None
         new._kv = KVStore(self._kv.max_bytes, self.device)
         new._kv.max_len = self._kv.max_len
@@ -222,7 +222,7 @@ class CausalLMOracle:
         return self._kv.used_bytes
 
     def reset_stats(self) -> None:
-        self.stats = OracleStats()
+        self.stats = CausalLMStats()
 
     def clear_cache(self) -> None:
         """Drop every cached prefix KV (the prompt's is kept)."""
