@@ -457,3 +457,72 @@ def test_stats_class_is_causal_lm_stats(model):
     o.reset_stats()
     assert isinstance(o.stats, hf.CausalLMStats) and o.stats.forward_calls == 0
     assert "OracleStats" not in hf.__all__ and not hasattr(hf, "OracleStats")
+
+
+# ------------------------------------------------------------------ the model's maximum context
+def test_context_length_checked_at_construction_and_queries(model):
+    """Positions past config.n_positions (32 here) raise a ValueError naming the lengths, never torch's IndexError."""
+    o = CausalLMOracle(model, prompt=PROMPT)
+    assert o.max_positions == 32
+    with pytest.raises(ValueError, match=r"prompt is 33 tokens, longer than the model's maximum context of 32 "
+                                         r"positions \(config.n_positions\)"):
+        CausalLMOracle(model, prompt=[3] * 33)
+    with pytest.raises(ValueError, match="prompt is 40 tokens"):
+        o.with_prompt([3] * 40)
+    full = CausalLMOracle(model, prompt=[3] * 32)  # the prompt alone fills the context: its own row works
+    assert np.abs(full.next_logprobs(()) - reference(model, [3] * 32)).max() < 1e-4
+    with pytest.raises(ValueError, match="prefix of 1 tokens after the 32-token prompt needs 33 positions"):
+        full.next_logprobs((1,))
+    # prompt + prefix: 3 + 29 = 32 positions fit, 3 + 30 do not (either path, dense rows or heads)
+    p29, p30 = tuple(t % V for t in range(29)), tuple(t % V for t in range(30))
+    assert np.abs(o.next_logprobs(p29) - reference(model, PROMPT + list(p29))).max() < 1e-4
+    msg = r"a prefix of 30 tokens after the 3-token prompt needs 33 positions, past the model's maximum context of " \
+          r"32 \(config.n_positions\); continuations of at most 30 tokens fit"
+    with pytest.raises(ValueError, match=msg):
+        o.next_logprobs(p30)
+    with pytest.raises(ValueError, match=msg):
+        o.batch_next_heads([(), (1,), p30], [-1.0, -1.0, -1.0])
+    # a scored sequence's last token is only predicted: 3 + 30 - 1 = 32 positions fit, 31 tokens do not
+    for kv_reuse in (True, False):
+        s = CausalLMOracle(model, prompt=PROMPT, kv_reuse=kv_reuse)
+        assert np.isfinite(s.score_sequences([p30])[0])
+        assert s.all_position_logprobs(p30).shape == (30, V)
+        with pytest.raises(ValueError, match="scoring a sequence of 31 tokens after the 3-token prompt needs 33"):
+            s.score_sequences([(1, 2), p30 + (5,)])
+        with pytest.raises(ValueError, match="scoring a sequence of 31 tokens"):
+            s.all_position_logprobs(p30 + (5,))
+
+
+def test_context_length_checked_by_enumerable(model):
+    _core()
+    o = CausalLMOracle(model, prompt=PROMPT)
+    assert o.enumerable(max_len=30, eos=None).max_len == 30  # 3 + 30 - 1 = 32 positions
+    with pytest.raises(ValueError, match=r"max_len=31 after the 3-token prompt needs 33 positions, past the "
+                                         r"model's maximum context of 32 \(config.n_positions\)"):
+        o.enumerable(max_len=31, eos=None)
+    with pytest.raises(ValueError, match="max_len=31"):
+        o.enumerable(max_len=31)
+    with pytest.raises(ValueError, match=r"max_depth=40 \(no max_len\) after the 3-token prompt needs 42"):
+        o.enumerable(max_depth=40)
+    assert o.enumerable(max_depth=30).cap == 30
+    # terminating, no max_len, default max_depth: refused at the first prefix that does not fit
+    cfg = transformers.GPT2Config(vocab_size=V, n_positions=6, n_embd=32, n_layer=2, n_head=2, bos_token_id=BOS,
+                                  eos_token_id=EOS)
+    short = CausalLMOracle(transformers.GPT2LMHeadModel(cfg).eval(), prompt=PROMPT)
+    enum = short.enumerable(batch_size=64)
+    assert enum.count(-8.0) >= 0  # shallow queries work
+    with pytest.raises(ValueError, match="a prefix of 4 tokens after the 3-token prompt needs 7 positions, past the "
+                                         "model's maximum context of 6"):
+        enum.threshold(50_000)  # more than the 12720 sequences of at most 3 tokens + EOS
+
+
+def test_context_length_from_max_position_embeddings():
+    cfg = transformers.LlamaConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=8, bos_token_id=BOS, eos_token_id=EOS,
+    )
+    o = CausalLMOracle(transformers.LlamaForCausalLM(cfg).eval(), prompt=[4, 5])
+    assert o.max_positions == 8
+    with pytest.raises(ValueError, match=r"max_len=8 .* maximum context of 8 \(config.max_position_embeddings\)"):
+        o.enumerable(max_len=8)
+    assert o.enumerable(max_len=7).max_len == 7

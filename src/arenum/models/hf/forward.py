@@ -58,14 +58,18 @@ class ModelRunner:
 
     ``kv_reuse`` turns off (with a warning) when the model takes no cache or its cache is not a plain
     full-attention one.  ``rows_per_forward(context_tokens, logits_positions)`` bounds a forward.
+    ``context`` is the model's ``(maximum positions, config attribute)`` or ``None``: a prompt,
+    prefix or sequence that needs more positions raises ``ValueError`` before any forward.
     """
 
     def __init__(self, model: torch.nn.Module, device: torch.device, vocab_size: int, prompt_ids: list[int],
-                 store: KVStore, kv_reuse: bool) -> None:
+                 store: KVStore, kv_reuse: bool, context: tuple[int, str] | None) -> None:
         self.model = model
         self.device = device
         self.vocab_size = vocab_size
+        self.context = context
         self.prompt_ids = prompt_ids
+        self.check_prompt()
         self.store = store
         params = inspect.signature(model.forward).parameters
         if "cache" in params:
@@ -85,8 +89,26 @@ class ModelRunner:
         new = object.__new__(ModelRunner)
         new.__dict__.update(self.__dict__)
         new.prompt_ids = prompt_ids
+        new.check_prompt()
         new.store = store
         return new
+
+    def check_prompt(self) -> None:
+        """Raise ``ValueError`` if the prompt alone is longer than the model's maximum context."""
+        P = len(self.prompt_ids)
+        if self.context is not None and P > self.context[0]:
+            lim, src = self.context
+            raise ValueError(f"the prompt is {P} tokens, longer than the model's maximum context of {lim} "
+                             f"positions ({src})")
+
+    def check_positions(self, needed: int, what: str) -> None:
+        """Raise ``ValueError`` naming ``what`` if ``needed`` positions exceed the model's maximum context."""
+        if self.context is not None and needed > self.context[0]:
+            lim, src = self.context
+            P = len(self.prompt_ids)
+            raise ValueError(f"{what} after the {P}-token prompt needs {needed} positions, past the model's "
+                             f"maximum context of {lim} ({src}); continuations of at most {lim - P + 1} "
+                             f"tokens fit (max_len <= {lim - P + 1})")
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -176,6 +198,7 @@ class ModelRunner:
                     stats.kv_hits += len(idx)
                     yield idx, None
                     continue
+                self.check_positions(P + d, f"a prefix of {d} tokens")
                 step = rows_per_forward(P + d)
                 if not self.kv_reuse:
                     for s in range(0, len(idx), step):
@@ -224,6 +247,7 @@ class ModelRunner:
         """
         n = len(seqs)
         P = len(self.prompt_ids)
+        self.check_positions(P + L - 1, f"scoring a sequence of {L} tokens")
         if self.kv_reuse:
             yield 0, 0, None
             if L == 1:

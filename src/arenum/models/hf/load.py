@@ -13,6 +13,7 @@ import torch
 
 __all__ = [
     "DTYPE_NAMES",
+    "context_limit",
     "encode_prompt",
     "load_checkpoint",
     "resolve_device",
@@ -127,6 +128,31 @@ def vocab_size_of(model: torch.nn.Module) -> int:
         if getattr(text, "vocab_size", None):
             return int(text.vocab_size)
     raise ValueError("cannot tell the model's vocabulary size (no output embeddings, no config.vocab_size)")
+
+
+_CONTEXT_ATTRS = ("n_positions", "max_position_embeddings", "n_ctx", "max_seq_len", "max_sequence_length",
+                  "seq_length")
+
+
+def context_limit(model: torch.nn.Module) -> tuple[int, str] | None:
+    """``(positions, source)``: the model's maximum context from its config, or ``None`` if it has none.
+
+    ``source`` names the attribute (``"config.n_positions"``, ``"config.max_position_embeddings"``,
+    ...).  Positions past it are outside the position table (``IndexError`` inside torch) or past
+    what the model was trained on.
+    """
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    try:
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    except Exception:  # noqa: BLE001 - an odd config: read the top level
+        text = config
+    for attr in _CONTEXT_ATTRS:
+        value = getattr(text, attr, None)
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value > 0:
+            return int(value), f"config.{attr}"
+    return None
 
 
 def first_id(value: Any) -> int | None:

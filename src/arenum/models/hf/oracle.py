@@ -15,7 +15,9 @@ import torch
 
 from .forward import CausalLMStats, ModelRunner
 from .kv import KVStore
-from .load import encode_prompt, load_checkpoint, resolve_device, resolve_dtype, resolve_special, vocab_size_of
+from .load import (
+    context_limit, encode_prompt, load_checkpoint, resolve_device, resolve_dtype, resolve_special, vocab_size_of,
+)
 from .numerics import HeadParts, LogSoftmax64
 
 __all__ = ["CausalLMOracle"]
@@ -122,7 +124,8 @@ class CausalLMOracle:
         self.eos = resolve_special("eos", eos, tokenizer, config, self.vocab_size)
         self._add_special_tokens = add_special_tokens
         self._kv = KVStore(kv_cache_bytes, self.device)
-        self._run = ModelRunner(model, self.device, self.vocab_size, self._encode_prompt(prompt), self._kv, kv_reuse)
+        self._run = ModelRunner(model, self.device, self.vocab_size, self._encode_prompt(prompt), self._kv, kv_reuse,
+                                context_limit(model))
         self.stats = CausalLMStats()
         self._prompt_logprobs: np.ndarray | None = None
         self._norm = LogSoftmax64()
@@ -173,6 +176,15 @@ class CausalLMOracle:
     def V(self) -> int:
         """Vocabulary size (width of the model's output layer)."""
         return self.vocab_size
+
+    @property
+    def max_positions(self) -> int | None:
+        """The model's maximum context (``config.n_positions`` / ``max_position_embeddings`` ...), or ``None``.
+
+        The prompt plus a prefix (or a scored sequence minus its last token) must fit in it;
+        :meth:`enumerable` refuses a ``max_len`` that cannot.
+        """
+        return self._run.context[0] if self._run.context is not None else None
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -400,6 +412,9 @@ class CausalLMOracle:
         ``eos="auto"`` uses this oracle's ``eos`` (tokenizer / config / constructor); ``None``
         is fixed-length mode (exactly ``max_len`` tokens).  Other keyword arguments go to the core
         constructor and override the callbacks wired here (e.g. ``batch_next_logprobs=None``).
+        ``ValueError`` if the prompt plus ``max_len - 1`` tokens (or ``max_depth - 1`` when given
+        without ``max_len``) is past :attr:`max_positions`; a terminating enumeration with neither
+        raises at the first prefix that would not fit.
         """
         from arenum import AutoregressiveEnumerable
 
@@ -416,6 +431,13 @@ class CausalLMOracle:
         # The core scores prefixes of length <= max_len - 1 (fixed length, and terminating with a
         # max_len cap); a prefix's KV only serves its children, so keep only lengths <= max_len - 2.
         valid = isinstance(max_len, (int, np.integer)) and not isinstance(max_len, bool) and max_len >= 1
+        P = len(self.prompt_ids)
+        if valid:  # the longest sequence's last token is only predicted: P + max_len - 1 positions
+            self._run.check_positions(P + int(max_len) - 1, f"max_len={max_len}")
+        elif max_len is None and eos_id is not None:  # capped at max_depth; the default is checked lazily
+            depth = kwargs.get("max_depth")
+            if isinstance(depth, (int, np.integer)) and not isinstance(depth, bool) and depth >= 1:
+                self._run.check_positions(P + int(depth) - 1, f"max_depth={depth} (no max_len)")
         longest = max(0, int(max_len) - 2) if valid else None
         if max_len is None:
             self.kv_store_max_len = None
