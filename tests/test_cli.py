@@ -413,3 +413,18 @@ def test_hf_max_len_past_the_model_context(tmp_path, save_word_checkpoint):
     assert len(ok_json("top", "2", "-m", f"hf:{tmp_path}", "--prompt", "w3 w7", "--max-len", 15)["items"]) == 2
     err = fails("top", "3", "-m", f"hf:{tmp_path}", "--prompt", "w3 w7", "--max-len", 16)
     assert "max_len=16 after the 2-token prompt needs 17 positions" in err and "maximum context of 16" in err, err
+
+
+def test_hf_checkpoint_without_tokenizer_files(tmp_path):
+    """A folder from model.save_pretrained only: a text prompt is refused (exit 2), never blank rows."""
+    model = _tiny_hf_model()
+    model.config.bos_token_id, model.config.eos_token_id = 2, 3  # not the empty tokenizer's 0
+    model.save_pretrained(tmp_path)
+    err = fails("top", "3", "-m", f"hf:{tmp_path}", "--prompt", "The password is", "--max-len", 2)
+    assert "a text prompt needs a tokenizer" in err and "vocabulary is empty" in err, err
+    # without a prompt the context is the config's BOS, EOS is the config's, and rows show token ids
+    doc = ok_json("top", "3", "-m", f"hf:{tmp_path}", "--max-len", 2)
+    assert doc["eos"] == 3
+    for item in doc["items"]:
+        assert item["tokens"][-1] == 3
+        assert item["sequence"] == " ".join(str(t) for t in item["tokens"][:-1])

@@ -526,3 +526,38 @@ def test_context_length_from_max_position_embeddings():
     with pytest.raises(ValueError, match=r"max_len=8 .* maximum context of 8 \(config.max_position_embeddings\)"):
         o.enumerable(max_len=8)
     assert o.enumerable(max_len=7).max_len == 7
+
+
+# ------------------------------------------------------------------ checkpoints saved without tokenizer files
+def save_model_only(path, bos=2, eos=3):
+    """A tiny GPT-2 saved with model.save_pretrained only (no tokenizer files); BOS/EOS ids not 0."""
+    m = tiny_gpt2(seed=5, bos=bos, eos=eos)
+    m.save_pretrained(path)
+    return m
+
+
+def test_checkpoint_without_tokenizer_files(tmp_path):
+    m = save_model_only(tmp_path)
+    # transformers builds an empty tokenizer for such a folder: it must not be used
+    empty = transformers.AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
+    assert empty.encode("The password is") == []
+    with pytest.raises(ValueError, match=r"a text prompt needs a tokenizer.*unusable \(its vocabulary is empty\)"):
+        CausalLMOracle.from_pretrained(tmp_path, prompt="The password is")
+    o = CausalLMOracle.from_pretrained(tmp_path, prompt=[5, 9])  # token ids work; specials from the config
+    assert o.tokenizer is None and o.eos == 3 and o.bos_token_id == 2
+    assert o.decode((4, 7)) == "4 7"
+    assert np.abs(o.next_logprobs((4,)) - reference(m, [5, 9, 4])).max() < 1e-4
+    assert CausalLMOracle.from_pretrained(tmp_path).prompt_ids == [2]  # no prompt: the config's BOS
+    # the empty tokenizer passed explicitly is refused, naming why
+    with pytest.raises(ValueError, match="tokenizer is unusable: its vocabulary is empty"):
+        CausalLMOracle(m, empty, prompt=[5])
+    with pytest.raises(ValueError, match="its vocabulary is empty"):
+        CausalLMOracle.from_pretrained(tmp_path, tokenizer=empty, prompt=[5])
+
+
+def test_checkpoint_with_damaged_tokenizer_file(tmp_path):
+    save_model_only(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"a text prompt needs a tokenizer.*no tokenizer could be loaded"):
+        CausalLMOracle.from_pretrained(tmp_path, prompt="hello")
+    assert CausalLMOracle.from_pretrained(tmp_path, prompt=[5]).eos == 3

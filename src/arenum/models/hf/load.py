@@ -13,12 +13,14 @@ import torch
 
 __all__ = [
     "DTYPE_NAMES",
+    "check_tokenizer",
     "context_limit",
     "encode_prompt",
     "load_checkpoint",
     "resolve_device",
     "resolve_dtype",
     "resolve_special",
+    "tokenizer_problem",
     "vocab_size_of",
 ]
 
@@ -81,10 +83,12 @@ def resolve_dtype(dtype: Any, device: torch.device) -> torch.dtype | None:
 
 def load_checkpoint(
     path: str | os.PathLike, *, tokenizer: Any, dtype: torch.dtype | None, model_kwargs: dict[str, Any] | None
-) -> tuple[torch.nn.Module, Any]:
-    """``(model, tokenizer)`` from a local checkpoint, ``local_files_only=True`` (nothing is downloaded).
+) -> tuple[torch.nn.Module, Any, str | None]:
+    """``(model, tokenizer, why_none)`` from a local checkpoint, ``local_files_only=True`` (nothing is downloaded).
 
-    ``tokenizer="auto"`` loads the checkpoint's tokenizer when it has one (else ``None``); anything
+    ``tokenizer="auto"`` loads the checkpoint's tokenizer when it has a usable one; else the
+    tokenizer is ``None`` and ``why_none`` says why (no tokenizer files, or an empty or unusable
+    tokenizer, which transformers may build for a model saved without tokenizer files).  Anything
     else is returned as given.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -99,12 +103,75 @@ def load_checkpoint(
         raise FileNotFoundError(
             f"no local causal-LM checkpoint at {path!r} (local_files_only=True; nothing is downloaded): {exc}"
         ) from exc
+    why = None
     if isinstance(tokenizer, str) and tokenizer == "auto":
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        except (OSError, ValueError, TypeError, KeyError):
-            tokenizer = None
-    return model, tokenizer
+        except Exception as exc:  # noqa: BLE001 - missing or damaged tokenizer files: no tokenizer
+            tokenizer, why = None, f"no tokenizer could be loaded from {path!r}: {_first_line(exc)}"
+        else:
+            problem = tokenizer_problem(tokenizer)
+            if problem is not None:
+                why = f"the tokenizer loaded from {path!r} is unusable ({problem}); saved without tokenizer files?"
+                tokenizer = None
+    return model, tokenizer, why
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _tokenizer_size(tokenizer: Any) -> int | None:
+    """The smaller of ``len(tokenizer)`` and ``tokenizer.vocab_size`` where they exist."""
+    sizes = []
+    for get in (lambda: len(tokenizer), lambda: tokenizer.vocab_size):
+        try:
+            n = get()
+        except Exception:  # noqa: BLE001 - not every tokenizer-like object has both
+            continue
+        if isinstance(n, (int, np.integer)) and not isinstance(n, bool):
+            sizes.append(int(n))
+    return min(sizes) if sizes else None
+
+
+def check_tokenizer(tokenizer: Any) -> None:
+    """``TypeError`` for an object without ``encode``/``decode``, ``ValueError`` for an empty vocabulary."""
+    if not (callable(getattr(tokenizer, "encode", None)) and callable(getattr(tokenizer, "decode", None))):
+        raise TypeError(f"tokenizer must have encode() and decode() methods, got {type(tokenizer).__name__}")
+    if _tokenizer_size(tokenizer) == 0:
+        raise ValueError("tokenizer is unusable: its vocabulary is empty; pass a working tokenizer, or none "
+                         "and a token-id prompt")
+
+
+def tokenizer_problem(tokenizer: Any) -> str | None:
+    """Why a tokenizer loaded from a checkpoint cannot serve, or ``None``.
+
+    No ``encode``/``decode``, an empty vocabulary, text that encodes to no ids, or BOS/EOS ids
+    outside its own vocabulary.
+    """
+    if not (callable(getattr(tokenizer, "encode", None)) and callable(getattr(tokenizer, "decode", None))):
+        return f"a {type(tokenizer).__name__} has no encode() / decode() methods"
+    size = _tokenizer_size(tokenizer)
+    if size == 0:
+        return "its vocabulary is empty"
+    try:
+        try:
+            ids = tokenizer.encode("hello world", add_special_tokens=False)
+        except TypeError:
+            ids = tokenizer.encode("hello world")
+    except Exception as exc:  # noqa: BLE001 - a tokenizer that cannot encode text is unusable
+        return f"encode() fails: {_first_line(exc)}"
+    if not len(ids):
+        return "it encodes 'hello world' to no token ids"
+    for attr in ("bos_token_id", "eos_token_id"):
+        try:
+            tid = first_id(getattr(tokenizer, attr, None))
+        except (TypeError, ValueError):
+            return f"its {attr} is not an id"
+        if tid is not None and size is not None and not 0 <= tid < size:
+            return f"its {attr} {tid} is outside its vocabulary of {size}"
+    return None
 
 
 def vocab_size_of(model: torch.nn.Module) -> int:

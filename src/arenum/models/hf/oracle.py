@@ -15,9 +15,8 @@ import torch
 
 from .forward import CausalLMStats, ModelRunner
 from .kv import KVStore
-from .load import (
-    context_limit, encode_prompt, load_checkpoint, resolve_device, resolve_dtype, resolve_special, vocab_size_of,
-)
+from .load import (check_tokenizer, context_limit, encode_prompt, load_checkpoint, resolve_device, resolve_dtype,
+                   resolve_special, vocab_size_of)
 from .numerics import HeadParts, LogSoftmax64
 
 __all__ = ["CausalLMOracle"]
@@ -99,6 +98,8 @@ class CausalLMOracle:
             model.to(device=self.device)
         model.eval()
         self.model = model
+        if tokenizer is not None:
+            check_tokenizer(tokenizer)
         self.tokenizer = tokenizer
         try:
             self.dtype = next(model.parameters()).dtype
@@ -145,14 +146,18 @@ class CausalLMOracle:
     ) -> "CausalLMOracle":
         """Load a model (and its tokenizer) from a local directory, ``local_files_only=True``.
 
-        ``tokenizer="auto"`` loads the tokenizer from ``path`` when it has one (else none);
-        ``None`` loads none; an object is used as given.  ``device=None`` means CPU here.  Other
+        ``tokenizer="auto"`` loads the tokenizer from ``path`` when it has a usable one (else none:
+        an empty tokenizer, as transformers builds for a model saved without tokenizer files, is
+        none; BOS/EOS then come from the model config); ``None`` loads none; an object is used as
+        given.  ``device=None`` means CPU here.  Other
         keyword arguments go to :class:`CausalLMOracle`.  Nothing is ever downloaded: a name that
         is neither a directory nor in the local Hugging Face cache raises.
         """
         dev = resolve_device(device, None)
         tdtype = resolve_dtype(dtype, dev)
-        model, tok = load_checkpoint(path, tokenizer=tokenizer, dtype=tdtype, model_kwargs=model_kwargs)
+        model, tok, why_none = load_checkpoint(path, tokenizer=tokenizer, dtype=tdtype, model_kwargs=model_kwargs)
+        if tok is None and why_none and isinstance(kwargs.get("prompt"), str):
+            raise ValueError(f"a text prompt needs a tokenizer; pass tokenizer=... or token ids ({why_none})")
         return cls(model, tok, device=dev, dtype=tdtype, **kwargs)
 
     def with_prompt(self, prompt: str | Sequence[int] | None) -> "CausalLMOracle":
