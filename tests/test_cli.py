@@ -428,3 +428,11 @@ def test_hf_checkpoint_without_tokenizer_files(tmp_path):
     for item in doc["items"]:
         assert item["tokens"][-1] == 3
         assert item["sequence"] == " ".join(str(t) for t in item["tokens"][:-1])
+
+
+def test_hf_damaged_checkpoint_is_a_one_line_error(tmp_path):
+    _tiny_hf_model().save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    err = fails("top", "3", "-m", f"hf:{tmp_path}", "--max-len", 2)
+    assert "cannot load hf model" in err and "SafetensorError" in err and "internal error" not in err, err

@@ -561,3 +561,94 @@ def test_checkpoint_with_damaged_tokenizer_file(tmp_path):
     with pytest.raises(ValueError, match=r"a text prompt needs a tokenizer.*no tokenizer could be loaded"):
         CausalLMOracle.from_pretrained(tmp_path, prompt="hello")
     assert CausalLMOracle.from_pretrained(tmp_path, prompt=[5]).eos == 3
+
+
+# ------------------------------------------------------------------ user errors: named ValueError / TypeError / OSError
+def test_bad_devices_and_dtypes_refused_before_the_model_moves():
+    m = tiny_gpt2()
+    before = next(m.parameters())
+    with pytest.raises(ValueError, match="device 'meta' holds no data"):
+        CausalLMOracle(m, prompt=PROMPT, device="meta")  # was accepted: the model moved to meta, no numbers left
+    with pytest.raises(ValueError, match=r"dtype must be a floating-point torch dtype a model runs in \(float32"):
+        CausalLMOracle(m, prompt=PROMPT, dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="cuda:99"):
+        CausalLMOracle(m, prompt=PROMPT, device="cuda:99")
+    if not torch.xpu.is_available():
+        with pytest.raises(ValueError, match="device 'xpu' is not available"):  # was AssertionError
+            CausalLMOracle(m, prompt=PROMPT, device="xpu")
+    if not torch.backends.mps.is_available():
+        with pytest.raises(ValueError, match="device 'mps' is not available"):  # was RuntimeError
+            CausalLMOracle(m, prompt=PROMPT, device="mps")
+    # a refused construction leaves the model where and as it was (it used to be cast first)
+    for bad in ({"prompt": [3, V]}, {"prompt": PROMPT, "logit_scale": 0}, {"prompt": "text"}):
+        with pytest.raises(ValueError):
+            CausalLMOracle(m, dtype="bfloat16", **bad)
+    p = next(m.parameters())
+    assert p.dtype == torch.float32 and p.device == before.device
+    with torch.device("meta"):
+        on_meta = transformers.GPT2LMHeadModel(m.config)
+    with pytest.raises(ValueError, match="weights are on the 'meta' device"):
+        CausalLMOracle(on_meta, prompt=PROMPT)
+
+
+def test_bad_token_ids_and_settings(model):
+    o = CausalLMOracle(model, prompt=PROMPT)
+    with pytest.raises(ValueError, match="token ids of the prompt must be integers, got 1.5"):
+        CausalLMOracle(model, prompt=[1.5, 2])  # was silently token 1
+    with pytest.raises(ValueError, match="got True"):
+        CausalLMOracle(model, prompt=[True, 3])
+    for prefix in ((1.5,), [1.5], ("a",), (None,), (np.float64(2.0),)):
+        with pytest.raises(ValueError, match="must be integers"):  # (1.5,) was token 1; others raw torch errors
+            o.next_logprobs(prefix)
+    with pytest.raises(ValueError, match=r"token ids \[1180591620717411303424\] are outside the vocabulary"):
+        o.next_logprobs((2**70,))  # was torch's 'Overflow when unpacking long long'
+    with pytest.raises(TypeError, match="a prefix must be a sequence of token ids, got int 5"):
+        o.next_logprobs(5)
+    assert np.array_equal(o.next_logprobs(np.array([3, 4])), o.next_logprobs((3, 4)))  # numpy ints are ids
+    for kv_reuse in (True, False):
+        s = CausalLMOracle(model, prompt=PROMPT, kv_reuse=kv_reuse)
+        with pytest.raises(ValueError, match=r"token ids \[-1\] are outside the vocabulary"):
+            s.score_sequences([(-1,)])  # was the score of token V - 1
+        with pytest.raises(ValueError, match=rf"token ids \[{V}\] are outside the vocabulary"):
+            s.score_sequences([(2, 3), (V,)])  # was numpy's IndexError
+        with pytest.raises(ValueError, match="must be integers, got 1.5"):
+            s.score_sequences([(1.5, 2)])
+        with pytest.raises(ValueError, match=rf"token ids \[{V}\] are outside the vocabulary"):
+            s.all_position_logprobs((V,))  # was a row, silently
+    with pytest.raises(ValueError, match=rf"token ids \[{V}\] are outside the vocabulary"):
+        o.decode((3, V))
+    with pytest.raises(ValueError, match="must be integers"):
+        o.decode(("a",))
+    with pytest.raises(ValueError, match="eos must be 'auto', None or a token id, got 1.5"):
+        o.enumerable(max_len=2, eos=1.5)  # was token 1
+    with pytest.raises(ValueError, match="floors must be numbers"):
+        o.batch_next_heads([(1,)], ["x"])
+    with pytest.raises(ValueError, match="forward_batch_size must be a positive int, got True"):
+        CausalLMOracle(model, prompt=PROMPT, forward_batch_size=True)
+    with pytest.raises(ValueError, match="logit_scale"):
+        CausalLMOracle(model, prompt=PROMPT, logit_scale=True)
+    with pytest.raises(TypeError, match=r"tokenizer must have encode\(\) and decode\(\) methods, got int"):
+        CausalLMOracle(model, 5, prompt=PROMPT)
+
+    class Mute(CharTokenizer):
+        def encode(self, text, add_special_tokens=True):
+            return []
+
+    with pytest.raises(ValueError, match="encodes the prompt 'ab' to no token ids"):  # was [bos], silently
+        CausalLMOracle(model, Mute("ab"), prompt="ab")
+
+
+def test_damaged_checkpoint_folders(tmp_path, model):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        CausalLMOracle.from_pretrained(tmp_path / "empty")
+    model.save_pretrained(tmp_path / "cut")
+    weights = tmp_path / "cut" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ValueError, match="cannot load the checkpoint at .*SafetensorError"):
+        CausalLMOracle.from_pretrained(tmp_path / "cut", prompt=PROMPT)  # was safetensors' own exception
+    model.save_pretrained(tmp_path / "shape")
+    cfg = (tmp_path / "shape" / "config.json").read_text().replace('"n_embd": 32', '"n_embd": 16')
+    (tmp_path / "shape" / "config.json").write_text(cfg)
+    with pytest.raises(ValueError, match="cannot load the checkpoint at .*RuntimeError"):
+        CausalLMOracle.from_pretrained(tmp_path / "shape", prompt=PROMPT)  # was a RuntimeError

@@ -12,8 +12,9 @@ import inspect
 import time
 import warnings
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NoReturn, Sequence
 
+import numpy as np
 import torch
 
 from .kv import KV, DynamicCache, KVStore, NoKVCache, kv_layers, new_cache, plain_cache_layers
@@ -115,12 +116,36 @@ class ModelRunner:
             torch.cuda.synchronize(self.device)
 
     def tensor(self, rows: list[Sequence[int]]) -> torch.Tensor:
-        """Token-id rows as a ``long`` tensor on the device, checked against the vocabulary."""
-        t = torch.tensor(rows, dtype=torch.long)
+        """Token-id rows as a ``long`` tensor on the device; ``ValueError`` for non-integers or ids outside 0..V-1."""
+        try:
+            t = torch.tensor(rows)
+        except (TypeError, ValueError, RuntimeError, OverflowError):  # str, None, ints past int64
+            self.refuse_ids(rows)
+        if t.numel() and (t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool):
+            self.refuse_ids(rows)
+        t = t.long()
         if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.vocab_size):
             bad = t[(t < 0) | (t >= self.vocab_size)][:5].tolist()
             raise ValueError(f"token ids {bad} are outside the vocabulary 0..{self.vocab_size - 1}")
         return t.to(self.device)
+
+    def check_ids(self, rows: list[tuple[int, ...]]) -> None:
+        """``ValueError`` unless the equal-length ``rows`` hold integer ids in 0..V-1."""
+        try:
+            a = np.array(rows)
+        except (TypeError, ValueError, OverflowError):
+            a = None
+        if a is None or a.dtype.kind not in "iu" or (a.size and (a.min() < 0 or a.max() >= self.vocab_size)):
+            self.refuse_ids(rows)
+
+    def refuse_ids(self, rows: list[Sequence[Any]]) -> NoReturn:
+        """Raise ``ValueError`` naming the entries of ``rows`` that are not token ids in 0..V-1."""
+        for row in rows:
+            for t in row:
+                if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+                    raise ValueError(f"token ids must be integers, got {t!r} in {tuple(row)!r}")
+        bad = [int(t) for row in rows for t in row if not 0 <= t < self.vocab_size]
+        raise ValueError(f"token ids {bad[:5]} are outside the vocabulary 0..{self.vocab_size - 1}")
 
     def forward(self, ids: torch.Tensor, stats: CausalLMStats, past: KV | None = None, keep: int = 0,
                 use_cache: bool = False) -> tuple[torch.Tensor, Any]:
@@ -248,6 +273,7 @@ class ModelRunner:
         n = len(seqs)
         P = len(self.prompt_ids)
         self.check_positions(P + L - 1, f"scoring a sequence of {L} tokens")
+        self.check_ids(seqs)  # position 0 reads the prompt's row without a tensor
         if self.kv_reuse:
             yield 0, 0, None
             if L == 1:

@@ -107,6 +107,13 @@ class KVStore:
         self.used_bytes = 0
         self.next_block = 0
 
+    def empty_copy(self) -> KVStore:
+        """A store with the same bounds and bytes per token, holding nothing (for another prompt)."""
+        new = KVStore(self.max_bytes, self.device)
+        new.max_len = self.max_len
+        new.bytes_per_token = self.bytes_per_token
+        return new
+
     def set_prompt(self, kv: KV) -> None:
         """Keep a copy of the prompt's KV and note the bytes one token takes."""
         self.prompt = [(k.clone(), v.clone()) for k, v in kv]

@@ -5,6 +5,8 @@ Everything here runs once, when an oracle is built; nothing is on the scoring pa
 """
 from __future__ import annotations
 
+import math
+import operator
 import os
 from typing import Any, Sequence
 
@@ -13,6 +15,7 @@ import torch
 
 __all__ = [
     "DTYPE_NAMES",
+    "check_settings",
     "check_tokenizer",
     "context_limit",
     "encode_prompt",
@@ -20,6 +23,7 @@ __all__ = [
     "resolve_device",
     "resolve_dtype",
     "resolve_special",
+    "token_ids",
     "tokenizer_problem",
     "vocab_size_of",
 ]
@@ -37,23 +41,36 @@ DTYPE_NAMES: dict[str, torch.dtype] = {
     "fp64": torch.float64,
     "double": torch.float64,
 }
+RUNNABLE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 def resolve_device(device: Any, model: torch.nn.Module | None) -> torch.device:
-    """``None`` keeps the model's device (CPU without a model); else a checked ``torch.device``."""
+    """``None`` keeps the model's device (CPU without a model); else a checked ``torch.device``.
+
+    ``ValueError`` for a name torch does not know, a device this machine or torch build lacks, and
+    ``meta`` (or a model whose weights are on it): it holds no numbers to run.
+    """
+    first = next(model.parameters(), None) if model is not None else None
+    if first is not None and first.is_meta:
+        raise ValueError("the model's weights are on the 'meta' device (not loaded); load real weights first")
     if device is None:
-        if model is not None:
-            try:
-                return next(model.parameters()).device
-            except StopIteration:
-                pass
-        return torch.device("cpu")
+        return first.device if first is not None else torch.device("cpu")
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise ValueError(f"invalid device {device!r}: {exc}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested but torch.cuda.is_available() is False")
+    if dev.type == "meta":
+        raise ValueError(f"device {device!r} holds no data; use 'cpu' or 'cuda'")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} requested but torch.cuda.is_available() is False")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif dev.type != "cpu":
+        try:
+            torch.empty(0, device=dev)
+        except Exception as exc:  # noqa: BLE001 - RuntimeError, AssertionError, ... from a missing backend
+            raise ValueError(f"device {device!r} is not available: {_first_line(exc)}") from None
     return dev
 
 
@@ -62,8 +79,9 @@ def resolve_dtype(dtype: Any, device: torch.device) -> torch.dtype | None:
     if dtype is None:
         return None
     if isinstance(dtype, torch.dtype):
-        if not dtype.is_floating_point:
-            raise ValueError(f"dtype must be a floating-point torch dtype, got {dtype}")
+        if dtype not in RUNNABLE_DTYPES:
+            names = ", ".join(str(d).removeprefix("torch.") for d in RUNNABLE_DTYPES)
+            raise ValueError(f"dtype must be a floating-point torch dtype a model runs in ({names}), got {dtype}")
         return dtype
     if isinstance(dtype, str):
         key = dtype.strip().lower().removeprefix("torch.")
@@ -94,6 +112,8 @@ def load_checkpoint(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = os.fspath(path)
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")):
+        raise FileNotFoundError(f"no local causal-LM checkpoint at {path!r}: the folder has no config.json")
     mk = dict(model_kwargs or {})
     if dtype is not None:
         mk.setdefault("dtype", dtype)
@@ -102,6 +122,12 @@ def load_checkpoint(
     except OSError as exc:
         raise FileNotFoundError(
             f"no local causal-LM checkpoint at {path!r} (local_files_only=True; nothing is downloaded): {exc}"
+        ) from exc
+    except (TypeError, ImportError):  # a bad model_kwargs entry, a missing package: named as they are
+        raise
+    except Exception as exc:  # noqa: BLE001 - damaged weights (SafetensorError), shape mismatches, bad config
+        raise ValueError(
+            f"cannot load the checkpoint at {path!r}: {type(exc).__name__}: {_first_line(exc)}"
         ) from exc
     why = None
     if isinstance(tokenizer, str) and tokenizer == "auto":
@@ -259,6 +285,39 @@ def resolve_special(which: str, value: Any, tokenizer: Any, config: Any, vocab_s
     return int(value)
 
 
+def check_settings(logit_scale: Any, kv_cache_bytes: Any, **positive: Any) -> None:
+    """``ValueError`` unless ``logit_scale`` is finite and > 0, ``kv_cache_bytes`` an int >= 0 and
+    every ``positive`` an int >= 1 (bools are not ints here)."""
+    if isinstance(logit_scale, bool) or not (
+        isinstance(logit_scale, (int, float)) and math.isfinite(logit_scale) and logit_scale > 0
+    ):
+        raise ValueError(f"logit_scale must be a finite positive number, got {logit_scale!r}")
+    for name, val in positive.items():
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ValueError(f"{name} must be a positive int, got {val!r}")
+    if isinstance(kv_cache_bytes, bool) or not isinstance(kv_cache_bytes, int) or kv_cache_bytes < 0:
+        raise ValueError(f"kv_cache_bytes must be a non-negative int, got {kv_cache_bytes!r}")
+
+
+def token_ids(seq: Any, what: str) -> tuple[int, ...]:
+    """``seq`` as a tuple of ints: ``TypeError`` if it is no sequence, ``ValueError`` for a non-integer entry.
+
+    Integers of any kind (``int``, numpy, 0-d integer tensors) pass; floats, bools, strings and
+    ``None`` do not (``int(1.5)`` would silently be token 1).
+    """
+    if isinstance(seq, (str, bytes)) or not hasattr(seq, "__iter__"):
+        raise TypeError(f"{what} must be a sequence of token ids, got {type(seq).__name__} {seq!r}")
+    out = []
+    for t in seq:
+        try:
+            if isinstance(t, (bool, np.bool_)):
+                raise TypeError
+            out.append(operator.index(t))
+        except TypeError:
+            raise ValueError(f"token ids of {what} must be integers, got {t!r} in {seq!r}") from None
+    return tuple(out)
+
+
 def encode_prompt(
     prompt: str | Sequence[int] | None, tokenizer: Any, vocab_size: int, bos_token_id: int | None,
     add_special_tokens: bool,
@@ -271,13 +330,15 @@ def encode_prompt(
             ids = tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
         except TypeError:
             ids = tokenizer.encode(prompt)
-        ids = [int(t) for t in ids]
+        ids = list(token_ids(ids, "the tokenizer's encoding of the prompt"))
+        if prompt.strip() and not ids:
+            raise ValueError(f"the tokenizer encodes the prompt {prompt!r} to no token ids")
     elif prompt is None:
         ids = []
     else:
         try:
-            ids = [int(t) for t in prompt]
-        except (TypeError, ValueError):
+            ids = list(token_ids(prompt, "the prompt"))
+        except TypeError:
             raise ValueError(f"prompt must be text, token ids or None, got {prompt!r}") from None
     bad = [t for t in ids if not 0 <= t < vocab_size]
     if bad:

@@ -5,7 +5,6 @@ this module normalizes their logits in float64 (with :mod:`.numerics`) and answe
 """
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any, Iterable, Iterator, Sequence
@@ -15,8 +14,8 @@ import torch
 
 from .forward import CausalLMStats, ModelRunner
 from .kv import KVStore
-from .load import (check_tokenizer, context_limit, encode_prompt, load_checkpoint, resolve_device, resolve_dtype,
-                   resolve_special, vocab_size_of)
+from .load import (check_settings, check_tokenizer, context_limit, encode_prompt, load_checkpoint, resolve_device,
+                   resolve_dtype, resolve_special, token_ids, vocab_size_of)
 from .numerics import HeadParts, LogSoftmax64
 
 __all__ = ["CausalLMOracle"]
@@ -36,10 +35,11 @@ class CausalLMOracle:
     tokenizer:
         Optional; needed only for a text ``prompt``, :meth:`decode`, and ``"auto"`` BOS/EOS ids.
         Any object with ``encode(text)`` / ``decode(ids)`` and ``bos_token_id`` /
-        ``eos_token_id`` attributes works.
+        ``eos_token_id`` attributes works (one with an empty vocabulary is refused).
     prompt:
         Token ids or text (encoded with the tokenizer, ``add_special_tokens`` as given).
         ``None`` or empty: the prompt is ``[bos]``; if there is no BOS either, ``ValueError``.
+        It must fit in the model's context (:attr:`max_positions`).
     bos_token_id, eos:
         ``"auto"`` takes them from the tokenizer, then from ``model.config``; ``None`` means
         none.  ``eos=None`` gives fixed-length enumeration (``max_len`` tokens, no stop token).
@@ -90,35 +90,19 @@ class CausalLMOracle:
     ) -> None:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module (a transformers causal LM), got {type(model).__name__}")
-        self.device = resolve_device(device, model)
-        tdtype = resolve_dtype(dtype, self.device)
-        if tdtype is not None:
-            model.to(device=self.device, dtype=tdtype)
-        else:
-            model.to(device=self.device)
-        model.eval()
-        self.model = model
+        # everything is checked before the model is moved or cast in place
         if tokenizer is not None:
             check_tokenizer(tokenizer)
+        check_settings(logit_scale, kv_cache_bytes, forward_batch_size=forward_batch_size,
+                       max_forward_tokens=max_forward_tokens, max_logits_bytes=max_logits_bytes)
+        self.device = resolve_device(device, model)
+        tdtype = resolve_dtype(dtype, self.device)
+        self.model = model
         self.tokenizer = tokenizer
-        try:
-            self.dtype = next(model.parameters()).dtype
-        except StopIteration:
-            self.dtype = tdtype or torch.float32
-
-        if not (isinstance(logit_scale, (int, float)) and math.isfinite(logit_scale) and logit_scale > 0):
-            raise ValueError(f"logit_scale must be a finite positive number, got {logit_scale!r}")
         self.logit_scale = float(logit_scale)
-        for name, val in (("forward_batch_size", forward_batch_size), ("max_forward_tokens", max_forward_tokens),
-                          ("max_logits_bytes", max_logits_bytes)):
-            if not isinstance(val, int) or val < 1:
-                raise ValueError(f"{name} must be a positive int, got {val!r}")
-        if not isinstance(kv_cache_bytes, int) or kv_cache_bytes < 0:
-            raise ValueError(f"kv_cache_bytes must be a non-negative int, got {kv_cache_bytes!r}")
         self.forward_batch_size = forward_batch_size
         self.max_forward_tokens = max_forward_tokens
         self.max_logits_bytes = max_logits_bytes
-
         self.vocab_size = vocab_size_of(model)
         config = getattr(model, "config", None)
         self.bos_token_id = resolve_special("bos", bos_token_id, tokenizer, config, self.vocab_size)
@@ -127,6 +111,13 @@ class CausalLMOracle:
         self._kv = KVStore(kv_cache_bytes, self.device)
         self._run = ModelRunner(model, self.device, self.vocab_size, self._encode_prompt(prompt), self._kv, kv_reuse,
                                 context_limit(model))
+        if tdtype is not None:
+            model.to(device=self.device, dtype=tdtype)
+        else:
+            model.to(device=self.device)
+        model.eval()
+        first = next(model.parameters(), None)
+        self.dtype = first.dtype if first is not None else (tdtype or torch.float32)
         self.stats = CausalLMStats()
         self._prompt_logprobs: np.ndarray | None = None
         self._norm = LogSoftmax64()
@@ -166,9 +157,7 @@ class CausalLMOracle:
         new.__dict__.update(self.__dict__)
         new.stats = CausalLMStats()
         new._prompt_logprobs = None
-        new._kv = KVStore(self._kv.max_bytes, self.device)
-        new._kv.max_len = self._kv.max_len
-        new._kv.bytes_per_token = self._kv.bytes_per_token
+        new._kv = self._kv.empty_copy()
         new._run = self._run.for_prompt(self._encode_prompt(prompt), new._kv)
         new._norm = LogSoftmax64()
         return new
@@ -327,7 +316,10 @@ class CausalLMOracle:
         t_start = time.perf_counter()
         keys = self._keys(prefixes)
         n = len(keys)
-        fl = np.asarray(floors, dtype=np.float64).reshape(-1)
+        try:
+            fl = np.asarray(floors, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise ValueError(f"batch_next_heads: floors must be numbers, got {floors!r}") from None
         if fl.shape[0] != n:
             raise ValueError(f"batch_next_heads: {fl.shape[0]} floors for {n} prefixes")
         parts = HeadParts()
@@ -347,7 +339,7 @@ class CausalLMOracle:
 
     @staticmethod
     def _keys(prefixes: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
-        return [p if type(p) is tuple else tuple(int(t) for t in p) for p in prefixes]
+        return [p if type(p) is tuple else token_ids(p, "a prefix") for p in prefixes]
 
     def _position_logprobs(self, seqs: list[tuple[int, ...]], L: int, targets_only: bool) -> np.ndarray:
         """For equal-length ``seqs`` (L >= 1): (n, L) target log-probs, or (n, L, V) full rows."""
@@ -375,7 +367,7 @@ class CausalLMOracle:
         The empty sequence scores 0.
         """
         t_start = time.perf_counter()
-        keys = [s if type(s) is tuple else tuple(int(t) for t in s) for s in seqs]
+        keys = [s if type(s) is tuple else token_ids(s, "a sequence") for s in seqs]
         out = np.zeros(len(keys), dtype=np.float64)
         by_len: dict[int, list[int]] = {}
         for i, s in enumerate(keys):
@@ -395,7 +387,7 @@ class CausalLMOracle:
     def all_position_logprobs(self, seq: Sequence[int]) -> np.ndarray:
         """``(len(seq), V)`` float64: row d is the next-token distribution after ``prompt + seq[:d]``."""
         t_start = time.perf_counter()
-        key = tuple(int(t) for t in seq)
+        key = token_ids(seq, "the sequence")
         if not key:
             return np.empty((0, self.vocab_size), dtype=np.float64)
         with torch.inference_mode():
@@ -405,7 +397,10 @@ class CausalLMOracle:
 
     def decode(self, seq: Sequence[int]) -> str:
         """Text of ``seq`` (without the prompt) via the tokenizer; without one, the ids joined by spaces."""
-        ids = [int(t) for t in seq]
+        ids = list(token_ids(seq, "the sequence to decode"))
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"token ids {bad[:5]} are outside the vocabulary 0..{self.vocab_size - 1}")
         if self.tokenizer is None:
             return " ".join(map(str, ids))
         return self.tokenizer.decode(ids)
@@ -430,7 +425,9 @@ class CausalLMOracle:
         elif eos is None:
             eos_id = None
         else:
-            if isinstance(eos, bool) or not 0 <= int(eos) < self.vocab_size:
+            if isinstance(eos, (bool, np.bool_)) or not isinstance(eos, (int, np.integer)):
+                raise ValueError(f"eos must be 'auto', None or a token id, got {eos!r}")
+            if not 0 <= int(eos) < self.vocab_size:
                 raise ValueError(f"eos token id {eos!r} is outside the vocabulary 0..{self.vocab_size - 1}")
             eos_id = int(eos)
         # The core scores prefixes of length <= max_len - 1 (fixed length, and terminating with a
