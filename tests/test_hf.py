@@ -652,3 +652,19 @@ def test_damaged_checkpoint_folders(tmp_path, model):
     (tmp_path / "shape" / "config.json").write_text(cfg)
     with pytest.raises(ValueError, match="cannot load the checkpoint at .*RuntimeError"):
         CausalLMOracle.from_pretrained(tmp_path / "shape", prompt=PROMPT)  # was a RuntimeError
+
+
+def test_tokenizer_with_special_tokens_added_past_its_base_vocabulary(tmp_path):
+    """Special tokens are often added tokens (id >= vocab_size, < len(tokenizer)): such a tokenizer is usable."""
+    import tokenizers
+
+    words = [f"w{i}" for i in range(20)]
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="w0"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>")
+    assert tok.vocab_size == 20 and len(tok) == 22 and tok.eos_token_id == 21
+    tiny_gpt2(bos=20, eos=21).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    o = CausalLMOracle.from_pretrained(tmp_path, prompt="w3 w7")
+    assert o.tokenizer is not None and o.prompt_ids == [3, 7] and o.eos == 21 and o.bos_token_id == 20
+    assert o.decode((5, 9)) == "w5 w9"

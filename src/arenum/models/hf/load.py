@@ -148,8 +148,8 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _tokenizer_size(tokenizer: Any) -> int | None:
-    """The smaller of ``len(tokenizer)`` and ``tokenizer.vocab_size`` where they exist."""
+def _tokenizer_sizes(tokenizer: Any) -> list[int]:
+    """``len(tokenizer)`` (added tokens included) and ``tokenizer.vocab_size`` (base), where they exist."""
     sizes = []
     for get in (lambda: len(tokenizer), lambda: tokenizer.vocab_size):
         try:
@@ -158,14 +158,14 @@ def _tokenizer_size(tokenizer: Any) -> int | None:
             continue
         if isinstance(n, (int, np.integer)) and not isinstance(n, bool):
             sizes.append(int(n))
-    return min(sizes) if sizes else None
+    return sizes
 
 
 def check_tokenizer(tokenizer: Any) -> None:
     """``TypeError`` for an object without ``encode``/``decode``, ``ValueError`` for an empty vocabulary."""
     if not (callable(getattr(tokenizer, "encode", None)) and callable(getattr(tokenizer, "decode", None))):
         raise TypeError(f"tokenizer must have encode() and decode() methods, got {type(tokenizer).__name__}")
-    if _tokenizer_size(tokenizer) == 0:
+    if 0 in _tokenizer_sizes(tokenizer):
         raise ValueError("tokenizer is unusable: its vocabulary is empty; pass a working tokenizer, or none "
                          "and a token-id prompt")
 
@@ -178,8 +178,8 @@ def tokenizer_problem(tokenizer: Any) -> str | None:
     """
     if not (callable(getattr(tokenizer, "encode", None)) and callable(getattr(tokenizer, "decode", None))):
         return f"a {type(tokenizer).__name__} has no encode() / decode() methods"
-    size = _tokenizer_size(tokenizer)
-    if size == 0:
+    sizes = _tokenizer_sizes(tokenizer)
+    if 0 in sizes:
         return "its vocabulary is empty"
     try:
         try:
@@ -190,6 +190,7 @@ def tokenizer_problem(tokenizer: Any) -> str | None:
         return f"encode() fails: {_first_line(exc)}"
     if not len(ids):
         return "it encodes 'hello world' to no token ids"
+    size = max(sizes) if sizes else None  # special tokens are often added tokens past vocab_size
     for attr in ("bos_token_id", "eos_token_id"):
         try:
             tid = first_id(getattr(tokenizer, attr, None))
