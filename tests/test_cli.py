@@ -394,3 +394,45 @@ def test_hf_model_from_a_local_folder(tmp_path, save_word_checkpoint):
         ref = enum.rank(ids)
         assert rec["tokens"] == list(ids) and rec["rank"] == ref.rank and rec["exact"]
         assert rec["log_prob"] == pytest.approx(ref.log_prob, abs=1e-5)  # float32 model, other batching
+
+
+def _tiny_hf_model(n_positions: int = 16):
+    """A 1-layer GPT-2 over 16 tokens with random weights (BOS 0, EOS 1)."""
+    import torch
+    import transformers
+
+    cfg = transformers.GPT2Config(vocab_size=16, n_positions=n_positions, n_embd=16, n_layer=1, n_head=2,
+                                  bos_token_id=0, eos_token_id=1)
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(cfg).eval()
+
+
+def test_hf_max_len_past_the_model_context(tmp_path, save_word_checkpoint):
+    save_word_checkpoint(_tiny_hf_model(n_positions=16), tmp_path)
+    # prompt "w3 w7" is 2 tokens: max_len 15 needs 2 + 15 - 1 = 16 positions (fits), 16 does not
+    assert len(ok_json("top", "2", "-m", f"hf:{tmp_path}", "--prompt", "w3 w7", "--max-len", 15)["items"]) == 2
+    err = fails("top", "3", "-m", f"hf:{tmp_path}", "--prompt", "w3 w7", "--max-len", 16)
+    assert "max_len=16 after the 2-token prompt needs 17 positions" in err and "maximum context of 16" in err, err
+
+
+def test_hf_checkpoint_without_tokenizer_files(tmp_path):
+    """A folder from model.save_pretrained only: a text prompt is refused (exit 2), never blank rows."""
+    model = _tiny_hf_model()
+    model.config.bos_token_id, model.config.eos_token_id = 2, 3  # not the empty tokenizer's 0
+    model.save_pretrained(tmp_path)
+    err = fails("top", "3", "-m", f"hf:{tmp_path}", "--prompt", "The password is", "--max-len", 2)
+    assert "a text prompt needs a tokenizer" in err and "vocabulary is empty" in err, err
+    # without a prompt the context is the config's BOS, EOS is the config's, and rows show token ids
+    doc = ok_json("top", "3", "-m", f"hf:{tmp_path}", "--max-len", 2)
+    assert doc["eos"] == 3
+    for item in doc["items"]:
+        assert item["tokens"][-1] == 3
+        assert item["sequence"] == " ".join(str(t) for t in item["tokens"][:-1])
+
+
+def test_hf_damaged_checkpoint_is_a_one_line_error(tmp_path):
+    _tiny_hf_model().save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    err = fails("top", "3", "-m", f"hf:{tmp_path}", "--max-len", 2)
+    assert "cannot load hf model" in err and "SafetensorError" in err and "internal error" not in err, err

@@ -444,3 +444,227 @@ def test_enumerable_fills_tree_through_heads(model):
     assert enum2.threshold(3000) == t
     assert [enum.unrank(i) for i in range(0, 3000, 97)] == [enum2.unrank(i) for i in range(0, 3000, 97)]
     assert enum.stats["forwards"] == enum2.stats["forwards"]
+
+
+def test_stats_class_is_causal_lm_stats(model):
+    """The adapter's counters are CausalLMStats; the core's OracleStats name is not reused here."""
+    import arenum.models.hf as hf
+
+    o = CausalLMOracle(model, prompt=PROMPT)
+    assert isinstance(o.stats, hf.CausalLMStats)
+    o.next_logprobs((3,))
+    assert o.stats.forward_calls == 2
+    o.reset_stats()
+    assert isinstance(o.stats, hf.CausalLMStats) and o.stats.forward_calls == 0
+    assert "OracleStats" not in hf.__all__ and not hasattr(hf, "OracleStats")
+
+
+# ------------------------------------------------------------------ the model's maximum context
+def test_context_length_checked_at_construction_and_queries(model):
+    """Positions past config.n_positions (32 here) raise a ValueError naming the lengths, never torch's IndexError."""
+    o = CausalLMOracle(model, prompt=PROMPT)
+    assert o.max_positions == 32
+    with pytest.raises(ValueError, match=r"prompt is 33 tokens, longer than the model's maximum context of 32 "
+                                         r"positions \(config.n_positions\)"):
+        CausalLMOracle(model, prompt=[3] * 33)
+    with pytest.raises(ValueError, match="prompt is 40 tokens"):
+        o.with_prompt([3] * 40)
+    full = CausalLMOracle(model, prompt=[3] * 32)  # the prompt alone fills the context: its own row works
+    assert np.abs(full.next_logprobs(()) - reference(model, [3] * 32)).max() < 1e-4
+    with pytest.raises(ValueError, match="prefix of 1 tokens after the 32-token prompt needs 33 positions"):
+        full.next_logprobs((1,))
+    # prompt + prefix: 3 + 29 = 32 positions fit, 3 + 30 do not (either path, dense rows or heads)
+    p29, p30 = tuple(t % V for t in range(29)), tuple(t % V for t in range(30))
+    assert np.abs(o.next_logprobs(p29) - reference(model, PROMPT + list(p29))).max() < 1e-4
+    msg = r"a prefix of 30 tokens after the 3-token prompt needs 33 positions, past the model's maximum context of " \
+          r"32 \(config.n_positions\); continuations of at most 30 tokens fit"
+    with pytest.raises(ValueError, match=msg):
+        o.next_logprobs(p30)
+    with pytest.raises(ValueError, match=msg):
+        o.batch_next_heads([(), (1,), p30], [-1.0, -1.0, -1.0])
+    # a scored sequence's last token is only predicted: 3 + 30 - 1 = 32 positions fit, 31 tokens do not
+    for kv_reuse in (True, False):
+        s = CausalLMOracle(model, prompt=PROMPT, kv_reuse=kv_reuse)
+        assert np.isfinite(s.score_sequences([p30])[0])
+        assert s.all_position_logprobs(p30).shape == (30, V)
+        with pytest.raises(ValueError, match="scoring a sequence of 31 tokens after the 3-token prompt needs 33"):
+            s.score_sequences([(1, 2), p30 + (5,)])
+        with pytest.raises(ValueError, match="scoring a sequence of 31 tokens"):
+            s.all_position_logprobs(p30 + (5,))
+
+
+def test_context_length_checked_by_enumerable(model):
+    _core()
+    o = CausalLMOracle(model, prompt=PROMPT)
+    assert o.enumerable(max_len=30, eos=None).max_len == 30  # 3 + 30 - 1 = 32 positions
+    with pytest.raises(ValueError, match=r"max_len=31 after the 3-token prompt needs 33 positions, past the "
+                                         r"model's maximum context of 32 \(config.n_positions\)"):
+        o.enumerable(max_len=31, eos=None)
+    with pytest.raises(ValueError, match="max_len=31"):
+        o.enumerable(max_len=31)
+    with pytest.raises(ValueError, match=r"max_depth=40 \(no max_len\) after the 3-token prompt needs 42"):
+        o.enumerable(max_depth=40)
+    assert o.enumerable(max_depth=30).cap == 30
+    # terminating, no max_len, default max_depth: refused at the first prefix that does not fit
+    cfg = transformers.GPT2Config(vocab_size=V, n_positions=6, n_embd=32, n_layer=2, n_head=2, bos_token_id=BOS,
+                                  eos_token_id=EOS)
+    short = CausalLMOracle(transformers.GPT2LMHeadModel(cfg).eval(), prompt=PROMPT)
+    enum = short.enumerable(batch_size=64)
+    assert enum.count(-8.0) >= 0  # shallow queries work
+    with pytest.raises(ValueError, match="a prefix of 4 tokens after the 3-token prompt needs 7 positions, past the "
+                                         "model's maximum context of 6"):
+        enum.threshold(50_000)  # more than the 12720 sequences of at most 3 tokens + EOS
+
+
+def test_context_length_from_max_position_embeddings():
+    cfg = transformers.LlamaConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=8, bos_token_id=BOS, eos_token_id=EOS,
+    )
+    o = CausalLMOracle(transformers.LlamaForCausalLM(cfg).eval(), prompt=[4, 5])
+    assert o.max_positions == 8
+    with pytest.raises(ValueError, match=r"max_len=8 .* maximum context of 8 \(config.max_position_embeddings\)"):
+        o.enumerable(max_len=8)
+    assert o.enumerable(max_len=7).max_len == 7
+
+
+# ------------------------------------------------------------------ checkpoints saved without tokenizer files
+def save_model_only(path, bos=2, eos=3):
+    """A tiny GPT-2 saved with model.save_pretrained only (no tokenizer files); BOS/EOS ids not 0."""
+    m = tiny_gpt2(seed=5, bos=bos, eos=eos)
+    m.save_pretrained(path)
+    return m
+
+
+def test_checkpoint_without_tokenizer_files(tmp_path):
+    m = save_model_only(tmp_path)
+    # transformers builds an empty tokenizer for such a folder: it must not be used
+    empty = transformers.AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
+    assert empty.encode("The password is") == []
+    with pytest.raises(ValueError, match=r"a text prompt needs a tokenizer.*unusable \(its vocabulary is empty\)"):
+        CausalLMOracle.from_pretrained(tmp_path, prompt="The password is")
+    o = CausalLMOracle.from_pretrained(tmp_path, prompt=[5, 9])  # token ids work; specials from the config
+    assert o.tokenizer is None and o.eos == 3 and o.bos_token_id == 2
+    assert o.decode((4, 7)) == "4 7"
+    assert np.abs(o.next_logprobs((4,)) - reference(m, [5, 9, 4])).max() < 1e-4
+    assert CausalLMOracle.from_pretrained(tmp_path).prompt_ids == [2]  # no prompt: the config's BOS
+    # the empty tokenizer passed explicitly is refused, naming why
+    with pytest.raises(ValueError, match="tokenizer is unusable: its vocabulary is empty"):
+        CausalLMOracle(m, empty, prompt=[5])
+    with pytest.raises(ValueError, match="its vocabulary is empty"):
+        CausalLMOracle.from_pretrained(tmp_path, tokenizer=empty, prompt=[5])
+
+
+def test_checkpoint_with_damaged_tokenizer_file(tmp_path):
+    save_model_only(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"a text prompt needs a tokenizer.*no tokenizer could be loaded"):
+        CausalLMOracle.from_pretrained(tmp_path, prompt="hello")
+    assert CausalLMOracle.from_pretrained(tmp_path, prompt=[5]).eos == 3
+
+
+# ------------------------------------------------------------------ user errors: named ValueError / TypeError / OSError
+def test_bad_devices_and_dtypes_refused_before_the_model_moves():
+    m = tiny_gpt2()
+    before = next(m.parameters())
+    with pytest.raises(ValueError, match="device 'meta' holds no data"):
+        CausalLMOracle(m, prompt=PROMPT, device="meta")  # was accepted: the model moved to meta, no numbers left
+    with pytest.raises(ValueError, match=r"dtype must be a floating-point torch dtype a model runs in \(float32"):
+        CausalLMOracle(m, prompt=PROMPT, dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="cuda:99"):
+        CausalLMOracle(m, prompt=PROMPT, device="cuda:99")
+    if not torch.xpu.is_available():
+        with pytest.raises(ValueError, match="device 'xpu' is not available"):  # was AssertionError
+            CausalLMOracle(m, prompt=PROMPT, device="xpu")
+    if not torch.backends.mps.is_available():
+        with pytest.raises(ValueError, match="device 'mps' is not available"):  # was RuntimeError
+            CausalLMOracle(m, prompt=PROMPT, device="mps")
+    # a refused construction leaves the model where and as it was (it used to be cast first)
+    for bad in ({"prompt": [3, V]}, {"prompt": PROMPT, "logit_scale": 0}, {"prompt": "text"}):
+        with pytest.raises(ValueError):
+            CausalLMOracle(m, dtype="bfloat16", **bad)
+    p = next(m.parameters())
+    assert p.dtype == torch.float32 and p.device == before.device
+    with torch.device("meta"):
+        on_meta = transformers.GPT2LMHeadModel(m.config)
+    with pytest.raises(ValueError, match="weights are on the 'meta' device"):
+        CausalLMOracle(on_meta, prompt=PROMPT)
+
+
+def test_bad_token_ids_and_settings(model):
+    o = CausalLMOracle(model, prompt=PROMPT)
+    with pytest.raises(ValueError, match="token ids of the prompt must be integers, got 1.5"):
+        CausalLMOracle(model, prompt=[1.5, 2])  # was silently token 1
+    with pytest.raises(ValueError, match="got True"):
+        CausalLMOracle(model, prompt=[True, 3])
+    for prefix in ((1.5,), [1.5], ("a",), (None,), (np.float64(2.0),)):
+        with pytest.raises(ValueError, match="must be integers"):  # (1.5,) was token 1; others raw torch errors
+            o.next_logprobs(prefix)
+    with pytest.raises(ValueError, match=r"token ids \[1180591620717411303424\] are outside the vocabulary"):
+        o.next_logprobs((2**70,))  # was torch's 'Overflow when unpacking long long'
+    with pytest.raises(TypeError, match="a prefix must be a sequence of token ids, got int 5"):
+        o.next_logprobs(5)
+    assert np.array_equal(o.next_logprobs(np.array([3, 4])), o.next_logprobs((3, 4)))  # numpy ints are ids
+    for kv_reuse in (True, False):
+        s = CausalLMOracle(model, prompt=PROMPT, kv_reuse=kv_reuse)
+        with pytest.raises(ValueError, match=r"token ids \[-1\] are outside the vocabulary"):
+            s.score_sequences([(-1,)])  # was the score of token V - 1
+        with pytest.raises(ValueError, match=rf"token ids \[{V}\] are outside the vocabulary"):
+            s.score_sequences([(2, 3), (V,)])  # was numpy's IndexError
+        with pytest.raises(ValueError, match="must be integers, got 1.5"):
+            s.score_sequences([(1.5, 2)])
+        with pytest.raises(ValueError, match=rf"token ids \[{V}\] are outside the vocabulary"):
+            s.all_position_logprobs((V,))  # was a row, silently
+    with pytest.raises(ValueError, match=rf"token ids \[{V}\] are outside the vocabulary"):
+        o.decode((3, V))
+    with pytest.raises(ValueError, match="must be integers"):
+        o.decode(("a",))
+    with pytest.raises(ValueError, match="eos must be 'auto', None or a token id, got 1.5"):
+        o.enumerable(max_len=2, eos=1.5)  # was token 1
+    with pytest.raises(ValueError, match="floors must be numbers"):
+        o.batch_next_heads([(1,)], ["x"])
+    with pytest.raises(ValueError, match="forward_batch_size must be a positive int, got True"):
+        CausalLMOracle(model, prompt=PROMPT, forward_batch_size=True)
+    with pytest.raises(ValueError, match="logit_scale"):
+        CausalLMOracle(model, prompt=PROMPT, logit_scale=True)
+    with pytest.raises(TypeError, match=r"tokenizer must have encode\(\) and decode\(\) methods, got int"):
+        CausalLMOracle(model, 5, prompt=PROMPT)
+
+    class Mute(CharTokenizer):
+        def encode(self, text, add_special_tokens=True):
+            return []
+
+    with pytest.raises(ValueError, match="encodes the prompt 'ab' to no token ids"):  # was [bos], silently
+        CausalLMOracle(model, Mute("ab"), prompt="ab")
+
+
+def test_damaged_checkpoint_folders(tmp_path, model):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        CausalLMOracle.from_pretrained(tmp_path / "empty")
+    model.save_pretrained(tmp_path / "cut")
+    weights = tmp_path / "cut" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ValueError, match="cannot load the checkpoint at .*SafetensorError"):
+        CausalLMOracle.from_pretrained(tmp_path / "cut", prompt=PROMPT)  # was safetensors' own exception
+    model.save_pretrained(tmp_path / "shape")
+    cfg = (tmp_path / "shape" / "config.json").read_text().replace('"n_embd": 32', '"n_embd": 16')
+    (tmp_path / "shape" / "config.json").write_text(cfg)
+    with pytest.raises(ValueError, match="cannot load the checkpoint at .*RuntimeError"):
+        CausalLMOracle.from_pretrained(tmp_path / "shape", prompt=PROMPT)  # was a RuntimeError
+
+
+def test_tokenizer_with_special_tokens_added_past_its_base_vocabulary(tmp_path):
+    """Special tokens are often added tokens (id >= vocab_size, < len(tokenizer)): such a tokenizer is usable."""
+    import tokenizers
+
+    words = [f"w{i}" for i in range(20)]
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="w0"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>")
+    assert tok.vocab_size == 20 and len(tok) == 22 and tok.eos_token_id == 21
+    tiny_gpt2(bos=20, eos=21).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    o = CausalLMOracle.from_pretrained(tmp_path, prompt="w3 w7")
+    assert o.tokenizer is not None and o.prompt_ids == [3, 7] and o.eos == 21 and o.bos_token_id == 20
+    assert o.decode((5, 9)) == "w5 w9"
