@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from ._guard import locked
 from ._validate import CountMode, exact_int, finite_float, optional_exact_int
 from .answers import Answers
 from .best_first import best_first
@@ -156,6 +157,7 @@ class AutoregressiveEnumerable:
             if self.terminating else Support.fixed(self.cap, branch_cap=self.branch_cap)
         )
         self._tree = PrefixTree(self._oracle, self.support, keep_margin_bits=cfg.keep_margin_bits)
+        self._lock = self._tree.lock
         self.progress = progress
         self._seek: SeekIndex | None = None
         self._answers_obj: Answers | None = None
@@ -174,6 +176,7 @@ class AutoregressiveEnumerable:
         self._tree.progress = fn
 
     @property
+    @locked
     def stats(self) -> dict[str, Any]:
         """Counters: forwards (prefixes scored), model calls, refetches, live prefixes held by the
         tree, index builds, model/parse seconds, and memory held by the tree (bytes)."""
@@ -195,6 +198,7 @@ class AutoregressiveEnumerable:
     def _decode(self, ids: Iterable[int]) -> tuple:
         return self._oracle.tokens(ids)
 
+    @locked
     def _table_ids(self, prefix_ids: tuple) -> tuple[np.ndarray, np.ndarray]:
         return self._oracle.table(self._decode(prefix_ids))
 
@@ -222,6 +226,7 @@ class AutoregressiveEnumerable:
         return seq, self._tree.score(seq)
 
     # ------------------------------------------------------------------ scores
+    @locked
     def log_density(self, sequence: Sequence[Any]) -> float:
         """Same as ``sum(log p(x_t | x_<t))`` left to right in float64; ``-inf`` off the declared support.
 
@@ -236,6 +241,7 @@ class AutoregressiveEnumerable:
             return float(o.score_sequences([seq])[0])
         return self._tree.score(seq)
 
+    @locked
     def score_sequences(self, sequences: Iterable[Sequence[Any]]) -> np.ndarray:
         """Same as ``[log_density(x) for x in sequences]`` as a float64 array ``(n,)``. Exact.
 
@@ -254,6 +260,7 @@ class AutoregressiveEnumerable:
                 out[i] = self._tree.score(seqs[i])
         return out
 
+    @locked
     def harvest(self, sequence: Sequence[Any]) -> int:
         """Cache the table at every prefix of ``sequence`` from one ``all_position_logprobs`` call.
 
@@ -262,6 +269,7 @@ class AutoregressiveEnumerable:
         """
         return self._oracle.harvest(self._as_tuple(sequence))
 
+    @locked
     def structural_fine_bucket(self, sequence: Sequence[Any], quantizer: Quantizer) -> int:
         """Same as ``quantizer.fine_bucket(log_density(sequence))``: the fine bucket of the EXACT total
         bits. Costs what :meth:`log_density` costs; ``ValueError`` for a sequence of probability 0."""
@@ -277,6 +285,7 @@ class AutoregressiveEnumerable:
         for ids, s in best_first(self._table_ids, self.support):
             yield self._decode(ids), s
 
+    @locked
     def top_k(self, k: int) -> list[tuple[tuple, float]]:
         """Same as ``sorted(support, key=score, reverse=True)[:k]`` (the library's tie rule).
 
@@ -290,9 +299,10 @@ class AutoregressiveEnumerable:
     def sampler(self, seed: int | None = None) -> ARSampler:
         """An ancestral sampler (``sample()``, ``sample_n(n)``, ``draw()``), seeded for replay."""
         seed = optional_exact_int("seed", seed, minimum=0)
-        return ARSampler(self._oracle, self.support, seed=seed)
+        return ARSampler(self._oracle, self.support, seed=seed, lock=self._lock)
 
     # ------------------------------------------------------------------ indexes
+    @locked
     def seek_index(self, *, max_depth_bits: float = 4096.0) -> SeekIndex:
         """The persistent exact :class:`SeekIndex` (built lazily, deepened in place).
 
@@ -322,6 +332,7 @@ class AutoregressiveEnumerable:
             ans = self._answers_obj = Answers(seek, self.support, est)
         return ans
 
+    @locked
     def budget_index(self, budget_bits: float, max_depth_bits: float = 4096.0) -> SeekIndex:
         """The seek index, deepened to cover at least ``2**budget_bits`` sequences (or the support)."""
         b = finite_float("budget_bits", budget_bits)
@@ -331,6 +342,7 @@ class AutoregressiveEnumerable:
         seek.ensure_count(int(math.ceil(2.0**b)))
         return seek
 
+    @locked
     def quantized_count_index(self, quantizer: Quantizer, max_fine_bucket: int) -> CountIndex:
         """Count index over the support, by fine bucket of exact total bits, down to ``max_fine_bucket``.
 
@@ -345,6 +357,7 @@ class AutoregressiveEnumerable:
         return ci
 
     # ------------------------------------------------------------------ counting
+    @locked
     def count(self, min_log_prob: float) -> CountResult:
         """Same as ``sum(1 for x in support if score(x) >= min_log_prob)``, counted, not listed.
 
@@ -358,6 +371,7 @@ class AutoregressiveEnumerable:
         """
         return self.answers.count(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
+    @locked
     def count_bracket(self, min_log_prob: float) -> CountBracket:
         """Same as ``count(min_log_prob)`` as a certified bracket: ``lo <= #{x : s(x) >= t} <= hi``.
 
@@ -369,6 +383,7 @@ class AutoregressiveEnumerable:
         """
         return self.answers.count_bracket(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
+    @locked
     def unrank(self, i: int) -> tuple[tuple, float]:
         """Same as ``sorted(support, key=score, reverse=True)[i]`` (0-based): ``(sequence, log_prob)``.
 
@@ -380,6 +395,7 @@ class AutoregressiveEnumerable:
             raise IndexError(f"i must be >= 0, got {i}")
         return self.seek_index().unrank(i)
 
+    @locked
     def slice(self, start: int, k: int) -> list[tuple[tuple, float]]:
         """Same as ``sorted(support, key=score, reverse=True)[start : start + k]``.
 
@@ -388,6 +404,7 @@ class AutoregressiveEnumerable:
         """
         return self.seek_index().slice(start, k)
 
+    @locked
     def threshold(self, rank: int) -> ThresholdResult:
         """Same as ``sorted(scores, reverse=True)[rank - 1]``: the top-``rank`` boundary (1-based).
 
@@ -399,6 +416,7 @@ class AutoregressiveEnumerable:
         """
         return self.answers.threshold(exact_int("rank", rank, minimum=1))
 
+    @locked
     def mass_above(self, min_log_prob: float) -> MassBracket:
         """Same as ``sum(exp(score(x)) for x in support if score(x) >= min_log_prob)``, bracketed.
 
@@ -409,6 +427,7 @@ class AutoregressiveEnumerable:
         return self.answers.mass_above(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
     # ------------------------------------------------------------------ ranks
+    @locked
     def rank(self, sequence: Sequence[Any]) -> DensityRankResult:
         """Same as ``sum(1 for x in support if score(x) > score(sequence))`` (the rank, 0-based), with the
         cumulative mass ``P(score(X) >= score(sequence))``.
@@ -432,6 +451,7 @@ class AutoregressiveEnumerable:
         return self.rank(sequence)
 
     # ------------------------------------------------------------------ estimates
+    @locked
     def monte_carlo(self, n: int | None = None, *, seed: int | None = -1, head: bool = True,
                     interval: Interval = "bernstein") -> MonteCarloEstimator:
         """A :class:`~arenum.estimate.MonteCarloEstimator` over ``n`` draws (default
@@ -461,6 +481,7 @@ class AutoregressiveEnumerable:
         self._mc[key] = est
         return est
 
+    @locked
     def envelope_index(self, *, n_paths: int = 64, seed: int | None = 0,
                        budget_bits: float = 64.0) -> "AREnvelopeIndex":
         """Approximate count / threshold / unrank beyond the exact tree's reach, from per-depth step
@@ -482,11 +503,13 @@ class AutoregressiveEnumerable:
         env = self._envelopes.get(key)
         if env is None:
             env = self._envelopes[key] = AREnvelopeIndex(
-                self._oracle, self.support, self.quantizer, n_paths=n_paths, seed=seed, budget_bits=b)
+                self._oracle, self.support, self.quantizer, n_paths=n_paths, seed=seed, budget_bits=b,
+                lock=self._lock)
         elif b > env.budget_bits:
             env._build(b)
         return env
 
+    @locked
     def exact_head(self) -> ExactHead | None:
         """The exact index built so far as an :class:`~arenum.estimate.ExactHead` (every sequence with
         score ``>= T`` counted exactly); ``None`` when nothing is built or with ``branch_cap`` (whose
@@ -502,6 +525,7 @@ class AutoregressiveEnumerable:
         est = self.monte_carlo()
         return est, (self.exact_head() if est.head is not None else None)
 
+    @locked
     def nucleus_size(self, p: float) -> CountDPTopPResult:
         """Same as ``min(k for k in range(1, n + 1) if sum(exp(s) for s in sorted_scores[:k]) >= p)``.
 
@@ -513,6 +537,7 @@ class AutoregressiveEnumerable:
             raise ValueError(f"p must be in (0, 1], got {p!r}")
         return self.answers.nucleus_size(p)
 
+    @locked
     def seek(self, target: float) -> SeekResult:
         """Same as ``unrank(nucleus_size(target).size - 1)`` with its masses: the sequence at which the
         descending cumulative mass first reaches ``target``.
@@ -527,6 +552,7 @@ class AutoregressiveEnumerable:
         return SeekResult(rank=r.size - 1, sequence=seq, log_prob=lp, target=r.p, mass_lo=r.mass_lo,
                           mass_hi=r.mass_hi, exact=r.exact)
 
+    @locked
     def _check(self) -> None:
         """Assert the invariants of the tree and index (for tests)."""
         self._tree._check()

@@ -42,10 +42,12 @@ This module gives no confidence intervals: :mod:`arenum.estimate` does.
 from __future__ import annotations
 
 import math
+import threading
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ._guard import locked
 from ._validate import exact_int, finite_float
 from .quantize import LN2, Quantizer
 from .results import CountResult, ThresholdResult
@@ -178,7 +180,8 @@ class AREnvelopeIndex:
     """The envelope may never return some sequences (it is not known to be complete)."""
 
     def __init__(self, oracle: "StepOracle", support: Support, quantizer: Quantizer, *, n_paths: int = 64,
-                 seed: int | None = 0, budget_bits: float = 64.0) -> None:
+                 seed: int | None = 0, budget_bits: float = 64.0, lock: "threading.RLock | None" = None) -> None:
+        self._lock = lock if lock is not None else threading.RLock()
         self.n_paths = exact_int("n_paths", n_paths, minimum=1)
         b = finite_float("budget_bits", budget_bits)
         if b <= 0:
@@ -250,6 +253,7 @@ class AREnvelopeIndex:
     def _depth_limit(self) -> int:
         return self.fixed_len if self.fixed_len is not None else self.cap
 
+    @locked
     def _build(self, budget_bits: float) -> None:
         """(Re)compute the totals and suffix distributions for ``budget_bits``, sampling more depths
         of contexts only where a prefix within the budget can reach them."""
@@ -339,6 +343,7 @@ class AREnvelopeIndex:
                            extra={"n_paths": self.n_paths, "budget_bits": self.budget_bits,
                                   "exact_atoms": self.exact_atoms, "interval": "none (certified mass bound)"})
 
+    @locked
     def count(self, min_log_prob: float) -> CountResult:
         """Envelope estimate of ``#{x : s(x) >= min_log_prob}`` (no forward beyond building).
 
@@ -349,6 +354,7 @@ class AREnvelopeIndex:
         self._ensure_budget(-t / LN2)
         return self._result_count(self.total.count_ge(t), t)
 
+    @locked
     def threshold(self, rank: int) -> ThresholdResult:
         """Envelope estimate of the log-prob of the ``rank``-th most probable sequence (1-based)."""
         k = exact_int("rank", rank, minimum=1)
@@ -378,6 +384,7 @@ class AREnvelopeIndex:
         b = int(np.searchsorted(cum, i + 0.5, side="left"))
         return self._fb0 + b, float(i + 0.5 - (cum[b - 1] if b > 0 else 0.0))
 
+    @locked
     def unrank(self, i: int) -> tuple[tuple, float]:
         """A real sequence for rank ``i`` and its exact log-prob: in the rank's fine bucket wherever the
         envelope's counts are right (module docstring). Cost: one forward per step (memoized)."""
@@ -385,6 +392,7 @@ class AREnvelopeIndex:
         lo, hi = self.quantizer.bucket_log_prob_bounds(fb)
         return self._walk(lo, hi, o, self._bucket_count(fb))
 
+    @locked
     def slice(self, start: int, k: int) -> list[tuple[tuple, float]]:
         """``[unrank(i) for i in range(start, start + k)]`` (stopping at the end of the support)."""
         start = exact_int("start", start, minimum=0)

@@ -553,7 +553,12 @@ class ExactIndex:
         return out[0], (out[1] if out[1] is not None else self.N)
 
     def _check(self) -> None:
-        """Assert the index's invariants (for tests)."""
+        """Assert the index's invariants (for tests). An index whose buckets are not built yet (its
+        items only counted, or its build interrupted) is checked for its items alone."""
+        if not self.bucketed:
+            pos, x = self._all_items()
+            assert _positions(pos, x.shape[0]).shape[0] == self.N and (x >= self.T).all()
+            return
         assert self.perm.shape[0] == self.N and self.cum[-1] == self.N
         assert self.seg_start[0] == 0 and self.seg_start[-1] == self.N
         assert np.array_equal(self.seg_cum[:, -1], np.diff(self.seg_start)) and (np.diff(self.seg_cum, axis=1) >= 0).all()

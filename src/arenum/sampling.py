@@ -16,6 +16,7 @@ This module does not estimate anything: :mod:`arenum.estimate` does.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -312,14 +313,17 @@ class ARSampler:
     model call per level). Tables come from the oracle, memoized: a prefix is scored once.
     """
 
-    def __init__(self, oracle: "StepOracle", support: Support, *, seed: int | None = None) -> None:
+    def __init__(self, oracle: "StepOracle", support: Support, *, seed: int | None = None,
+                 lock: "threading.RLock | None" = None) -> None:
         self._oracle = oracle
+        self._lock = lock if lock is not None else threading.RLock()
         self.support = support
         self.rng = np.random.default_rng(seed)
 
     def _draws(self, n: int) -> SampleSet:
-        seed = int(self.rng.integers(0, 2**63 - 1))
-        return draw_samples(self._oracle, n, self.support, seed=seed)
+        with self._lock:  # the oracle's memo is shared with the enumerable that made this sampler
+            seed = int(self.rng.integers(0, 2**63 - 1))
+            return draw_samples(self._oracle, n, self.support, seed=seed)
 
     def draw(self) -> Draw:
         """One draw as token ids (see :class:`Draw`)."""

@@ -22,6 +22,7 @@ from typing import Iterator
 
 import numpy as np
 
+from ._guard import locked
 from ._validate import CountMode, check_count_mode, exact_int, finite_float
 from .index import ExactIndex
 from .quantize import LN2, Quantizer
@@ -60,6 +61,7 @@ class SeekIndex:
     def __init__(self, tree: PrefixTree, *, quantizer: Quantizer, limits: Limits, count_mode: CountMode = "auto",
                  decode=None) -> None:
         self.tree = tree
+        self._lock = tree.lock  # one lock per tree: one thread builds or deepens at a time
         self.quantizer = quantizer
         self.limits = limits
         self.count_mode = check_count_mode(count_mode)
@@ -105,6 +107,7 @@ class SeekIndex:
         return 0.0 if T == math.inf else -T / LN2
 
     @property
+    @locked
     def truncated(self) -> bool:
         """The declared support was cut: the depth cap bound a prefix with budget left, or the
         build reached ``max_depth_bits`` while more sequences exist."""
@@ -116,17 +119,20 @@ class SeekIndex:
         return self.tree.completions_beyond(self.limits.max_depth_bits)
 
     @property
+    @locked
     def dropped_upper(self) -> int | float:
         """Certified bound on sequences within the built budget excluded by ``branch_cap``."""
         T = self.tree.built
         return 0 if T == math.inf else self.dropped_bound(T)
 
     @property
+    @locked
     def size(self) -> int:
         """Sequences currently indexed (all with score ``>=`` the built threshold)."""
         return self.index().N
 
     # ------------------------------------------------------------------ building
+    @locked
     def index(self) -> ExactIndex:
         """The exact index at the tree's built threshold (rebuilt only after a deepening)."""
         if self.tree.built == math.inf:
@@ -165,6 +171,7 @@ class SeekIndex:
                 )
         self.tree.deepen(T, keep, max_prefixes=lim)
 
+    @locked
     def ensure_bits(self, bits: float) -> ExactIndex:
         """Make the index exact down to ``bits`` of budget (score ``>= -bits * ln 2``)."""
         bits = finite_float("bits", bits)
@@ -172,6 +179,7 @@ class SeekIndex:
             raise BudgetExceeded(f"budget {bits:.3f} bits exceeds max_depth_bits={self.limits.max_depth_bits}")
         return self.ensure_score(-bits * LN2)
 
+    @locked
     def ensure_score(self, t: float) -> ExactIndex:
         """Make the index exact for every score ``>= t`` (nats)."""
         if t < self.depth_floor:
@@ -182,6 +190,7 @@ class SeekIndex:
             self._deepen(t, t - self.tree.keep_margin_bits * LN2)
         return self.index()
 
+    @locked
     def ensure_count(self, n: int) -> ExactIndex:
         """Deepen until at least ``n`` sequences are indexed, or the support (within caps) is exhausted.
 
@@ -266,6 +275,7 @@ class SeekIndex:
         idx = self.index()
         return [self._decode(s) for s in idx.sequences(np.asarray(P, np.int64))]
 
+    @locked
     def unrank(self, i: int) -> tuple[tuple, float]:
         """``(sequence, log_prob)`` at 0-based position ``i`` of the exact descending order."""
         i = exact_int("i", i)
@@ -283,6 +293,7 @@ class SeekIndex:
                     f"{self.limits.max_depth_bits:g}")
         return f"rank {i} is beyond the support ({n} sequences)"
 
+    @locked
     def slice(self, start: int, k: int) -> list[tuple[tuple, float]]:
         """Items ``start .. start+k-1`` (fewer at the end of the support)."""
         start = exact_int("start", start, minimum=0)
@@ -305,6 +316,7 @@ class SeekIndex:
             if len(items) < chunk:
                 return
 
+    @locked
     def count(self, min_log_prob: float) -> int:
         """Exact number of sequences with ``log_prob >= min_log_prob``."""
         t = finite_float("min_log_prob", min_log_prob, allow_neg_inf=True)
@@ -313,10 +325,12 @@ class SeekIndex:
         idx = self.ensure_score(t) if t > -math.inf else self.ensure_all()
         return idx.count_ge(t)
 
+    @locked
     def ensure_all(self) -> ExactIndex:
         """Make the index hold the whole support (down to :attr:`depth_floor`)."""
         return self.ensure_score(self.depth_floor)
 
+    @locked
     def ensure_mass(self, p: float) -> tuple[ExactIndex, bool]:
         """Deepen until the indexed sequences certainly hold probability mass ``>= p``.
 
@@ -339,11 +353,13 @@ class SeekIndex:
             except BudgetExceeded:
                 return self.index(), True
 
+    @locked
     def threshold(self, rank: int) -> float:
         """Log-prob of the ``rank``-th most probable sequence (1-based): ``count(threshold(k)) >= k``."""
         k = exact_int("rank", rank, minimum=1)
         return self.unrank(k - 1)[1]
 
+    @locked
     def rank_bracket(self, log_prob: float) -> tuple[int, int]:
         """``(lo, hi)`` with ``lo <= #{x : s(x) > log_prob} <= hi``; ``lo == hi`` when exact."""
         t = finite_float("log_prob", log_prob, allow_neg_inf=True)
@@ -354,6 +370,7 @@ class SeekIndex:
         return c, c + self.dropped_bound(t)
 
     # ------------------------------------------------------------------ branch_cap bound
+    @locked
     def dropped_bound(self, T: float) -> int | float:
         """Certified bound on sequences with score ``>= T`` excluded by ``branch_cap`` (tree built to T).
 
@@ -362,6 +379,7 @@ class SeekIndex:
         """
         return self._dropped(T)[0]
 
+    @locked
     def dropped_mass(self, T: float) -> float:
         """Upper bound on the probability mass of sequences with score ``>= T`` excluded by ``branch_cap``."""
         return self._dropped(T)[1]

@@ -27,6 +27,7 @@ This module does not answer queries: ``arenum.index`` builds the exact index fro
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -191,6 +192,8 @@ class PrefixTree:
         self._widest = 0  # the widest whole table seen (entries)
         self._key_cache: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
         self.progress: Callable[[dict], None] | None = None  # called after every fetched chunk
+        self.lock = threading.RLock()
+        """Held by every reader and writer above the tree (seek index, facade): one build at a time."""
 
     # ------------------------------------------------------------------ paths
     def token_paths(self, d: int, nodes: np.ndarray) -> np.ndarray:
