@@ -12,7 +12,7 @@ from .oracle import OracleStats
 from .quantize import Quantizer
 from .results import (
     BudgetExceeded, CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult,
-    ThresholdResult,
+    SequenceList, SequenceResult, ThresholdResult,
 )
 from .seek import Limits, SeekIndex
 
@@ -34,6 +34,8 @@ __all__ = [
     "Quantizer",
     "SeekIndex",
     "SeekResult",
+    "SequenceList",
+    "SequenceResult",
     "ThresholdResult",
     "RescoredIndex",
     "AREnvelopeIndex",

@@ -20,6 +20,7 @@ import math
 from typing import Callable
 
 from .estimate import ExactHead, MonteCarloEstimator
+from .index import ExactIndex
 from .results import (
     BudgetExceeded, CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, ThresholdResult,
 )
@@ -54,6 +55,17 @@ class Answers:
         self.support = support
         self.estimator = estimator
 
+    def _built(self) -> ExactIndex:
+        """The deepest index within the caps, never raising for a cap: the current one, or the last
+        one counted when building its buckets would pass ``max_sequences`` (items counted only)."""
+        try:
+            return self.seek.index()
+        except BudgetExceeded:
+            idx = self.seek.current
+            if idx is None:
+                raise
+            return idx
+
     @property
     def _capped(self) -> bool:
         return self.support.branch_cap is not None
@@ -80,8 +92,8 @@ class Answers:
         try:
             lo = seek.count(t)
         except BudgetExceeded:
-            idx = seek.index()
-            return CountBracket(idx.N, mass_count_bound(t))
+            idx = self._built()
+            return CountBracket(idx.N if idx.T >= t else 0, mass_count_bound(t))
         if not self._capped:
             return CountBracket(lo, lo)
         return CountBracket(lo, lo + seek.dropped_bound(t))
@@ -123,8 +135,8 @@ class Answers:
         try:
             idx = seek.ensure_score(t) if t > -math.inf else seek.ensure_all()
         except BudgetExceeded:
-            m = seek.index().total_mass()
-            return MassBracket(m.lo, 1.0)
+            idx = self._built()
+            return MassBracket(idx.total_mass().lo if idx.T >= t else 0.0, 1.0)
         m = idx.mass_ge(t)
         if self._capped:
             return MassBracket(m.lo, min(1.0, m.hi + seek.dropped_mass(t)))
@@ -133,7 +145,16 @@ class Answers:
     def nucleus_size(self, p: float) -> CountDPTopPResult:
         """Smallest head with mass ``>= p``: exact up to float rounding; ``truncated`` past a cap."""
         idx, truncated = self.seek.ensure_mass(p)
-        r = idx.nucleus(p)
+        r = idx.nucleus(p) if idx.bucketed else None
+        if truncated and not idx.bucketed:
+            # items counted, not ordered (past max_sequences): a head holding p has at least
+            # p / max p sequences, and all of them if they hold p
+            tm = idx.total_mass()
+            top = math.exp(idx.top_score) if idx.N else 1.0
+            lo = max(1, math.ceil(p * (1 - 1e-12) / top)) if top > 0 else idx.N
+            thr = idx.T if idx.N and idx.T > -math.inf else 0.0
+            return CountDPTopPResult(size=lo, size_lo=lo, size_hi=idx.N if tm.lo >= p else None, mass_lo=tm.lo,
+                                     mass_hi=tm.hi, threshold=thr, p=p, truncated=True, exact=False)
         if truncated and r is None:
             tm = idx.total_mass()
             thr = float(idx.item(idx.N - 1)[1]) if idx.N else 0.0
@@ -164,10 +185,10 @@ class Answers:
             if self.estimator is not None:
                 est, head = self.estimator()
                 return est.rank(s, head=head)
-            idx = seek.index()
-            lo = idx.N
+            idx = self._built()
+            lo = idx.N if idx.T > s else 0  # every indexed sequence is strictly above s
             hi = mass_count_bound(s) - 1
-            m = idx.total_mass()
+            m = idx.total_mass() if idx.T > s else MassBracket(0.0, 0.0)
             c_lo = min(1.0, m.lo + math.exp(s))
             return DensityRankResult(
                 rank=lo, cumulative=0.5 * (c_lo + 1.0), log_prob=s, exact=False, method="bracket",
@@ -198,7 +219,7 @@ class Answers:
             idx = seek.index()
         except BudgetExceeded:
             idx = seek.current
-        if idx is None or idx.N == 0:
+        if idx is None or idx.N == 0 or not idx.bucketed:
             return None
         return ExactHead(idx.T, idx)
 

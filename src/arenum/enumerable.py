@@ -33,7 +33,8 @@ from .oracle import NORM_TOL, StepOracle
 from .quantize import Quantizer
 from .estimate import INTERVALS, ExactHead, Interval, MonteCarloEstimator
 from .results import (
-    CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult, ThresholdResult,
+    CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult, SequenceList,
+    SequenceResult, ThresholdResult,
 )
 from .sampling import ARSampler, draw_samples
 from .seek import Limits, SeekIndex
@@ -294,7 +295,10 @@ class AutoregressiveEnumerable:
         k = exact_int("k", k)
         if k <= 0:
             return []
-        return list(islice(self.enumerator(), k))
+        items = list(islice(self.enumerator(), k))
+        if self.branch_cap is not None:
+            return SequenceList(items, exact=False, method="sub_support")
+        return items
 
     def sampler(self, seed: int | None = None) -> ARSampler:
         """An ancestral sampler (``sample()``, ``sample_n(n)``, ``draw()``), seeded for replay."""
@@ -388,12 +392,18 @@ class AutoregressiveEnumerable:
         """Same as ``sorted(support, key=score, reverse=True)[i]`` (0-based): ``(sequence, log_prob)``.
 
         Ties: shorter first, then table positions, so ``rank(unrank(i)) == i`` whenever there are no ties. Exact. Cost: one forward
-        per live prefix at the budget of the ``i``-th score. ``IndexError`` past the support.
+        per live prefix at the budget of the ``i``-th score. ``IndexError`` past the support. With
+        ``branch_cap`` the position is in the capped sub-support, flagged: a
+        :class:`~arenum.results.SequenceResult` with ``exact=False``, ``method='sub_support'`` (as
+        ``slice`` and ``top_k`` return a :class:`~arenum.results.SequenceList`).
         """
         i = exact_int("i", i)
         if i < 0:
             raise IndexError(f"i must be >= 0, got {i}")
-        return self.seek_index().unrank(i)
+        seq, lp = self.seek_index().unrank(i)
+        if self.branch_cap is not None:
+            return SequenceResult(seq, lp, exact=False, method="sub_support")
+        return seq, lp
 
     @locked
     def slice(self, start: int, k: int) -> list[tuple[tuple, float]]:
@@ -402,7 +412,10 @@ class AutoregressiveEnumerable:
         Exact; fewer items at the end of the support. Cost: one forward per live prefix at the budget
         of the last item's score.
         """
-        return self.seek_index().slice(start, k)
+        items = self.seek_index().slice(start, k)
+        if self.branch_cap is not None:
+            return SequenceList(items, exact=False, method="sub_support")
+        return items
 
     @locked
     def threshold(self, rank: int) -> ThresholdResult:

@@ -203,7 +203,7 @@ class MonteCarloEstimator:
 
     def _count(self, t: float, *, strict: bool, head: ExactHead | None) -> CountResult:
         h = self._head(head)
-        if h is not None and (t > h.T or (not strict and t == h.T)):
+        if h is not None and t >= h.T:  # the head holds every sequence with s >= T: exact, strict or not
             c = h.index.count_gt(t) if strict else h.index.count_ge(t)
             return CountResult(c)
         top = h.T if h is not None else math.inf

@@ -95,6 +95,11 @@ class ExactIndex:
         if buckets:
             self.complete()
 
+    @property
+    def top_score(self) -> float:
+        """The highest item score (``-inf`` without items)."""
+        return self._top if self.N else -math.inf
+
     def complete(self) -> "ExactIndex":
         """Build the buckets (once); returns the index."""
         if not self.bucketed:
@@ -526,6 +531,12 @@ class ExactIndex:
         return _bracket(m, n)
 
     def total_mass(self) -> MassBracket:
+        """Bracket on the mass of all items; also before the buckets are built (one pass over them)."""
+        if not self.bucketed:
+            m = 0.0
+            for _, xc in self._chunks(4 * _CHUNK):
+                m += float(np.exp(xc).sum())
+            return _bracket(m, self.N)
         return _bracket(float(self._masses()[-1]), self.N)
 
     def nucleus(self, p: float) -> tuple[int, int] | None:

@@ -77,6 +77,9 @@ class OracleStats:
         return asdict(self)
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
 def _is_int_token(t: Any) -> bool:
     return isinstance(t, numbers.Integral) and not isinstance(t, bool)
 
@@ -142,15 +145,18 @@ class StepOracle:
                 raise TypeError(
                     f"token {token!r} is not an integer, but this model's tokens are integers"
                 )
-            return int(token)
+            t = int(token)
+            if not _INT64_MIN <= t <= _INT64_MAX:
+                raise ValueError(f"token id {t} does not fit in int64 (integer ids must be in [-2**63, 2**63))")
+            return t
         try:
             return self._tok2id[token]
         except KeyError:
             if not intern:
                 return None
             i = len(self._id2tok)
+            self._id2tok.append(token)  # first: an interrupt in between leaves an unused entry, no dangling id
             self._tok2id[token] = i
-            self._id2tok.append(token)
             return i
         except TypeError:
             raise TypeError(f"token {token!r} is not hashable") from None

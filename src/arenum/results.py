@@ -20,6 +20,8 @@ __all__ = [
     "CountDPTopPResult",
     "MassBracket",
     "BudgetExceeded",
+    "SequenceResult",
+    "SequenceList",
 ]
 
 
@@ -290,3 +292,49 @@ class Estimate:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class SequenceResult(tuple):
+    """``(sequence, log_prob)`` that also says how its position was obtained.
+
+    ``exact=True`` (``method='exact'``): the position in the support's order is exact. Under
+    ``branch_cap`` the position is exact in the capped sub-support only (``exact=False``,
+    ``method='sub_support'``): sequences the cap skipped may come before it in the true order
+    (``count_bracket`` bounds how many). The log-prob is exact either way.
+
+    >>> r = SequenceResult((0, 1), -1.5, exact=False, method="sub_support")
+    >>> r == ((0, 1), -1.5), r.exact, r.method
+    (True, False, 'sub_support')
+    """
+
+    exact: bool
+    method: str
+
+    def __new__(cls, sequence: tuple, log_prob: float, *, exact: bool = True, method: str = "exact"):
+        self = super().__new__(cls, (sequence, log_prob))
+        self.exact = bool(exact)
+        self.method = method
+        return self
+
+    def __reduce__(self):
+        return (_rebuild_seq, (type(self), self[0], self[1], self.exact, self.method))
+
+
+class SequenceList(list):
+    """A list of ``(sequence, log_prob)`` with ``exact`` and ``method`` as :class:`SequenceResult`."""
+
+    def __init__(self, items=(), *, exact: bool = True, method: str = "exact") -> None:
+        super().__init__(items)
+        self.exact = bool(exact)
+        self.method = method
+
+    def __reduce__(self):
+        return (_rebuild_list, (type(self), list(self), self.exact, self.method))
+
+
+def _rebuild_seq(cls, seq, lp, exact, method):
+    return cls(seq, lp, exact=exact, method=method)
+
+
+def _rebuild_list(cls, items, exact, method):
+    return cls(items, exact=exact, method=method)

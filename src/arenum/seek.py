@@ -112,7 +112,7 @@ class SeekIndex:
         """The declared support was cut: the depth cap bound a prefix with budget left, or the
         build reached ``max_depth_bits`` while more sequences exist."""
         return self.tree.depth_truncated or (
-            self.tree.built <= self.depth_floor and self._more_beyond()
+            -math.inf < self.tree.built <= self.depth_floor and self._more_beyond()
         )
 
     def _more_beyond(self) -> bool:
@@ -181,11 +181,11 @@ class SeekIndex:
 
     @locked
     def ensure_score(self, t: float) -> ExactIndex:
-        """Make the index exact for every score ``>= t`` (nats)."""
-        if t < self.depth_floor:
-            raise BudgetExceeded(
-                f"score {t:.6g} is below the depth cap max_depth_bits={self.limits.max_depth_bits}"
-            )
+        """Make the index exact for every score ``>= t`` (nats; ``-inf``: the whole support).
+
+        A score bound is what the caller asked for, so it is followed below ``max_depth_bits`` (which
+        caps only the deepening of position queries); ``max_prefixes`` and ``max_sequences`` still
+        apply (:class:`BudgetExceeded`)."""
         if t < self.tree.built:
             self._deepen(t, t - self.tree.keep_margin_bits * LN2)
         return self.index()
@@ -209,6 +209,8 @@ class SeekIndex:
             if tree.built == math.inf:
                 self.index()
                 continue
+            if tree.built == -math.inf:  # the whole support is built
+                return self.index()
             cur = self.built_bits
             cum = np.cumsum(tree.completions_hist)
             at_built = int(cum[max(0, min(len(cum) - 1, int(round(cur * HIST_BINS_PER_BIT)) - 1))])
@@ -288,7 +290,7 @@ class SeekIndex:
         return self._seq([p])[0], x
 
     def _exhausted_msg(self, i: int, n: int) -> str:
-        if self.tree.built <= self.depth_floor and self._more_beyond():
+        if -math.inf < self.tree.built <= self.depth_floor and self._more_beyond():
             return (f"rank {i} is beyond the {n} sequences within max_depth_bits="
                     f"{self.limits.max_depth_bits:g}")
         return f"rank {i} is beyond the support ({n} sequences)"
@@ -327,8 +329,8 @@ class SeekIndex:
 
     @locked
     def ensure_all(self) -> ExactIndex:
-        """Make the index hold the whole support (down to :attr:`depth_floor`)."""
-        return self.ensure_score(self.depth_floor)
+        """Make the index hold the whole support (every sequence of nonzero probability)."""
+        return self.ensure_score(-math.inf)
 
     @locked
     def ensure_mass(self, p: float) -> tuple[ExactIndex, bool]:
@@ -340,7 +342,12 @@ class SeekIndex:
         of those of the smallest head holding ``p``.
         """
         while True:
-            idx = self.index()
+            try:
+                idx = self.index()
+            except BudgetExceeded:  # the built budget already holds more than max_sequences
+                if self._index is None:
+                    raise
+                return self._index, True
             tm = idx.total_mass()
             if tm.hi >= p:
                 r = idx.nucleus(p)
@@ -351,7 +358,10 @@ class SeekIndex:
             try:
                 self.ensure_count(max(2 * idx.N, idx.N + self.tree.oracle.batch_size))
             except BudgetExceeded:
-                return self.index(), True
+                try:
+                    return self.index(), True
+                except BudgetExceeded:  # past max_sequences: the items counted, buckets not built
+                    return self._index if self._index is not None else idx, True
 
     @locked
     def threshold(self, rank: int) -> float:

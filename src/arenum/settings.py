@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ._validate import check_count_mode, exact_int, finite_float, optional_exact_int
 from .quantize import Quantizer
 from .seek import Limits
@@ -74,6 +76,9 @@ class Settings:
         conf = finite_float("confidence", confidence)
         if not 0 < conf < 1:
             raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+        if isinstance(eos, (float, np.floating, complex)) or isinstance(eos, bool):
+            raise TypeError(f"eos must be a token the model returns (an integer id or a hashable token), "
+                            f"got {type(eos).__name__} {eos!r}")
         if eos is None and max_len is None:
             raise ValueError("give max_len for a fixed-length model or eos for a terminating one (both are None)")
         if eos is None:

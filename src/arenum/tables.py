@@ -50,6 +50,8 @@ __all__ = [
     "short_repr",
 ]
 
+_INT64_MAX = 2**63 - 1
+
 NORM_TOL = 1e-3
 """Default tolerance on ``|sum(p) - 1|`` for one step table."""
 RENORM_TOL = 1e-12
@@ -131,6 +133,8 @@ def parse_table(
             raise _fail(prefix, f"log_probs must be numeric, got dtype {lps.dtype}")
         lps = lps.astype(np.float64, copy=False)
         if toks.dtype.kind in "iu":
+            if toks.dtype.kind == "u" and toks.size and int(toks.max()) > _INT64_MAX:
+                raise _fail(prefix, f"token id {int(toks.max())} does not fit in int64 (ids must be < 2**63)")
             if int_tokens():
                 ids = toks.astype(np.int64, copy=False)
             else:
@@ -270,7 +274,8 @@ def parse_dense_batch(
     bad = ~(mx <= 0.0) | (mx == -math.inf)
     if bad.any():
         r = int(np.flatnonzero(bad)[0])
-        _normalize(np.arange(arr.shape[1], dtype=np.int64), arr[r], prefixes[r], token, norm_tol)  # raises
+        ids_bad = _column_ids(arr.shape[1], intern, int_tokens)  # decides the token mode before a message names one
+        _normalize(ids_bad, arr[r], prefixes[r], token, norm_tol)  # raises
     off = np.abs(np.expm1(lse)) > norm_tol
     if off.any():
         r = int(np.flatnonzero(off)[0])
@@ -380,6 +385,8 @@ def parse_heads(
         raise TypeError(f"batch_next_heads: log_probs must be numeric, got dtype {lps.dtype}")
     if not int_tokens():
         raise TypeError("batch_next_heads needs integer tokens, but this model's tokens are not integers")
+    if total and toks.dtype.kind == "u" and int(toks.max()) > _INT64_MAX:
+        raise ValueError(f"batch_next_heads: token id {int(toks.max())} does not fit in int64 (ids must be < 2**63)")
     ids = toks.astype(np.int64, copy=False)
     lps = lps.astype(np.float64, copy=False)
     row = np.repeat(np.arange(n, dtype=np.int64), counts)

@@ -108,9 +108,14 @@ class Level:
             self.cols["eos_lp"] = Grow(np.float64)
         self.pool_tok = Grow(np.int32)  # widened to int64 if a token id needs it
         self.pool_lp = Grow(np.float64)
+        self._view: LevelView | None = None  # cached until the level grows (see view())
 
     def __len__(self) -> int:
         return self.cols["score"].n
+
+    def drop_view(self) -> None:
+        """Forget the cached view before the arrays grow (a held view would stop them growing in place)."""
+        self._view = None
 
     # explicit columns (views of the first len(self) entries)
     parent = property(lambda self: self.cols["parent"].v)
@@ -126,14 +131,21 @@ class Level:
     eos_lp = property(lambda self: self.cols["eos_lp"].v)
 
     def view(self) -> LevelView:
-        """The level's columns, read-only."""
+        """The level's columns, read-only; cached while the level's sizes do not change (in-place
+        writes of the tree are seen through it, growth drops it)."""
+        v = self._view
+        if v is not None and len(v) == len(self) and v.pool_lp.shape[0] == self.pool_lp.n and (
+                v.pool_tok.shape[0] == self.pool_tok.n and v.pool_tok.dtype == self.pool_tok.a.dtype):
+            return v
         c = self.cols
-        return LevelView(
+        v = self._view = LevelView(
             self.depth, *(_ro(c[k].v) for k in _COLS),
             _ro(c["eos_lp"].v) if "eos_lp" in c else None, _ro(self.pool_lp.v), _ro(self.pool_tok.v),
         )
+        return v
 
     def append(self, parent: np.ndarray, child: np.ndarray, tok: np.ndarray, score: np.ndarray) -> None:
+        self._view = None
         m = score.shape[0]
         c = self.cols
         c["parent"].extend(parent)
@@ -191,6 +203,7 @@ class PrefixTree:
         self._pool_entries = 0
         self._widest = 0  # the widest whole table seen (entries)
         self._key_cache: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
+        self._tuples: dict = {}  # deep levels: prefix tuples of the level fetched last and the one above
         self.progress: Callable[[dict], None] | None = None  # called after every fetched chunk
         self.lock = threading.RLock()
         """Held by every reader and writer above the tree (seek index, facade): one build at a time."""
@@ -214,6 +227,40 @@ class PrefixTree:
         return out
 
     def _prefix_tuples(self, d: int, nodes: np.ndarray) -> list[tuple]:
+        """The model-call prefixes (conditioning prefix + tokens) of ``nodes`` of level ``d``.
+
+        Deep levels build each tuple from its parent's, kept from fetching the level above (linear
+        in the length, where walking the parents would be quadratic); shallow ones walk the columns.
+        """
+        if d >= _TUPLE_CACHE_DEPTH:
+            return self._prefix_tuples_from_parents(d, nodes)
+        return self._prefix_tuples_walk(d, nodes)
+
+    def _prefix_tuples_from_parents(self, d: int, nodes: np.ndarray) -> list[tuple]:
+        cache = self._tuples
+        if cache.get("level") != d:  # a new level: keep the level above's tuples, start this one's
+            prev = cache.get("this", {}) if cache.get("level") == d - 1 else {}
+            cache.clear()
+            cache.update(level=d, above=prev, this={})
+        above, this = cache["above"], cache["this"]
+        lev = self.levels[d]
+        par = lev.parent[nodes].tolist()
+        tok = lev.tok[nodes].tolist()
+        o = self.oracle
+        conv = (lambda x: x) if (o.int_mode or o.int_mode is None) else o.token
+        out: list[tuple] = []
+        missing = [i for i, p in enumerate(par) if p not in above]
+        walked = self._prefix_tuples_walk(d, nodes[missing]) if missing else []
+        w = iter(walked)
+        for i, (p, k) in enumerate(zip(par, tok)):
+            q = above.get(p)
+            s = next(w) if q is None else q + (conv(k),)
+            out.append(s)
+        for n, s in zip(nodes.tolist(), out):
+            this[n] = s
+        return out
+
+    def _prefix_tuples_walk(self, d: int, nodes: np.ndarray) -> list[tuple]:
         paths = self.token_paths(d, nodes)
         pre = self.prefix
         o = self.oracle
@@ -278,6 +325,7 @@ class PrefixTree:
                 _INT32_MIN <= kid.min() <= kid.max() <= _INT32_MAX)
             # commit, whole or not at all (an interrupt is delivered after it)
             with deferred_interrupts():
+                lev.drop_view()
                 if widen:
                     lev.pool_tok.widen(np.int64)
                 self._commit_fetch(lev, ns, refetch, old_floor, kx, kid, klp, klen, offs, cut, keep, eos_j,
@@ -528,6 +576,8 @@ class PrefixTree:
 
     def known_prefixes(self, bits: float) -> int:
         """Prefixes with ``bits`` or fewer known so far (children seen in fetched tables, + root)."""
+        if bits == math.inf:
+            return 1 + int(self.h_pref.sum())
         b = int(math.floor(bits * HIST_BINS_PER_BIT))
         return 1 + int(self.h_pref[: max(0, min(b, _HIST_LEN))].sum())
 
@@ -571,6 +621,8 @@ class PrefixTree:
                 assert (lev.floor[live] <= T).all()
 
 
+_TUPLE_CACHE_DEPTH = 24
+"""From this depth on, model-call prefixes are built from their parents' (see ``_prefix_tuples``)."""
 _FETCH_ENTRIES = 1 << 18
 """About this many stored entries are fetched per round of :meth:`PrefixTree._fetch`."""
 
