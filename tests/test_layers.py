@@ -13,6 +13,7 @@ LAYERS = [
     {"_validate", "_arrays", "_io", "_guard", "quantize", "results", "support"},
     {"tables"},
     {"oracle"},
+    {"levels"},
     {"tree", "best_first"},
     {"index"},
     {"seek", "sampling"},

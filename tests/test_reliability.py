@@ -276,3 +276,33 @@ def test_long_sequences_match_best_first(vocab):
     for i in (0, 7, 24):
         assert ar.unrank(i) == want[i]
     ar._check()
+
+
+def test_the_memory_budget_is_honoured_and_named():
+    from arenum import BudgetExceeded
+
+    m = RandomModel(300, seed=1, peak=0.3)  # wide and flat: big heads per prefix
+    budget = 20_000_000
+    ar = AutoregressiveEnumerable(m, max_len=4, batch_next_logprobs=m.batch, batch_size=8, max_bytes=budget,
+                                  max_prefixes=None, max_sequences=None)
+    with pytest.raises(BudgetExceeded, match="max_bytes"):
+        ar.threshold(10**7)
+    held = ar.stats["memory_bytes"]
+    assert held <= 1.1 * budget  # at most one fetch round past the budget
+    ar._check()
+    b = ar.count_bracket(-12.0)  # brackets still answer
+    assert b.lo <= b.hi
+    assert ar.stats["max_bytes"] == budget
+    assert AutoregressiveEnumerable(m, max_len=2).stats["max_bytes"] > 0  # "auto": half the machine
+    with pytest.raises(ValueError, match="max_bytes"):
+        AutoregressiveEnumerable(m, max_len=2, max_bytes="lots")
+    with pytest.raises(ValueError, match="max_bytes"):
+        AutoregressiveEnumerable(m, max_len=2, max_bytes=0)
+
+
+def test_the_table_cache_is_bounded_in_bytes():
+    m = RandomModel(200, seed=2)
+    ar = AutoregressiveEnumerable(m, max_len=3, max_bytes=400_000)
+    for k in range(60):
+        ar.log_density((k % 200, (7 * k) % 200, 3))
+    assert ar.stats["table_cache_bytes"] <= 100_000 + 200 * 16

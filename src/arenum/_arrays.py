@@ -94,7 +94,13 @@ class Grow:
 
     @property
     def nbytes(self) -> int:
+        """Bytes reserved (the capacity)."""
         return self.a.nbytes
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes of the values held (what is touched; the rest of a large map is never paged in)."""
+        return self.n * self.a.itemsize
 
 
 def seg_first_below(

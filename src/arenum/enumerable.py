@@ -18,7 +18,6 @@ Data flow: model -> :mod:`arenum.oracle` -> :mod:`arenum.tree` -> :mod:`arenum.i
 from __future__ import annotations
 
 import math
-from itertools import islice
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -37,7 +36,7 @@ from .results import (
     SequenceResult, ThresholdResult,
 )
 from .sampling import ARSampler, draw_samples
-from .seek import Limits, SeekIndex
+from .seek import INDEX_BYTES_PER_SEQUENCE, Limits, SeekIndex
 from .settings import Settings
 from .support import Support
 from .tree import PrefixTree
@@ -73,6 +72,10 @@ class AutoregressiveEnumerable:
     Keyword-only extras: ``norm_tol`` (accepted ``|sum p - 1|``), ``keep_margin_bits`` (stored table
     heads reach this many bits below a build's budget), ``max_prefixes`` / ``max_sequences`` (caps on
     an exact build; beyond them answers become brackets or raise :class:`BudgetExceeded`),
+    ``max_bytes`` (one memory budget in bytes for the tree, the index and the memoized full tables,
+    which take at most a quarter of it; ``"auto"``: half the machine's physical memory, ``None``: no
+    budget; past it, the same brackets or :class:`BudgetExceeded` naming it; ``stats["memory_bytes"]``
+    says what is held),
     ``progress`` (called with a dict of counters after every chunk of forwards, e.g. to draw a bar;
     also settable later as :attr:`progress`), ``batch_next_heads`` (an adapter that can cut rows
     where the model runs: ``(prefixes, floors) -> (counts, tokens, log_probs, widths)``, only the
@@ -116,6 +119,7 @@ class AutoregressiveEnumerable:
         keep_margin_bits: float = 1.0,
         max_prefixes: int | None = Limits.max_prefixes,
         max_sequences: int | None = Limits.max_sequences,
+        max_bytes: int | str | None = "auto",
         progress: Callable[[dict], None] | None = None,
         batch_next_heads: Callable[[list[tuple], Any], Any] | None = None,
         exact_limit: int | None = None,
@@ -129,7 +133,7 @@ class AutoregressiveEnumerable:
             max_len=max_len, eos=eos, max_depth=max_depth, bin_width_bits=bin_width_bits, oversample=oversample,
             batch_size=batch_size, count_mode=count_mode, branch_cap=branch_cap, norm_tol=norm_tol,
             keep_margin_bits=keep_margin_bits, max_prefixes=max_prefixes, max_sequences=max_sequences,
-            exact_limit=exact_limit, estimate_samples=estimate_samples, estimate_seed=estimate_seed,
+            max_bytes=max_bytes, exact_limit=exact_limit, estimate_samples=estimate_samples, estimate_seed=estimate_seed,
             confidence=confidence,
         )
         # the public attributes of the spec, read from the validated settings
@@ -159,6 +163,8 @@ class AutoregressiveEnumerable:
         )
         self._tree = PrefixTree(self._oracle, self.support, keep_margin_bits=cfg.keep_margin_bits)
         self._lock = self._tree.lock
+        if cfg.max_bytes is not None:  # memoized full tables may take a quarter of the budget
+            self._oracle.cache_max_bytes = cfg.max_bytes // 4
         self.progress = progress
         self._seek: SeekIndex | None = None
         self._answers_obj: Answers | None = None
@@ -185,11 +191,14 @@ class AutoregressiveEnumerable:
         d["tree_prefixes"] = self._tree.fetched_nodes
         d["tree_nodes"] = self._tree.n_nodes
         d["tree_bytes"] = self._tree.nbytes
+        d["table_cache_bytes"] = self._oracle.cache_bytes
         seek = self.seek_index()
         d["built_bits"] = seek.built_bits
         d["index_builds"] = seek.builds
         d["index_seconds"] = seek.index_seconds
         d["indexed_sequences"] = seek.indexed
+        d["memory_bytes"] = self._tree.memory_bytes() + INDEX_BYTES_PER_SEQUENCE * seek.indexed
+        d["max_bytes"] = self.settings.max_bytes
         return d
 
     @property
@@ -290,12 +299,14 @@ class AutoregressiveEnumerable:
     def top_k(self, k: int) -> list[tuple[tuple, float]]:
         """Same as ``sorted(support, key=score, reverse=True)[:k]`` (the library's tie rule).
 
-        Exact; ``k <= 0`` returns ``[]``. Cost: one forward per prefix the best-first listing pops.
+        Exact; ``k <= 0`` returns ``[]``. Read off the exact index (``slice(0, k)``), so every cap
+        applies and the forwards are those of the live prefixes at the ``k``-th score, shared with
+        every other query; :meth:`enumerator` lists lazily instead.
         """
         k = exact_int("k", k)
         if k <= 0:
             return []
-        items = list(islice(self.enumerator(), k))
+        items = self.seek_index().slice(0, k)
         if self.branch_cap is not None:
             return SequenceList(items, exact=False, method="sub_support")
         return items

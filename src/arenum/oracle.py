@@ -129,6 +129,8 @@ class StepOracle:
         self._id2tok: list[Any] = []
         self._cache: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._cache_size = int(cache_size)
+        self.cache_bytes = 0  # bytes of the memoized full tables
+        self.cache_max_bytes: int | None = None  # set by the enumerable from its memory budget
         self._scratch = Scratch()
         self.eos_id: int | None = None
         if eos is not None:
@@ -339,9 +341,15 @@ class StepOracle:
         return tab
 
     def _remember(self, prefix: tuple, tab: tuple[np.ndarray, np.ndarray]) -> None:
+        old = self._cache.pop(prefix, None)
+        if old is not None:
+            self.cache_bytes -= old[0].nbytes + old[1].nbytes
         self._cache[prefix] = tab
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        self.cache_bytes += tab[0].nbytes + tab[1].nbytes
+        lim = self.cache_max_bytes
+        while len(self._cache) > self._cache_size or (lim is not None and self.cache_bytes > lim and len(self._cache) > 1):
+            _, (ids, lps) = self._cache.popitem(last=False)
+            self.cache_bytes -= ids.nbytes + lps.nbytes
 
     def cached(self, prefix: tuple) -> bool:
         return prefix in self._cache

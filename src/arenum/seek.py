@@ -16,6 +16,7 @@ Every answer is exact; caps (``max_depth_bits``, ``max_prefixes``, ``max_sequenc
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import Iterator
@@ -40,11 +41,25 @@ class Limits:
     max_depth_bits: deepest budget ever built, in bits.
     max_prefixes: live prefixes (forwards) the tree may hold.
     max_sequences: complete sequences the index may hold.
+    max_bytes: memory the tree, the index and the oracle's table cache may hold together, in bytes.
     """
 
     max_depth_bits: float = 4096.0
     max_prefixes: int | None = 20_000_000
     max_sequences: int | None = 300_000_000
+    max_bytes: int | None = None
+
+
+INDEX_BYTES_PER_SEQUENCE = 16
+"""Upper estimate of the exact index's memory per indexed sequence (``perm`` and its build)."""
+
+
+def default_max_bytes() -> int:
+    """Half of this machine's physical memory (4 GiB where it cannot be read)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // 2
+    except (AttributeError, OSError, ValueError):  # pragma: no cover - non-POSIX
+        return 4 << 30
 
 
 class SeekIndex:
@@ -158,6 +173,13 @@ class SeekIndex:
         lim = self.limits.max_sequences
         if lim is not None and self._index.N > lim:
             raise BudgetExceeded(f"the index would hold {self._index.N} sequences > max_sequences={lim}")
+        mb = self.limits.max_bytes
+        if mb is not None and not self._index.bucketed:
+            need = self.tree.memory_bytes() + INDEX_BYTES_PER_SEQUENCE * self._index.N
+            if need > mb:
+                raise BudgetExceeded(
+                    f"the index of {self._index.N} sequences would bring memory to about {need:,} bytes "
+                    f"> max_bytes={mb:,}")
         return self._index
 
     def _deepen(self, T: float, keep: float | None) -> None:
@@ -169,7 +191,7 @@ class SeekIndex:
                     f"an exact answer at {-T / LN2:.3f} bits needs at least {known} live prefixes "
                     f"> max_prefixes={lim}"
                 )
-        self.tree.deepen(T, keep, max_prefixes=lim)
+        self.tree.deepen(T, keep, max_prefixes=lim, max_bytes=self.limits.max_bytes)
 
     @locked
     def ensure_bits(self, bits: float) -> ExactIndex:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ._validate import check_count_mode, exact_int, finite_float, optional_exact_int
 from .quantize import Quantizer
-from .seek import Limits
+from .seek import Limits, default_max_bytes
 
 __all__ = ["Settings"]
 
@@ -33,6 +33,7 @@ class Settings:
     keep_margin_bits: float
     max_prefixes: int | None
     max_sequences: int | None
+    max_bytes: int | None
     exact_limit: int | None
     estimate_samples: int
     estimate_seed: int | None
@@ -47,13 +48,14 @@ class Settings:
         mp = self.max_prefixes
         if self.exact_limit is not None:
             mp = self.exact_limit if mp is None else min(mp, self.exact_limit)
-        return Limits(max_depth_bits=4096.0, max_prefixes=mp, max_sequences=self.max_sequences)
+        return Limits(max_depth_bits=4096.0, max_prefixes=mp, max_sequences=self.max_sequences,
+                      max_bytes=self.max_bytes)
 
     @classmethod
     def validate(
         cls, *, max_len: Any, eos: Any, max_depth: Any, bin_width_bits: Any, oversample: Any, batch_size: Any,
         count_mode: Any, branch_cap: Any, norm_tol: Any, keep_margin_bits: Any, max_prefixes: Any,
-        max_sequences: Any, exact_limit: Any, estimate_samples: Any, estimate_seed: Any, confidence: Any,
+        max_sequences: Any, max_bytes: Any, exact_limit: Any, estimate_samples: Any, estimate_seed: Any, confidence: Any,
     ) -> "Settings":
         """Check every argument (errors name the parameter and the value) and derive the cap."""
         max_len = optional_exact_int("max_len", max_len, minimum=1)
@@ -70,6 +72,11 @@ class Settings:
             raise ValueError(f"keep_margin_bits must be >= 0, got {keep_margin_bits!r}")
         max_prefixes = optional_exact_int("max_prefixes", max_prefixes, minimum=1)
         max_sequences = optional_exact_int("max_sequences", max_sequences, minimum=1)
+        if isinstance(max_bytes, str):
+            if max_bytes != "auto":
+                raise ValueError(f"max_bytes must be 'auto', None or a number of bytes, got {max_bytes!r}")
+            max_bytes = default_max_bytes()
+        max_bytes = optional_exact_int("max_bytes", max_bytes, minimum=1)
         exact_limit = optional_exact_int("exact_limit", exact_limit, minimum=1)
         estimate_samples = exact_int("estimate_samples", estimate_samples, minimum=2)
         estimate_seed = optional_exact_int("estimate_seed", estimate_seed, minimum=0)
@@ -88,6 +95,6 @@ class Settings:
         return cls(
             max_len=max_len, eos=eos, max_depth=max_depth, cap=cap, batch_size=batch_size, branch_cap=branch_cap,
             count_mode=count_mode, quantizer=quantizer, norm_tol=tol, keep_margin_bits=margin,
-            max_prefixes=max_prefixes, max_sequences=max_sequences, exact_limit=exact_limit,
+            max_prefixes=max_prefixes, max_sequences=max_sequences, max_bytes=max_bytes, exact_limit=exact_limit,
             estimate_samples=estimate_samples, estimate_seed=estimate_seed, confidence=conf,
         )

@@ -28,19 +28,19 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from ._arrays import Grow, seg_first_below
+from ._arrays import seg_first_below
 from ._guard import deferred_interrupts
+from .levels import Level, LevelView, read_only
 from .oracle import StepOracle
 from .quantize import LN2
 from .results import BudgetExceeded
 from .support import Support
 
-__all__ = ["PrefixTree", "LevelView", "HIST_BINS_PER_BIT"]
+__all__ = ["PrefixTree", "HIST_BINS_PER_BIT"]
 
 
 HIST_BINS_PER_BIT = 64
@@ -50,120 +50,6 @@ included, stay under this; then only heads."""
 _INT32_MIN, _INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 _HIST_MAX_BITS = 8192
 _HIST_LEN = HIST_BINS_PER_BIT * _HIST_MAX_BITS + 1
-_COLS = {
-    "parent": np.int64,
-    "child": np.int32,
-    "tok": np.int64,
-    "score": np.float64,
-    "fetched": np.bool_,
-    "off": np.int64,
-    "tlen": np.int32,
-    "floor": np.float64,
-    "made": np.int32,
-    "eos_j": np.int32,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class LevelView:
-    """Read-only columns of one tree level, shape ``(n_d,)`` each (meanings: module docstring).
-
-    ``eos_lp`` is ``None`` for a fixed-length tree. ``pool_lp`` / ``pool_tok`` hold the level's
-    stored heads back to back (node ``i``'s head is ``pool[off[i] : off[i] + tlen[i]]``). The arrays
-    are views: hold them only while the tree is not deepened.
-    """
-
-    depth: int
-    parent: np.ndarray
-    child: np.ndarray
-    tok: np.ndarray
-    score: np.ndarray
-    fetched: np.ndarray
-    off: np.ndarray
-    tlen: np.ndarray
-    floor: np.ndarray
-    made: np.ndarray
-    eos_j: np.ndarray
-    eos_lp: np.ndarray | None
-    pool_lp: np.ndarray
-    pool_tok: np.ndarray
-
-    def __len__(self) -> int:
-        return self.score.shape[0]
-
-
-def _ro(a: np.ndarray) -> np.ndarray:
-    v = a.view()
-    v.flags.writeable = False
-    return v
-
-
-class Level:
-    """Arrays of one tree level (see module docstring). Only :class:`PrefixTree` writes them."""
-
-    def __init__(self, depth: int, eos: bool = False) -> None:
-        self.depth = depth
-        self.cols = {k: Grow(t) for k, t in _COLS.items()}
-        if eos:
-            self.cols["eos_lp"] = Grow(np.float64)
-        self.pool_tok = Grow(np.int32)  # widened to int64 if a token id needs it
-        self.pool_lp = Grow(np.float64)
-        self._view: LevelView | None = None  # cached until the level grows (see view())
-
-    def __len__(self) -> int:
-        return self.cols["score"].n
-
-    def drop_view(self) -> None:
-        """Forget the cached view before the arrays grow (a held view would stop them growing in place)."""
-        self._view = None
-
-    # explicit columns (views of the first len(self) entries)
-    parent = property(lambda self: self.cols["parent"].v)
-    child = property(lambda self: self.cols["child"].v)
-    tok = property(lambda self: self.cols["tok"].v)
-    score = property(lambda self: self.cols["score"].v)
-    fetched = property(lambda self: self.cols["fetched"].v)
-    off = property(lambda self: self.cols["off"].v)
-    tlen = property(lambda self: self.cols["tlen"].v)
-    floor = property(lambda self: self.cols["floor"].v)
-    made = property(lambda self: self.cols["made"].v)
-    eos_j = property(lambda self: self.cols["eos_j"].v)
-    eos_lp = property(lambda self: self.cols["eos_lp"].v)
-
-    def view(self) -> LevelView:
-        """The level's columns, read-only; cached while the level's sizes do not change (in-place
-        writes of the tree are seen through it, growth drops it)."""
-        v = self._view
-        if v is not None and len(v) == len(self) and v.pool_lp.shape[0] == self.pool_lp.n and (
-                v.pool_tok.shape[0] == self.pool_tok.n and v.pool_tok.dtype == self.pool_tok.a.dtype):
-            return v
-        c = self.cols
-        v = self._view = LevelView(
-            self.depth, *(_ro(c[k].v) for k in _COLS),
-            _ro(c["eos_lp"].v) if "eos_lp" in c else None, _ro(self.pool_lp.v), _ro(self.pool_tok.v),
-        )
-        return v
-
-    def append(self, parent: np.ndarray, child: np.ndarray, tok: np.ndarray, score: np.ndarray) -> None:
-        self._view = None
-        m = score.shape[0]
-        c = self.cols
-        c["parent"].extend(parent)
-        c["child"].extend(child)
-        c["tok"].extend(tok)
-        c["score"].extend(score)
-        c["fetched"].extend(np.zeros(m, np.bool_))
-        c["off"].extend(np.zeros(m, np.int64))
-        c["tlen"].extend(np.zeros(m, np.int32))
-        c["floor"].extend(np.full(m, math.inf))
-        c["made"].extend(np.zeros(m, np.int32))
-        c["eos_j"].extend(np.full(m, -1, np.int32))
-        if "eos_lp" in c:
-            c["eos_lp"].extend(np.full(m, -math.inf))
-
-    @property
-    def nbytes(self) -> int:
-        return sum(g.nbytes for g in self.cols.values()) + self.pool_tok.nbytes + self.pool_lp.nbytes
 
 
 class PrefixTree:
@@ -274,7 +160,7 @@ class PrefixTree:
         return [o.tokens(pre) + o.tokens(r) for r in paths]
 
     # ------------------------------------------------------------------ fetching
-    def _fetch(self, d: int, nodes: np.ndarray, keep: float) -> None:
+    def _fetch(self, d: int, nodes: np.ndarray, keep: float, max_bytes: int | None = None) -> None:
         """Score ``nodes`` of level ``d`` (one forward each) and store their heads down to ``keep``.
 
         Small trees store whole tables, as long as the stored entries stay under ``KEEP_ALL_ENTRIES``.
@@ -289,6 +175,14 @@ class PrefixTree:
         for a in range(0, nodes.shape[0], chunk):
             ns = nodes[a : a + chunk]
             m = ns.shape[0]
+            if max_bytes is not None and self.fetched_nodes:
+                # the round's expected size, from the entries stored per prefix so far
+                per = _NODE_BYTES + _ENTRY_BYTES * self._pool_entries / self.fetched_nodes
+                held = self.memory_bytes()
+                if held + m * per > max_bytes:
+                    raise BudgetExceeded(
+                        f"an exact answer at {-keep / LN2:.3f} bits needs more memory: the tree and table "
+                        f"cache hold {held:,} bytes and the next {m} prefixes would pass max_bytes={max_bytes:,}")
             refetch = lev.fetched[ns].copy()
             old_floor = np.where(refetch, lev.floor[ns], math.inf)  # entries below it are new
             s = lev.score[ns]
@@ -333,6 +227,12 @@ class PrefixTree:
             if self.progress is not None:
                 self.progress({"prefixes": self.fetched_nodes, "forwards": o.stats.forwards, "level": d,
                                "level_done": a + m, "level_todo": nodes.shape[0], "keep_bits": -keep / LN2})
+            if max_bytes is not None and a + m < nodes.shape[0]:
+                held = self.memory_bytes()
+                if held > max_bytes:  # the round is committed: the tree stays exact, ``built`` unchanged
+                    raise BudgetExceeded(
+                        f"an exact answer at {-keep / LN2:.3f} bits needs more memory: the tree and table "
+                        f"cache hold {held:,} bytes > max_bytes={max_bytes:,}")
 
     def _commit_fetch(self, lev: Level, ns, refetch, old_floor, kx, kid, klp, klen, offs, cut, keep, eos_j, eos_lp,
                       is_leaf) -> None:
@@ -412,7 +312,13 @@ class PrefixTree:
             self.levels[d + 1].append(node, j32, tok, child_score)
             lev.cols["made"].a[cand] = h32
 
-    def deepen(self, T: float, keep: float | None = None, max_prefixes: int | None = None) -> None:
+    def memory_bytes(self) -> int:
+        """Bytes held by the tree's arrays (their values) and the oracle's table cache."""
+        return (sum(lev.used_bytes for lev in self.levels) + self.h_comp.nbytes + self.h_pref.nbytes
+                + self.oracle.cache_bytes)
+
+    def deepen(self, T: float, keep: float | None = None, max_prefixes: int | None = None,
+               max_bytes: int | None = None) -> None:
         """Make the tree complete for threshold ``T``: fetch and expand every prefix with score >= T.
 
         Each newly live prefix costs one forward; stored heads reach ``keep`` (default: ``T`` minus
@@ -437,7 +343,11 @@ class PrefixTree:
                     f"live prefixes (at least {self.fetched_nodes + need.size})"
                 )
             if need.size:
-                self._fetch(d, need, keep)
+                self._fetch(d, need, keep, max_bytes)
+                if max_bytes is not None and self.memory_bytes() > max_bytes:
+                    raise BudgetExceeded(
+                        f"an exact answer at {-T / LN2:.3f} bits needs more memory: the tree and table cache "
+                        f"hold {self.memory_bytes():,} bytes > max_bytes={max_bytes:,}")
             if d < self.leaf_level:
                 self._expand(d, T)
         if self.eos_id is not None and self.leaf_level < len(self.levels):
@@ -475,12 +385,12 @@ class PrefixTree:
     @property
     def completions_hist(self) -> np.ndarray:
         """Completions seen in fetched tables, by ``1/HIST_BINS_PER_BIT``-bit bin of their score (read-only)."""
-        return _ro(self.h_comp)
+        return read_only(self.h_comp)
 
     @property
     def prefixes_hist(self) -> np.ndarray:
         """Prefixes (children seen in fetched tables) by bin of their score (read-only)."""
-        return _ro(self.h_pref)
+        return read_only(self.h_pref)
 
     def completions_beyond(self, bits: float) -> bool:
         """Whether completions with more than ``bits`` bits have been seen in fetched tables."""
@@ -621,6 +531,10 @@ class PrefixTree:
                 assert (lev.floor[live] <= T).all()
 
 
+_NODE_BYTES = 65
+"""Bytes of one node's columns (57 for a fixed-length tree)."""
+_ENTRY_BYTES = 12
+"""Bytes of one stored table entry (float64 log-prob and int32 token)."""
 _TUPLE_CACHE_DEPTH = 24
 """From this depth on, model-call prefixes are built from their parents' (see ``_prefix_tuples``)."""
 _FETCH_ENTRIES = 1 << 18
