@@ -81,6 +81,8 @@ class PrefixTree:
         self.levels[0].append(
             np.array([-1], np.int64), np.array([-1], np.int32), np.array([-1], np.int64), np.zeros(1)
         )
+        self._node_bytes = self.levels[0].used_bytes  # one node's columns (57 or 65 bytes)
+        self._used_bytes = self._node_bytes  # values held by the levels' arrays
         self.built = math.inf  # every live prefix with score >= built is fetched and expanded
         self.depth_truncated = False  # a leaf-level prefix had non-eos children within budget
         self.h_comp = np.zeros(_HIST_LEN, np.int64)  # completions seen, by 1/64-bit bin
@@ -221,6 +223,7 @@ class PrefixTree:
             with deferred_interrupts():
                 lev.drop_view()
                 if widen:
+                    self._used_bytes += lev.pool_tok.n * 4  # int32 -> int64
                     lev.pool_tok.widen(np.int64)
                 self._commit_fetch(lev, ns, refetch, old_floor, kx, kid, klp, klen, offs, cut, keep, eos_j,
                                    eos_lp, is_leaf)
@@ -257,6 +260,7 @@ class PrefixTree:
                 _addbins(self.h_pref, bins[~is_eos])
         lev.pool_lp.extend(klp)
         lev.pool_tok.extend(kid)
+        self._used_bytes += klp.shape[0] * (8 + lev.pool_tok.a.itemsize)
         self._pool_entries += klp.shape[0]
         c = lev.cols
         c["off"].a[ns] = offs
@@ -310,12 +314,13 @@ class PrefixTree:
             if d + 1 >= len(self.levels):
                 self.levels.append(Level(d + 1, self.eos_id is not None))
             self.levels[d + 1].append(node, j32, tok, child_score)
+            self._used_bytes += node.shape[0] * self._node_bytes
             lev.cols["made"].a[cand] = h32
 
     def memory_bytes(self) -> int:
-        """Bytes held by the tree's arrays (their values) and the oracle's table cache."""
-        return (sum(lev.used_bytes for lev in self.levels) + self.h_comp.nbytes + self.h_pref.nbytes
-                + self.oracle.cache_bytes)
+        """Bytes held by the tree's arrays (their values) and the oracle's table cache (a running
+        count, kept with every commit; ``_check`` compares it with the arrays)."""
+        return self._used_bytes + self.h_comp.nbytes + self.h_pref.nbytes + self.oracle.cache_bytes
 
     def deepen(self, T: float, keep: float | None = None, max_prefixes: int | None = None,
                max_bytes: int | None = None) -> None:
@@ -501,6 +506,7 @@ class PrefixTree:
 
     def _check(self) -> None:
         """Assert the tree's invariants (for tests)."""
+        assert self._used_bytes == sum(lev.used_bytes for lev in self.levels)
         T = self.built
         for d, lev in enumerate(self.levels):
             n = len(lev)
