@@ -71,7 +71,7 @@ def cmd_demo(args: argparse.Namespace) -> Output:
         f"capped at {DEMO_MAX_FORWARDS:,} forwards.\n")
 
     top, f, s = step("top", lambda: m.enum.top_k(10))
-    say(f"top 10 [exact, best-first: {f:,} forwards, {s:.2f} s]")
+    say(f"top 10 [exact, from the index: {f:,} forwards, {s:.2f} s]")
     for line in items_table([item(m, j, q, lp) for j, (q, lp) in enumerate(top)]):
         say("  " + line)
     report["top"] = {"items": [item(m, j, q, lp) for j, (q, lp) in enumerate(top)], "forwards": f}
