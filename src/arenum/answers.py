@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from .estimate import ExactHead, MonteCarloEstimator
+from .estimate import ExactHead, MonteCarloEstimator, mass_count_bound
 from .index import ExactIndex
 from .results import (
     BudgetExceeded, CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, ThresholdResult,
@@ -27,20 +27,10 @@ from .results import (
 from .seek import SeekIndex
 from .support import Support
 
-__all__ = ["Answers", "mass_count_bound"]
+__all__ = ["Answers"]
 
 Estimator = Callable[[], "tuple[MonteCarloEstimator, ExactHead | None]"]
 """``() -> (estimator, exact head or None)``: the automatic regime's Monte Carlo estimator."""
-
-
-def mass_count_bound(t: float) -> int | float:
-    """Sound bound on #sequences with score ``>= t``: each has mass ``>= e**t``, total ``<= 1``."""
-    if t == -math.inf:
-        return math.inf
-    y = -t
-    if y < 700:
-        return int(math.floor(math.exp(y) * (1 + 1e-12))) + 1
-    return math.inf
 
 
 class Answers:
@@ -106,8 +96,8 @@ class Answers:
             c = self.count(t)
         except BudgetExceeded:
             return self.count_bracket(t)
-        if getattr(c, "exact", True) or c.method == "bracket":
-            return self.count_bracket(t)
+        if c.exact or c.method == "bracket":  # its certified ends, already computed
+            return CountBracket(c.ci_lo, c.ci_hi)
         return c
 
     # ------------------------------------------------------------------ positions
@@ -133,7 +123,7 @@ class Answers:
         if t > 0:
             return MassBracket(0.0, 0.0)
         try:
-            idx = seek.ensure_score(t) if t > -math.inf else seek.ensure_all()
+            idx = seek.ensure_score(t)
         except BudgetExceeded:
             idx = self._built()
             return MassBracket(idx.total_mass().lo if idx.T >= t else 0.0, 1.0)

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from .index import ExactIndex
     from .sampling import SampleSet
 
-__all__ = ["MonteCarloEstimator", "ExactHead", "Interval", "INTERVALS"]
+__all__ = ["MonteCarloEstimator", "ExactHead", "Interval", "INTERVALS", "mass_count_bound"]
 
 Interval = Literal["bernstein", "log", "normal"]
 """Interval shapes for counts: ``"bernstein"`` (the default: log-normal lower end, empirical-Bernstein
@@ -264,7 +264,7 @@ class MonteCarloEstimator:
         c = self._count(s0, strict=True, head=head)
         mres = self._mass(s0, head=head)
         # rank < (1 - p0) / p0: every sequence ranked before has probability > p0
-        cap = _mass_bound(s0) - 1
+        cap = mass_count_bound(s0) - 1
         hi = min(float(c.ci_hi), float(cap))
         exact = c.exact
         return DensityRankResult(
@@ -340,7 +340,8 @@ class MonteCarloEstimator:
                                extra=extra)
 
 
-def _mass_bound(t: float) -> int | float:
+def mass_count_bound(t: float) -> int | float:
+    """Sound bound on #sequences with score ``>= t``: each has mass ``>= e**t``, total ``<= 1``."""
     if -t < 700:
         return int(math.floor(math.exp(-t) * (1 + 1e-12))) + 1
     return math.inf

@@ -346,13 +346,7 @@ class SeekIndex:
         t = finite_float("min_log_prob", min_log_prob, allow_neg_inf=True)
         if t > 0:
             return 0
-        idx = self.ensure_score(t) if t > -math.inf else self.ensure_all()
-        return idx.count_ge(t)
-
-    @locked
-    def ensure_all(self) -> ExactIndex:
-        """Make the index hold the whole support (every sequence of nonzero probability)."""
-        return self.ensure_score(-math.inf)
+        return self.ensure_score(t).count_ge(t)
 
     @locked
     def ensure_mass(self, p: float) -> tuple[ExactIndex, bool]:

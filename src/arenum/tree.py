@@ -230,12 +230,6 @@ class PrefixTree:
             if self.progress is not None:
                 self.progress({"prefixes": self.fetched_nodes, "forwards": o.stats.forwards, "level": d,
                                "level_done": a + m, "level_todo": nodes.shape[0], "keep_bits": -keep / LN2})
-            if max_bytes is not None and a + m < nodes.shape[0]:
-                held = self.memory_bytes()
-                if held > max_bytes:  # the round is committed: the tree stays exact, ``built`` unchanged
-                    raise BudgetExceeded(
-                        f"an exact answer at {-keep / LN2:.3f} bits needs more memory: the tree and table "
-                        f"cache hold {held:,} bytes > max_bytes={max_bytes:,}")
 
     def _commit_fetch(self, lev: Level, ns, refetch, old_floor, kx, kid, klp, klen, offs, cut, keep, eos_j, eos_lp,
                       is_leaf) -> None:
@@ -349,10 +343,6 @@ class PrefixTree:
                 )
             if need.size:
                 self._fetch(d, need, keep, max_bytes)
-                if max_bytes is not None and self.memory_bytes() > max_bytes:
-                    raise BudgetExceeded(
-                        f"an exact answer at {-T / LN2:.3f} bits needs more memory: the tree and table cache "
-                        f"hold {self.memory_bytes():,} bytes > max_bytes={max_bytes:,}")
             if d < self.leaf_level:
                 self._expand(d, T)
         if self.eos_id is not None and self.leaf_level < len(self.levels):
