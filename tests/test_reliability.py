@@ -306,3 +306,58 @@ def test_the_table_cache_is_bounded_in_bytes():
     for k in range(60):
         ar.log_density((k % 200, (7 * k) % 200, 3))
     assert ar.stats["table_cache_bytes"] <= 100_000 + 200 * 16
+
+
+@pytest.mark.parametrize("term", [False, True])
+@pytest.mark.parametrize("kw", ["max_sequences", "max_bytes"])
+def test_shallow_queries_stay_exact_after_a_deep_one_passed_a_cap(term, kw):
+    # a deep query builds the tree past what one index may hold; later shallower queries must still
+    # be answered exactly (from a smaller index), not refused
+    from arenum import BudgetExceeded
+
+    V, L = (4, 6) if not term else (4, 7)
+    m, bf = _setup(V, L, term, seed=11)
+    scores = [s for _, s in bf]
+    rng = np.random.default_rng(7)
+    if kw == "max_sequences":
+        cap = 80
+    else:  # room for the whole tree and about 80 indexed sequences, not for the whole support
+        probe = _fresh(m, L, term, max_bytes=None)
+        probe.count(-math.inf)
+        cap = probe._tree.memory_bytes() + 16 * 80
+    for trial in range(4):
+        ar = _fresh(m, L, term, **{kw: cap})
+        with pytest.raises(BudgetExceeded):
+            ar.count(-math.inf)
+        for _ in range(30):
+            op = int(rng.integers(0, 4))
+            i = int(rng.integers(0, 60))
+            if op == 0:
+                assert ar.unrank(i) == bf[i]
+            elif op == 1:
+                t = scores[i]
+                assert ar.count(t) == sum(1 for s in scores if s >= t)
+            elif op == 2:
+                assert ar.slice(i, 5) == bf[i:i + 5]
+            else:
+                q, s = bf[i]
+                r = ar.rank(q)
+                assert r.exact and r.rank == sum(1 for x in scores if x > s)
+            ar._check()
+        with pytest.raises(BudgetExceeded):
+            ar.unrank(len(bf) - 1)
+        ar._check()
+
+
+def test_monte_carlo_draws_count_against_max_bytes():
+    from arenum import BudgetExceeded
+
+    m, _ = _setup(5, 4, True, seed=2)
+    held = _fresh(m, 4, True).stats["memory_bytes"]
+    ar = _fresh(m, 4, True, max_bytes=held + 2_000_000)
+    est = ar.monte_carlo(1000, head=False)  # ~0.2 MB: fits
+    assert est.count(-3.0).estimate >= 0
+    with pytest.raises(BudgetExceeded, match="max_bytes"):
+        ar.monte_carlo(100_000, head=False)  # ~23 MB of draws: refused before drawing
+    assert len(ar._mc) == 1
+    ar._check()

@@ -32,6 +32,7 @@ from .oracle import NORM_TOL, StepOracle
 from .quantize import Quantizer
 from .estimate import INTERVALS, ExactHead, Interval, MonteCarloEstimator
 from .results import (
+    BudgetExceeded,
     CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult, SequenceList,
     SequenceResult, ThresholdResult,
 )
@@ -45,6 +46,11 @@ if TYPE_CHECKING:
     from .envelope import AREnvelopeIndex
 
 __all__ = ["AutoregressiveEnumerable", "count_budget_index"]
+
+SAMPLE_BYTES_PER_DRAW = 200
+"""Upper estimate of one Monte Carlo draw's memory besides its tokens (arrays, tuple, list slot)."""
+SAMPLE_BYTES_PER_TOKEN = 8
+"""Upper estimate of a drawn token's memory in its tuple (a pointer to a shared token object)."""
 
 
 class AutoregressiveEnumerable:
@@ -495,6 +501,7 @@ class AutoregressiveEnumerable:
         est = self._mc.get(key)
         if est is not None:
             return est
+        self._check_sample_bytes(n)
         h = self.exact_head() if head else None
         samples = draw_samples(
             self._oracle, n, self.support, seed=seed,
@@ -504,6 +511,24 @@ class AutoregressiveEnumerable:
         est = MonteCarloEstimator(samples, confidence=self.confidence, interval=interval, head=h)
         self._mc[key] = est
         return est
+
+    def _sample_bytes(self, n: int) -> int:
+        """Upper estimate of the memory ``n`` Monte Carlo draws hold (arrays and token tuples)."""
+        L = self.settings.max_len if self.settings.max_len is not None else self.settings.max_depth
+        return n * (SAMPLE_BYTES_PER_DRAW + SAMPLE_BYTES_PER_TOKEN * int(L))
+
+    def _check_sample_bytes(self, n: int) -> None:
+        """Draws count against ``max_bytes`` with the tree, the index and the cached draws."""
+        mb = self.settings.max_bytes
+        if mb is None:
+            return
+        held = self.stats["memory_bytes"] + self._oracle.cache_bytes
+        held += sum(self._sample_bytes(k[0]) for k in self._mc)
+        need = self._sample_bytes(n)
+        if held + need > mb:
+            raise BudgetExceeded(
+                f"{n:,} Monte Carlo draws would bring memory to about {held + need:,} bytes > max_bytes={mb:,}; "
+                f"draw fewer (estimate_samples) or raise max_bytes")
 
     @locked
     def envelope_index(self, *, n_paths: int = 64, seed: int | None = 0,
@@ -580,8 +605,8 @@ class AutoregressiveEnumerable:
     def _check(self) -> None:
         """Assert the invariants of the tree and index (for tests)."""
         self._tree._check()
-        if self._seek is not None and self._seek.current is not None:
-            self._seek.current._check()
+        if self._seek is not None:
+            self._seek._check()
 
 
 def count_budget_index(enumerable: AutoregressiveEnumerable, budget_bits: float,

@@ -82,6 +82,7 @@ class SeekIndex:
         self.count_mode = check_count_mode(count_mode)
         self._decode = decode if decode is not None else tree.oracle.tokens
         self._index: ExactIndex | None = None
+        self._shallow: ExactIndex | None = None  # past a cap at the built threshold: a smaller index
         self.builds = 0
         self.index_seconds = 0.0  # wall time spent building exact indexes
 
@@ -170,17 +171,65 @@ class SeekIndex:
             t0 = time.perf_counter()
             self._index = ExactIndex(self.tree, T, buckets=False)
             self.index_seconds += time.perf_counter() - t0
+        self._check_caps(self._index)
+        return self._index
+
+    def _check_caps(self, idx: ExactIndex) -> None:
+        """Raise :class:`BudgetExceeded` when building ``idx``'s buckets would pass a cap."""
         lim = self.limits.max_sequences
-        if lim is not None and self._index.N > lim:
-            raise BudgetExceeded(f"the index would hold {self._index.N} sequences > max_sequences={lim}")
+        if lim is not None and idx.N > lim:
+            raise BudgetExceeded(f"the index would hold {idx.N} sequences > max_sequences={lim}")
         mb = self.limits.max_bytes
-        if mb is not None and not self._index.bucketed:
-            need = self.tree.memory_bytes() + INDEX_BYTES_PER_SEQUENCE * self._index.N
+        if mb is not None and not idx.bucketed:
+            need = self.tree.memory_bytes() + INDEX_BYTES_PER_SEQUENCE * idx.N
             if need > mb:
                 raise BudgetExceeded(
-                    f"the index of {self._index.N} sequences would bring memory to about {need:,} bytes "
+                    f"the index of {idx.N} sequences would bring memory to about {need:,} bytes "
                     f"> max_bytes={mb:,}")
-        return self._index
+
+    def _index_above(self, T: float) -> ExactIndex:
+        """An index of every sequence with score ``>= T`` (``T >=`` the built threshold): the one at
+        the built threshold when it is within the caps, else one at ``T`` itself.
+
+        A deep query may have built the tree past what ``max_sequences`` (or ``max_bytes``) lets
+        one index hold; shallower queries are still answered exactly from a smaller index."""
+        try:
+            return self.index()
+        except BudgetExceeded:
+            if not T > self.tree.built:
+                raise
+        sh = self._shallow
+        if sh is None or sh.T > T or sh.T < self.tree.built:
+            sh = None
+            t0 = time.perf_counter()
+            idx = ExactIndex(self.tree, T, buckets=False)
+            self._check_caps(idx)
+            idx.complete()
+            self.index_seconds += time.perf_counter() - t0
+            self.builds += 1
+            self._shallow = sh = idx
+        return sh
+
+    def _index_holding(self, n: int) -> ExactIndex:
+        """Past a cap at the built threshold: the shallowest index holding ``n`` sequences, found
+        from the tree's completion histogram (exact above the built threshold)."""
+        sh = self._shallow
+        if sh is not None and sh.N >= n and sh.T >= self.tree.built:
+            return sh
+        over = self._index
+        if over is None or over.T != self.tree.built or over.N < n:
+            raise BudgetExceeded(f"position {n - 1} needs a deeper index than the caps allow")
+        hist = self.tree.completions_hist
+        b = self.tree.bits_for(hist, n)
+        i = len(hist) if b is None else int(math.ceil(b * HIST_BINS_PER_BIT - 1e-9))
+        while True:
+            T = -i / HIST_BINS_PER_BIT * LN2
+            if T <= self.tree.built:
+                self._check_caps(over)  # raises: the built index holds too many
+            idx = self._index_above(T)
+            if idx.N >= n:
+                return idx
+            i += 1  # the histogram's float edge: one bin deeper
 
     def _deepen(self, T: float, keep: float | None) -> None:
         lim = self.limits.max_prefixes
@@ -210,7 +259,7 @@ class SeekIndex:
         apply (:class:`BudgetExceeded`)."""
         if t < self.tree.built:
             self._deepen(t, t - self.tree.keep_margin_bits * LN2)
-        return self.index()
+        return self._index_above(t)
 
     @locked
     def ensure_count(self, n: int) -> ExactIndex:
@@ -226,7 +275,10 @@ class SeekIndex:
         """
         tree = self.tree
         if self._index is not None and self._index.T == tree.built and self._index.N >= n:
-            return self.index()
+            try:
+                return self.index()
+            except BudgetExceeded:
+                return self._index_holding(n)
         while True:
             if tree.built == math.inf:
                 self.index()
@@ -240,8 +292,11 @@ class SeekIndex:
             if at_built >= n or floor_hit or tree.branch_cap is not None:
                 # count first: the bin straddling the budget may hold fewer than it seems, and
                 # then the buckets would be built for nothing
-                if floor_hit or self._items_at_built().N >= n:
-                    return self.index()
+                try:
+                    if floor_hit or self._items_at_built().N >= n:
+                        return self.index()
+                except BudgetExceeded:
+                    return self._index_holding(n)
             b_lo = None if tree.branch_cap is not None else tree.bits_for(tree.completions_hist, n)
             if b_lo is not None and b_lo <= cur + 1e-9:
                 b_lo = None  # the histogram overcounted (float edge): grow instead
@@ -295,8 +350,7 @@ class SeekIndex:
         return cur + math.log2(max(n, 2) / c1) / max(rate, 1e-3)
 
     # ------------------------------------------------------------------ queries
-    def _seq(self, P: np.ndarray) -> list[tuple]:
-        idx = self.index()
+    def _seq(self, idx: ExactIndex, P: np.ndarray) -> list[tuple]:
         return [self._decode(s) for s in idx.sequences(np.asarray(P, np.int64))]
 
     @locked
@@ -309,7 +363,7 @@ class SeekIndex:
         if i >= idx.N:
             raise IndexError(self._exhausted_msg(i, idx.N))
         p, x = idx.item(i)
-        return self._seq([p])[0], x
+        return self._seq(idx, [p])[0], x
 
     def _exhausted_msg(self, i: int, n: int) -> str:
         if -math.inf < self.tree.built <= self.depth_floor and self._more_beyond():
@@ -326,7 +380,7 @@ class SeekIndex:
             return []
         idx = self.ensure_count(start + k)
         P, xs = idx.items(start, start + k)
-        return list(zip(self._seq(P), xs.tolist()))
+        return list(zip(self._seq(idx, P), xs.tolist()))
 
     def iter_from(self, i: int = 0, *, chunk: int = 1024) -> Iterator[tuple[tuple, float]]:
         """Iterate the order from position ``i`` on, deepening as needed."""
@@ -394,6 +448,14 @@ class SeekIndex:
         if self.tree.branch_cap is None:
             return c, c
         return c, c + self.dropped_bound(t)
+
+    @locked
+    def _check(self) -> None:
+        """Assert the invariants of the indexes held (for tests)."""
+        for idx in (self._index, self._shallow):
+            if idx is not None:
+                assert idx.T >= self.tree.built, (idx.T, self.tree.built)
+                idx._check()
 
     # ------------------------------------------------------------------ branch_cap bound
     @locked
