@@ -15,7 +15,7 @@ LAYERS = [
     {"oracle"},
     {"levels"},
     {"tree", "best_first"},
-    {"index"},
+    {"index", "store"},
     {"seek", "sampling"},
     {"estimate", "envelope", "count_index", "settings"},
     {"answers"},

@@ -49,6 +49,14 @@ class Grow:
         self.n = 0
         self._mm: mmap.mmap | None = None
 
+    @classmethod
+    def wrap(cls, values: np.ndarray) -> "Grow":
+        """A Grow holding ``values`` as they are (e.g. a copy-on-write file map): read in place, and
+        copied into a map of its own at the first append."""
+        g = cls.__new__(cls)
+        g.a, g.n, g._mm = values, int(values.shape[0]), None
+        return g
+
     def _grow(self, need: int) -> None:
         a = self.a
         dt = a.dtype

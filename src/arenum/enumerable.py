@@ -32,12 +32,12 @@ from .oracle import NORM_TOL, StepOracle
 from .quantize import Quantizer
 from .estimate import INTERVALS, ExactHead, Interval, MonteCarloEstimator
 from .results import (
-    BudgetExceeded,
     CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult, SequenceList,
     SequenceResult, ThresholdResult,
 )
-from .sampling import ARSampler, draw_samples
+from .sampling import ARSampler, check_sample_bytes, draw_samples
 from .seek import INDEX_BYTES_PER_SEQUENCE, Limits, SeekIndex
+from .store import TreeStore, open_store
 from .settings import Settings
 from .support import Support
 from .tree import PrefixTree
@@ -46,11 +46,6 @@ if TYPE_CHECKING:
     from .envelope import AREnvelopeIndex
 
 __all__ = ["AutoregressiveEnumerable", "count_budget_index"]
-
-SAMPLE_BYTES_PER_DRAW = 200
-"""Upper estimate of one Monte Carlo draw's memory besides its tokens (arrays, tuple, list slot)."""
-SAMPLE_BYTES_PER_TOKEN = 8
-"""Upper estimate of a drawn token's memory in its tuple (a pointer to a shared token object)."""
 
 
 class AutoregressiveEnumerable:
@@ -81,7 +76,14 @@ class AutoregressiveEnumerable:
     ``max_bytes`` (one memory budget in bytes for the tree, the index and the memoized full tables,
     which take at most a quarter of it; ``"auto"``: half the machine's physical memory, ``None``: no
     budget; past it, the same brackets or :class:`BudgetExceeded` naming it; ``stats["memory_bytes"]``
-    says what is held),
+    says what is held), ``table_bytes`` (the part of that memory in which the tree keeps whole
+    next-token tables, so that no prefix is ever scored twice while they fit: tables up to 1024
+    entries, or wider ones when the model's forward costs more than sorting its table; past it only
+    heads are kept and each re-score of a prefix doubles how deep its head reaches; ``"auto"``:
+    ``min(2 GiB, max_bytes / 4)``, ``None``: no limit), ``store`` (a folder keeping the tree on disk:
+    reopening answers without forwards, deeper queries extend it, a crash loses at most the batch
+    in flight; ``fingerprint`` identifies the model, by default a hash of its root table, one
+    forward; ``store_readonly`` opens without the writer's lock; see ``docs/store.md``),
     ``progress`` (called with a dict of counters after every chunk of forwards, e.g. to draw a bar;
     also settable later as :attr:`progress`), ``batch_next_heads`` (an adapter that can cut rows
     where the model runs: ``(prefixes, floors) -> (counts, tokens, log_probs, widths)``, only the
@@ -126,6 +128,10 @@ class AutoregressiveEnumerable:
         max_prefixes: int | None = Limits.max_prefixes,
         max_sequences: int | None = Limits.max_sequences,
         max_bytes: int | str | None = "auto",
+        table_bytes: int | str | None = "auto",
+        store: Any = None,
+        fingerprint: str | None = None,
+        store_readonly: bool = False,
         progress: Callable[[dict], None] | None = None,
         batch_next_heads: Callable[[list[tuple], Any], Any] | None = None,
         exact_limit: int | None = None,
@@ -139,7 +145,7 @@ class AutoregressiveEnumerable:
             max_len=max_len, eos=eos, max_depth=max_depth, bin_width_bits=bin_width_bits, oversample=oversample,
             batch_size=batch_size, count_mode=count_mode, branch_cap=branch_cap, norm_tol=norm_tol,
             keep_margin_bits=keep_margin_bits, max_prefixes=max_prefixes, max_sequences=max_sequences,
-            max_bytes=max_bytes, exact_limit=exact_limit, estimate_samples=estimate_samples, estimate_seed=estimate_seed,
+            max_bytes=max_bytes, table_bytes=table_bytes, exact_limit=exact_limit, estimate_samples=estimate_samples, estimate_seed=estimate_seed,
             confidence=confidence,
         )
         # the public attributes of the spec, read from the validated settings
@@ -167,13 +173,38 @@ class AutoregressiveEnumerable:
             Support.terminating(eos, self._oracle.eos_id, self.cap, branch_cap=self.branch_cap)
             if self.terminating else Support.fixed(self.cap, branch_cap=self.branch_cap)
         )
-        self._tree = PrefixTree(self._oracle, self.support, keep_margin_bits=cfg.keep_margin_bits)
+        self._tree = PrefixTree(self._oracle, self.support, keep_margin_bits=cfg.keep_margin_bits,
+                                table_bytes=cfg.table_bytes)
         self._lock = self._tree.lock
         if cfg.max_bytes is not None:  # memoized full tables may take a quarter of the budget
             self._oracle.cache_max_bytes = cfg.max_bytes // 4
         self.progress = progress
         self._seek: SeekIndex | None = None
         self._answers_obj: Answers | None = None
+        self._store: TreeStore | None = None
+        if store is not None:
+            self._store = open_store(store, self._tree, self.settings, fingerprint, store_readonly)
+        elif store_readonly or fingerprint is not None:
+            raise ValueError("store_readonly and fingerprint apply to a store: give store=PATH")
+
+    # ------------------------------------------------------------------ the store
+    @property
+    def store(self) -> "TreeStore | None":
+        """The :class:`~arenum.store.TreeStore` this enumerable keeps its tree in (``None``: memory only)."""
+        return self._store
+
+    @locked
+    def close(self) -> None:
+        """Snapshot the store (if any) and release its lock. Optional: every commit is already in the
+        store's journal, so a process that exits without closing loses nothing."""
+        if self._store is not None:
+            self._store.close()
+
+    def __enter__(self) -> "AutoregressiveEnumerable":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -205,6 +236,10 @@ class AutoregressiveEnumerable:
         d["indexed_sequences"] = seek.indexed
         d["memory_bytes"] = self._tree.memory_bytes() + INDEX_BYTES_PER_SEQUENCE * seek.indexed
         d["max_bytes"] = self.settings.max_bytes
+        d["table_bytes"] = self.settings.table_bytes
+        if self._store is not None:
+            d["store_forwards"] = self._store.forwards
+            d["store_replayed"] = self._store.replayed
         return d
 
     @property
@@ -501,7 +536,9 @@ class AutoregressiveEnumerable:
         est = self._mc.get(key)
         if est is not None:
             return est
-        self._check_sample_bytes(n)
+        L = self.settings.max_len if self.settings.max_len is not None else self.settings.max_depth
+        check_sample_bytes(n, [k[0] for k in self._mc], L, self.stats["memory_bytes"] + self._oracle.cache_bytes,
+                           self.settings.max_bytes)
         h = self.exact_head() if head else None
         samples = draw_samples(
             self._oracle, n, self.support, seed=seed,
@@ -511,24 +548,6 @@ class AutoregressiveEnumerable:
         est = MonteCarloEstimator(samples, confidence=self.confidence, interval=interval, head=h)
         self._mc[key] = est
         return est
-
-    def _sample_bytes(self, n: int) -> int:
-        """Upper estimate of the memory ``n`` Monte Carlo draws hold (arrays and token tuples)."""
-        L = self.settings.max_len if self.settings.max_len is not None else self.settings.max_depth
-        return n * (SAMPLE_BYTES_PER_DRAW + SAMPLE_BYTES_PER_TOKEN * int(L))
-
-    def _check_sample_bytes(self, n: int) -> None:
-        """Draws count against ``max_bytes`` with the tree, the index and the cached draws."""
-        mb = self.settings.max_bytes
-        if mb is None:
-            return
-        held = self.stats["memory_bytes"] + self._oracle.cache_bytes
-        held += sum(self._sample_bytes(k[0]) for k in self._mc)
-        need = self._sample_bytes(n)
-        if held + need > mb:
-            raise BudgetExceeded(
-                f"{n:,} Monte Carlo draws would bring memory to about {held + need:,} bytes > max_bytes={mb:,}; "
-                f"draw fewer (estimate_samples) or raise max_bytes")
 
     @locked
     def envelope_index(self, *, n_paths: int = 64, seed: int | None = 0,

@@ -81,6 +81,31 @@ class Level:
     def __len__(self) -> int:
         return self.cols["score"].n
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every column and the pool (views of the values held), by name."""
+        out = {k: g.v for k, g in self.cols.items()}
+        out["pool_tok"], out["pool_lp"] = self.pool_tok.v, self.pool_lp.v
+        return out
+
+    @classmethod
+    def from_arrays(cls, depth: int, eos: bool, arrays: dict[str, np.ndarray]) -> "Level":
+        """A level holding ``arrays`` (as :meth:`arrays` names them), each used in place."""
+        lev = cls(depth, eos)
+        names = set(lev.cols) | {"pool_tok", "pool_lp"}
+        if set(arrays) != names:
+            raise ValueError(f"level {depth}: columns {sorted(arrays)} != {sorted(names)}")
+        n = arrays["score"].shape[0]
+        for k, a in arrays.items():
+            want = lev.cols[k].a.dtype if k in lev.cols else (np.float64 if k == "pool_lp" else None)
+            if a.ndim != 1 or (want is not None and a.dtype != want) or (k in lev.cols and a.shape[0] != n):
+                raise ValueError(f"level {depth}: column {k} has dtype {a.dtype} and shape {a.shape}")
+        if arrays["pool_tok"].dtype not in (np.int32, np.int64) or arrays["pool_tok"].shape != arrays["pool_lp"].shape:
+            raise ValueError(f"level {depth}: pool_tok does not match pool_lp")
+        for k in lev.cols:
+            lev.cols[k] = Grow.wrap(arrays[k])
+        lev.pool_tok, lev.pool_lp = Grow.wrap(arrays["pool_tok"]), Grow.wrap(arrays["pool_lp"])
+        return lev
+
     def drop_view(self) -> None:
         """Forget the cached view before the arrays grow (a held view would stop them growing in place)."""
         self._view = None

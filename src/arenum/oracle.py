@@ -163,6 +163,29 @@ class StepOracle:
         except TypeError:
             raise TypeError(f"token {token!r} is not hashable") from None
 
+    def token_state(self) -> tuple[bool | None, list]:
+        """``(int_mode, interned tokens in id order)`` (the list is empty in integer mode)."""
+        return self.int_mode, list(self._id2tok)
+
+    def new_tokens(self, start: int) -> list:
+        """Interned tokens with ids ``>= start``."""
+        return self._id2tok[start:]
+
+    def restore_tokens(self, int_mode: bool | None, tokens: list) -> None:
+        """Set the token mode and the interned tokens (ids in order), as :meth:`token_state` gave them:
+        the tokens interned so far (e.g. ``eos``) must be their first ones, the rest are appended. A
+        decided mode must agree."""
+        if int_mode is not None:
+            if self.int_mode is not None and self.int_mode != int_mode:
+                raise ValueError(f"token mode {'integer' if int_mode else 'object'} does not match this model's")
+            self.int_mode = int_mode
+        have = len(self._id2tok)
+        if list(tokens[:have]) != self._id2tok:
+            raise ValueError("interned tokens do not match this model's")
+        for t in tokens[have:]:
+            self._tok2id[t] = len(self._id2tok)
+            self._id2tok.append(t)
+
     def token(self, tid: int) -> Any:
         """Inverse of :meth:`token_id`."""
         return int(tid) if self.int_mode else self._id2tok[int(tid)]

@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._validate import exact_int
+from .results import BudgetExceeded
 from .support import Support
 
 if TYPE_CHECKING:
     from .oracle import StepOracle
     from .tree import PrefixTree
 
-__all__ = ["ARSampler", "Draw", "SampleSet", "draw_samples", "head_masses"]
+__all__ = ["ARSampler", "Draw", "SampleSet", "check_sample_bytes", "draw_samples", "head_masses"]
 
 _ENTRY_CHUNK = 1 << 22  # table entries held at once while drawing one level (bounds memory for big V)
 _KEEP_SUBTREE = 1e-9  # relative floor of a child's tail weight: keeps q > 0 on every tail sequence
@@ -62,6 +63,24 @@ class SampleSet:
     @property
     def n(self) -> int:
         return int(self.score.shape[0])
+
+
+SAMPLE_BYTES_PER_DRAW = 200
+"""Upper estimate of one draw's memory besides its tokens (arrays, tuple, list slot)."""
+SAMPLE_BYTES_PER_TOKEN = 8
+"""Upper estimate of a drawn token's memory in its tuple (a pointer to a shared token object)."""
+
+
+def check_sample_bytes(n: int, cached: list[int], max_len: int, held: int, max_bytes: int | None) -> None:
+    """Raise :class:`BudgetExceeded` if ``n`` more draws (of at most ``max_len`` tokens), with the
+    ``cached`` draw sets and the ``held`` bytes, would pass ``max_bytes``."""
+    if max_bytes is None:
+        return
+    per = SAMPLE_BYTES_PER_DRAW + SAMPLE_BYTES_PER_TOKEN * int(max_len)
+    total = held + per * (sum(cached) + n)
+    if total > max_bytes:
+        raise BudgetExceeded(f"{n:,} Monte Carlo draws would bring memory to about {total:,} bytes > "
+                             f"max_bytes={max_bytes:,}; draw fewer (estimate_samples) or raise max_bytes")
 
 
 # --------------------------------------------------------------------------------------- head masses

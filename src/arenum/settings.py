@@ -14,6 +14,7 @@ import numpy as np
 from ._validate import check_count_mode, exact_int, finite_float, optional_exact_int
 from .quantize import Quantizer
 from .seek import Limits, default_max_bytes
+from .tree import DEFAULT_TABLE_BYTES
 
 __all__ = ["Settings"]
 
@@ -34,6 +35,7 @@ class Settings:
     max_prefixes: int | None
     max_sequences: int | None
     max_bytes: int | None
+    table_bytes: int | None
     exact_limit: int | None
     estimate_samples: int
     estimate_seed: int | None
@@ -55,7 +57,7 @@ class Settings:
     def validate(
         cls, *, max_len: Any, eos: Any, max_depth: Any, bin_width_bits: Any, oversample: Any, batch_size: Any,
         count_mode: Any, branch_cap: Any, norm_tol: Any, keep_margin_bits: Any, max_prefixes: Any,
-        max_sequences: Any, max_bytes: Any, exact_limit: Any, estimate_samples: Any, estimate_seed: Any, confidence: Any,
+        max_sequences: Any, max_bytes: Any, exact_limit: Any, table_bytes: Any, estimate_samples: Any, estimate_seed: Any, confidence: Any,
     ) -> "Settings":
         """Check every argument (errors name the parameter and the value) and derive the cap."""
         max_len = optional_exact_int("max_len", max_len, minimum=1)
@@ -77,6 +79,11 @@ class Settings:
                 raise ValueError(f"max_bytes must be 'auto', None or a number of bytes, got {max_bytes!r}")
             max_bytes = default_max_bytes()
         max_bytes = optional_exact_int("max_bytes", max_bytes, minimum=1)
+        if isinstance(table_bytes, str):
+            if table_bytes != "auto":
+                raise ValueError(f"table_bytes must be 'auto', None or a number of bytes, got {table_bytes!r}")
+            table_bytes = DEFAULT_TABLE_BYTES if max_bytes is None else min(DEFAULT_TABLE_BYTES, max_bytes // 4)
+        table_bytes = optional_exact_int("table_bytes", table_bytes, minimum=0)
         exact_limit = optional_exact_int("exact_limit", exact_limit, minimum=1)
         estimate_samples = exact_int("estimate_samples", estimate_samples, minimum=2)
         estimate_seed = optional_exact_int("estimate_seed", estimate_seed, minimum=0)
@@ -95,6 +102,6 @@ class Settings:
         return cls(
             max_len=max_len, eos=eos, max_depth=max_depth, cap=cap, batch_size=batch_size, branch_cap=branch_cap,
             count_mode=count_mode, quantizer=quantizer, norm_tol=tol, keep_margin_bits=margin,
-            max_prefixes=max_prefixes, max_sequences=max_sequences, max_bytes=max_bytes, exact_limit=exact_limit,
-            estimate_samples=estimate_samples, estimate_seed=estimate_seed, confidence=conf,
+            max_prefixes=max_prefixes, max_sequences=max_sequences, max_bytes=max_bytes, table_bytes=table_bytes,
+            exact_limit=exact_limit, estimate_samples=estimate_samples, estimate_seed=estimate_seed, confidence=conf,
         )

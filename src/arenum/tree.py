@@ -16,9 +16,12 @@ float64 (every entry with ``score + lp >= floor`` is stored; ``-inf`` when the w
 ``eos_lp`` float64 (that entry's log-prob, ``-inf`` if absent), so the index reads every
 completion's score ``score + eos_lp`` from two aligned columns instead of gathering from the pool.
 
-Stored heads keep the entries that can matter for a budget a little below the one asked for
-(``keep_margin_bits``), never the whole vocabulary; a deeper budget re-scores a prefix whose head is
-too short (counted in ``stats.refetches``). A level's pool holds its stored heads back to back:
+Whole tables are stored while their entries fit ``table_bytes`` (12 bytes an entry), for tables up
+to ``WHOLE_WIDTH`` entries wide or wider ones when sorting a table costs less than the model's mean
+forward: no prefix is then ever scored twice. Past it, stored heads keep the entries that can matter for a budget a little
+below the one asked for (``keep_margin_bits``); a deeper budget re-scores a prefix whose head is
+too short (counted in ``stats.refetches``), and each re-score at least doubles how far below the
+prefix's own score its head reaches, so a prefix is scored at most ``1 + log2(range / margin)`` times. A level's pool holds its stored heads back to back:
 ``pool_lp`` float64 and ``pool_tok`` (int32, widened to int64 if a token id needs it); large
 arrays grow in place in anonymous memory maps (see :class:`~arenum._arrays.Grow`).
 
@@ -44,9 +47,9 @@ __all__ = ["PrefixTree", "HIST_BINS_PER_BIT"]
 
 
 HIST_BINS_PER_BIT = 64
-KEEP_ALL_ENTRIES = 1 << 20
-"""Whole tables are stored (never re-scored) while the stored entries, the batch being fetched
-included, stay under this; then only heads."""
+DEFAULT_TABLE_BYTES = 2 << 30
+"""Default budget for stored table entries: whole tables are stored (never re-scored) while the
+stored entries, the batch being fetched included, stay under it; then only heads."""
 _INT32_MIN, _INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 _HIST_MAX_BITS = 8192
 _HIST_LEN = HIST_BINS_PER_BIT * _HIST_MAX_BITS + 1
@@ -66,6 +69,7 @@ class PrefixTree:
         *,
         keep_margin_bits: float = 1.0,
         prefix_ids: tuple[int, ...] = (),
+        table_bytes: int | None = DEFAULT_TABLE_BYTES,
     ) -> None:
         self.oracle = oracle
         self.support = support
@@ -74,6 +78,7 @@ class PrefixTree:
         self.cap = support.cap
         self.branch_cap = support.branch_cap
         self.keep_margin_bits = float(keep_margin_bits)
+        self.table_bytes = table_bytes  # whole tables while stored entries fit (None: always)
         self.prefix = tuple(prefix_ids)  # conditioning ids prepended to every model call
         # last level whose nodes are prefixes (its nodes make completions but no child nodes)
         self.leaf_level = support.leaf_level
@@ -93,6 +98,10 @@ class PrefixTree:
         self._key_cache: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
         self._tuples: dict = {}  # deep levels: prefix tuples of the level fetched last and the one above
         self.progress: Callable[[dict], None] | None = None  # called after every fetched chunk
+        self.journal: Callable[[str, dict], None] | None = None
+        """Called with every commit (``"fetch"``, ``"expand"``, ``"built"`` and its record) before it is
+        applied, inside the commit's critical section; replaying the records through the
+        ``_commit_*`` methods rebuilds the tree exactly (:mod:`arenum.store`)."""
         self.lock = threading.RLock()
         """Held by every reader and writer above the tree (seek index, facade): one build at a time."""
 
@@ -165,14 +174,15 @@ class PrefixTree:
     def _fetch(self, d: int, nodes: np.ndarray, keep: float, max_bytes: int | None = None) -> None:
         """Score ``nodes`` of level ``d`` (one forward each) and store their heads down to ``keep``.
 
-        Small trees store whole tables, as long as the stored entries stay under ``KEEP_ALL_ENTRIES``.
+        Whole tables are stored while the stored entries fit ``table_bytes``; then heads (module docstring).
         """
         lev = self.levels[d]
         o = self.oracle
         # nodes per round: the heads and their temporaries stay a few MiB (fresh large temporaries
         # cost more in first touches than the work done on them)
         chunk = max(o.batch_size, 1, _FETCH_ENTRIES // max(self._widest, 1))
-        is_leaf = d == self.leaf_level
+        if self.journal is not None:  # a store: commit often, a crash loses one chunk of forwards
+            chunk = min(chunk, max(4 * o.batch_size, _JOURNAL_CHUNK))
         eos = self.eos_id
         for a in range(0, nodes.shape[0], chunk):
             ns = nodes[a : a + chunk]
@@ -188,25 +198,25 @@ class PrefixTree:
             refetch = lev.fetched[ns].copy()
             old_floor = np.where(refetch, lev.floor[ns], math.inf)  # entries below it are new
             s = lev.score[ns]
-            # whole tables only while they all fit under KEEP_ALL_ENTRIES (wide vocabularies: a few rows)
-            keep_all = self._pool_entries + m * self._widest < KEEP_ALL_ENTRIES
+            keep_all = self._keep_whole(m)
+            keeps = np.full(m, keep)
+            if refetch.any():  # a re-score at least doubles how far below its score the head reaches
+                keeps[refetch] = np.minimum(keep, 2 * old_floor[refetch] - s[refetch])
             # a superset in lp terms (float slack), then the exact test on s + lp
-            floors = np.full(m, -math.inf) if keep_all else (keep - s) - 1e-9 * (1.0 + abs(keep))
+            floors = np.full(m, -math.inf) if keep_all else (keeps - s) - 1e-9 * (1.0 + np.abs(keeps))
             heads = o.fetch_heads(self._prefix_tuples(d, ns), floors)
             klp, kid, klen = heads.lps, heads.ids, heads.lens
-            kx = np.repeat(s, klen)
-            kx += klp  # s + lp, the score of each entry
             if not keep_all:
-                kmask = kx >= keep
+                kx = np.repeat(s, klen)
+                kx += klp  # s + lp, the score of each entry
+                kmask = kx >= np.repeat(keeps, klen)
                 if not kmask.all():
-                    klp, kid, kx = klp[kmask], kid[kmask], kx[kmask]
+                    klp, kid = klp[kmask], kid[kmask]
                     kept = np.zeros(kmask.shape[0] + 1, np.int64)
                     np.cumsum(kmask, out=kept[1:])
                     ends = np.cumsum(klen)
                     klen = kept[ends] - kept[ends - klen]
-            base = lev.pool_lp.n
             starts = np.cumsum(klen) - klen  # each row's first entry
-            offs = base + starts
             eos_j = np.full(m, -1, np.int32)
             eos_lp = np.full(m, -math.inf) if eos is not None else None
             if eos is not None:
@@ -216,25 +226,54 @@ class PrefixTree:
                     eos_j[r] = (hit - starts[r]).astype(np.int32)
                     eos_lp[r] = klp[hit]
             cut = klen < heads.full
-            self._widest = max(self._widest, int(heads.full.max(initial=0)))
-            widen = lev.pool_tok.a.dtype != np.int64 and kid.size > 0 and not (
-                _INT32_MIN <= kid.min() <= kid.max() <= _INT32_MAX)
+            widest = max(self._widest, int(heads.full.max(initial=0)))
+            rec = {"d": d, "ns": ns, "kid": kid, "klp": klp, "klen": klen, "cut": cut, "keeps": keeps,
+                   "eos_j": eos_j, "eos_lp": eos_lp, "widest": widest}
             # commit, whole or not at all (an interrupt is delivered after it)
             with deferred_interrupts():
-                lev.drop_view()
-                if widen:
-                    self._used_bytes += lev.pool_tok.n * 4  # int32 -> int64
-                    lev.pool_tok.widen(np.int64)
-                self._commit_fetch(lev, ns, refetch, old_floor, kx, kid, klp, klen, offs, cut, keep, eos_j,
-                                   eos_lp, is_leaf)
+                if self.journal is not None:  # first: a failed write commits nothing
+                    self.journal("fetch", rec)
+                self._commit_fetch(**rec)
             if self.progress is not None:
                 self.progress({"prefixes": self.fetched_nodes, "forwards": o.stats.forwards, "level": d,
                                "level_done": a + m, "level_todo": nodes.shape[0], "keep_bits": -keep / LN2})
 
-    def _commit_fetch(self, lev: Level, ns, refetch, old_floor, kx, kid, klp, klen, offs, cut, keep, eos_j, eos_lp,
-                      is_leaf) -> None:
+    def _keep_whole(self, m: int) -> bool:
+        """Store the next ``m`` tables whole? While they fit ``table_bytes``, and when a whole table
+        costs less to sort than a forward (the model's mean time per forward so far) or is narrow
+        (``WHOLE_WIDTH`` entries); tiny trees always (``_KEEP_ALL_ENTRIES``)."""
+        entries = self._pool_entries + m * self._widest
+        if entries < _KEEP_ALL_ENTRIES:
+            return True
+        tb = self.table_bytes
+        if tb is not None and entries * _ENTRY_BYTES > tb:
+            return False
+        w = self._widest
+        if w <= WHOLE_WIDTH:
+            return True
+        st = self.oracle.stats
+        per_forward = st.model_seconds / st.forwards if st.forwards else 0.0
+        return per_forward >= _SORT_SECONDS_PER_ENTRY * w * math.log2(w)
+
+    def _commit_fetch(self, d: int, ns: np.ndarray, kid: np.ndarray, klp: np.ndarray, klen: np.ndarray,
+                      cut: np.ndarray, keeps: np.ndarray, eos_j: np.ndarray, eos_lp: np.ndarray | None,
+                      widest: int) -> None:
+        """Store the fetched heads of nodes ``ns`` of level ``d`` (a journal replays exactly this)."""
+        lev = self.levels[d]
+        lev.drop_view()
+        is_leaf = d == self.leaf_level
         eos = self.eos_id
         m = ns.shape[0]
+        refetch = lev.fetched[ns].copy()
+        old_floor = np.where(refetch, lev.floor[ns], math.inf)  # entries below it are new
+        kx = np.repeat(lev.score[ns], klen)
+        kx += klp  # s + lp, the score of each entry
+        if lev.pool_tok.a.dtype != np.int64 and kid.size > 0 and not (
+                _INT32_MIN <= kid.min() <= kid.max() <= _INT32_MAX):
+            self._used_bytes += lev.pool_tok.n * 4  # int32 -> int64
+            lev.pool_tok.widen(np.int64)
+        offs = lev.pool_lp.n + (np.cumsum(klen) - klen)
+        self._widest = widest
         # steering histograms over the stored entries not stored before
         if refetch.any():
             fresh = kx < np.repeat(old_floor, klen)
@@ -259,7 +298,7 @@ class PrefixTree:
         c = lev.cols
         c["off"].a[ns] = offs
         c["tlen"].a[ns] = klen
-        c["floor"].a[ns] = np.where(cut, keep, -math.inf)
+        c["floor"].a[ns] = np.where(cut, keeps, -math.inf)
         c["eos_j"].a[ns] = eos_j
         if eos is not None:
             c["eos_lp"].a[ns] = eos_lp
@@ -303,13 +342,21 @@ class PrefixTree:
             keepm = j != lev.eos_j[node]
             node, j = node[keepm], j[keepm]
         pidx = lev.off[node] + j
-        tok, child_score, h32, j32 = lev.pool_tok.v[pidx], score[node] + pool[pidx], h.astype(np.int32), j.astype(np.int32)
+        rec = {"d": d, "node": node, "j": j.astype(np.int32), "tok": lev.pool_tok.v[pidx],
+               "score": score[node] + pool[pidx], "cand": cand, "made": h.astype(np.int32)}
         with deferred_interrupts():  # children and `made` move together, or not at all
-            if d + 1 >= len(self.levels):
-                self.levels.append(Level(d + 1, self.eos_id is not None))
-            self.levels[d + 1].append(node, j32, tok, child_score)
-            self._used_bytes += node.shape[0] * self._node_bytes
-            lev.cols["made"].a[cand] = h32
+            if self.journal is not None:
+                self.journal("expand", rec)
+            self._commit_expand(**rec)
+
+    def _commit_expand(self, d: int, node: np.ndarray, j: np.ndarray, tok: np.ndarray, score: np.ndarray,
+                       cand: np.ndarray, made: np.ndarray) -> None:
+        """Append the children ``node``/``j`` of level ``d`` and advance ``made`` (journaled)."""
+        if d + 1 >= len(self.levels):
+            self.levels.append(Level(d + 1, self.eos_id is not None))
+        self.levels[d + 1].append(node, j, tok, score)
+        self._used_bytes += node.shape[0] * self._node_bytes
+        self.levels[d].cols["made"].a[cand] = made
 
     def memory_bytes(self) -> int:
         """Bytes held by the tree's arrays (their values) and the oracle's table cache (a running
@@ -345,23 +392,75 @@ class PrefixTree:
                 self._fetch(d, need, keep, max_bytes)
             if d < self.leaf_level:
                 self._expand(d, T)
+        trunc = self.depth_truncated
         if self.eos_id is not None and self.leaf_level < len(self.levels):
-            self._check_depth_truncation(T)
+            trunc = self._depth_truncation(T)
+        rec = {"T": float(T), "truncated": bool(trunc)}
+        with deferred_interrupts():
+            if self.journal is not None:
+                self.journal("built", rec)
+            self._commit_built(**rec)
+
+    def _commit_built(self, T: float, truncated: bool) -> None:
+        """The tree is complete for threshold ``T`` (journaled)."""
+        self.depth_truncated = truncated
         self.built = T
 
-    def _check_depth_truncation(self, T: float) -> None:
+    def _depth_truncation(self, T: float) -> bool:
+        """Whether a leaf-level prefix has a non-eos child within ``T`` (or one had before)."""
         lev = self.levels[self.leaf_level]
         if len(lev) == 0 or self.depth_truncated:
-            return
+            return self.depth_truncated
         sel = np.flatnonzero(lev.fetched & (lev.score >= T) & (lev.tlen > 0))
         if sel.size == 0:
-            return
+            return False
         # best non-eos entry: position 0, or 1 when eos sits at 0
         pos = np.where(lev.eos_j[sel] == 0, 1, 0)
         has = pos < lev.tlen[sel]
         sel, pos = sel[has], pos[has]
-        if sel.size and (lev.score[sel] + lev.pool_lp.v[lev.off[sel] + pos] >= T).any():
-            self.depth_truncated = True
+        return bool(sel.size and (lev.score[sel] + lev.pool_lp.v[lev.off[sel] + pos] >= T).any())
+
+    # ------------------------------------------------------------------ persistence (arenum.store)
+    def export_state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """``(scalars, arrays)``: everything needed to rebuild this tree with :meth:`import_state`
+        (arrays are views: write them out before the tree changes)."""
+        scalars = {"built": float(self.built).hex(), "depth_truncated": self.depth_truncated,
+                   "fetched_nodes": self.fetched_nodes, "pool_entries": self._pool_entries,
+                   "widest": self._widest, "used_bytes": self._used_bytes, "n_levels": len(self.levels)}
+        arrays = {k: h[: int(np.flatnonzero(h)[-1]) + 1] if h.any() else h[:0]  # trailing zeros dropped
+                  for k, h in (("h_comp", self.h_comp), ("h_pref", self.h_pref))}
+        for d, lev in enumerate(self.levels):
+            for k, a in lev.arrays().items():
+                arrays[f"L{d}.{k}"] = a
+        return scalars, arrays
+
+    def import_state(self, scalars: dict, arrays: dict[str, np.ndarray]) -> None:
+        """Replace this (fresh) tree's contents with an exported state; the arrays are used in place
+        (a copy-on-write map is copied only where the tree writes). Checked with :meth:`_check`."""
+        n = int(scalars["n_levels"])
+        eos = self.eos_id is not None
+        levels = []
+        for d in range(n):
+            pre = f"L{d}."
+            levels.append(Level.from_arrays(d, eos, {k[len(pre):]: a for k, a in arrays.items() if k.startswith(pre)}))
+        hists = []
+        for k in ("h_comp", "h_pref"):
+            a = arrays[k]
+            if a.ndim != 1 or a.shape[0] > _HIST_LEN or a.dtype != np.int64:
+                raise ValueError(f"histogram {k} has dtype {a.dtype} and shape {a.shape}")
+            h = np.zeros(_HIST_LEN, np.int64)
+            h[: a.shape[0]] = a
+            hists.append(h)
+        self.levels = levels
+        self.h_comp, self.h_pref = hists
+        self.built = float.fromhex(scalars["built"])
+        self.depth_truncated = bool(scalars["depth_truncated"])
+        self.fetched_nodes = int(scalars["fetched_nodes"])
+        self._pool_entries = int(scalars["pool_entries"])
+        self._widest = int(scalars["widest"])
+        self._used_bytes = int(scalars["used_bytes"])
+        self._key_cache.clear()
+        self._tuples.clear()
 
     # ------------------------------------------------------------------ read API
     @property
@@ -527,6 +626,10 @@ class PrefixTree:
                 assert (lev.floor[live] <= T).all()
 
 
+WHOLE_WIDTH = 1024
+"""Tables up to this wide are stored whole while they fit ``table_bytes`` (wider: see ``_keep_whole``)."""
+_KEEP_ALL_ENTRIES = 1 << 20
+_SORT_SECONDS_PER_ENTRY = 5e-9  # rough cost of sorting a table, per entry and bit of its width
 _NODE_BYTES = 65
 """Bytes of one node's columns (57 for a fixed-length tree)."""
 _ENTRY_BYTES = 12
@@ -534,6 +637,8 @@ _ENTRY_BYTES = 12
 _TUPLE_CACHE_DEPTH = 24
 """From this depth on, model-call prefixes are built from their parents' (see ``_prefix_tuples``)."""
 _FETCH_ENTRIES = 1 << 18
+_JOURNAL_CHUNK = 256
+"""With a store, at most ``max(4 * batch_size, this)`` prefixes are fetched per commit."""
 """About this many stored entries are fetched per round of :meth:`PrefixTree._fetch`."""
 
 
