@@ -250,3 +250,36 @@ def test_killed_builds_resume_exactly_without_scoring_a_saved_prefix_again(tmp_p
         assert ar.stats["forwards"] == need - saved == len(set(calls)) == len(calls)
         ar._check()
         ar.close()
+
+
+def test_adapters_identify_their_model_without_a_forward(tmp_path):
+    from arenum.models.ngram import NGramModel
+
+    words = ["password", "letmein", "dragon", "monkey", "pass", "word"] * 3
+    m = NGramModel.fit(words, order=3)
+    with m.enumerable(max_len=7, store=tmp_path / "ng") as ar:
+        x = ar.threshold(200)
+    ar2 = NGramModel.fit(words, order=3).enumerable(max_len=7, store=tmp_path / "ng")
+    assert ar2.threshold(200) == x and ar2.stats["forwards"] == 0
+    ar2.close()
+    with pytest.raises(StoreError, match="another model"):
+        NGramModel.fit(words[:-1], order=3).enumerable(max_len=7, store=tmp_path / "ng")
+
+
+def test_transformer_store_reopens_without_forwards_and_refuses_another_prompt(tmp_path):
+    from test_hf import tiny_gpt2
+
+    from arenum.models.hf import CausalLMOracle
+
+    model = tiny_gpt2(seed=1)
+    o = CausalLMOracle(model, None, prompt=[1, 2])
+    with o.enumerable(max_len=3, store=tmp_path / "hf") as ar:
+        got = ar.slice(0, 40)
+    o2 = CausalLMOracle(tiny_gpt2(seed=1), None, prompt=[1, 2])
+    ar2 = o2.enumerable(max_len=3, store=tmp_path / "hf")
+    assert ar2.slice(0, 40) == got and ar2.stats["forwards"] == 0
+    ar2.close()
+    with pytest.raises(StoreError, match="another model"):
+        CausalLMOracle(tiny_gpt2(seed=1), None, prompt=[1, 3]).enumerable(max_len=3, store=tmp_path / "hf")
+    with pytest.raises(StoreError, match="another model"):
+        CausalLMOracle(tiny_gpt2(seed=2), None, prompt=[1, 2]).enumerable(max_len=3, store=tmp_path / "hf")

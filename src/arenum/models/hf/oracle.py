@@ -453,4 +453,23 @@ class CausalLMOracle:
             "batch_next_heads": self.batch_next_heads,
         }
         wiring.update(kwargs)
+        if wiring.get("store") is not None and wiring.get("fingerprint") is None:
+            wiring["fingerprint"] = self.fingerprint()
         return AutoregressiveEnumerable(self.next_logprobs, max_len=max_len, eos=eos_id, **wiring)
+
+    def fingerprint(self) -> str:
+        """A hash of what decides this oracle's tables: the checkpoint's name, every parameter's
+        name, shape and first values, the prompt ids, dtype, device type and logit scale. Identifies
+        the model to a forward store (``enumerable(store=...)``) without a forward."""
+        import hashlib
+
+        h = hashlib.sha256()
+        cfg = getattr(self.model, "config", None)
+        head = [str(getattr(cfg, "_name_or_path", "")), list(self.prompt_ids), str(self.dtype),
+                torch.device(self.device).type, self.logit_scale]
+        h.update(repr(head).encode("utf-8"))
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                h.update(f"{name}{tuple(p.shape)}".encode())
+                h.update(p.detach().reshape(-1)[:64].to("cpu", torch.float64).numpy().tobytes())
+        return "hf:" + h.hexdigest()

@@ -10,6 +10,8 @@ in contexts; it has the internal id ``V`` and is never predicted.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from typing import Any, Hashable, Iterable, Sequence
 
@@ -94,6 +96,7 @@ class NGramModel:
         if cache_size is None:
             cache_size = int(min(1 << 16, max(256, (1 << 27) // (8 * self._V))))
         self._cache = RowCache(self._tables, cache_size)
+        self._fingerprint: str | None = None
 
     # ------------------------------------------------------------------------------ properties
     @property
@@ -342,6 +345,8 @@ class NGramModel:
             eos = None
         from arenum import AutoregressiveEnumerable
 
+        if kwargs.get("store") is not None and kwargs.get("fingerprint") is None:
+            kwargs["fingerprint"] = self.fingerprint()
         return AutoregressiveEnumerable(
             self.next_logprobs,
             max_len=max_len,
@@ -351,6 +356,23 @@ class NGramModel:
             all_position_logprobs=self.all_position_logprobs,
             **kwargs,
         )
+
+    def fingerprint(self) -> str:
+        """A hash of everything that decides this model's log-probabilities (settings, symbols,
+        count tables): two models with the same fingerprint give the same tables. Identifies the
+        model to a forward store (``enumerable(store=...)``) without a forward."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            head = [self._kind, self._order, self._smoothing, self._discount, self._k, self._unknown,
+                    [s if isinstance(s, str) else repr(s) for s in self._symbols]]
+            h.update(json.dumps(head).encode("utf-8"))
+            for group in (self._ctx_keys, self._ptr, self._words, self._counts):
+                for a in (group if isinstance(group, (list, tuple)) else [group]):
+                    a = np.ascontiguousarray(a)
+                    h.update(f"{a.dtype.str}{a.shape}".encode())
+                    h.update(a.tobytes())
+            self._fingerprint = "ngram:" + h.hexdigest()
+        return self._fingerprint
 
     # -------------------------------------------------------------------------- save / load
     def save(self, path: str | os.PathLike) -> None:
