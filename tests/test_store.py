@@ -267,9 +267,21 @@ def test_adapters_identify_their_model_without_a_forward(tmp_path):
 
 
 def test_transformer_store_reopens_without_forwards_and_refuses_another_prompt(tmp_path):
-    from test_hf import tiny_gpt2
+    import torch
+    import transformers
 
     from arenum.models.hf import CausalLMOracle
+
+    def tiny_gpt2(seed):
+        cfg = transformers.GPT2Config(vocab_size=12, n_positions=16, n_embd=16, n_layer=1, n_head=2,
+                                      bos_token_id=0, eos_token_id=1)
+        model = transformers.GPT2LMHeadModel(cfg)
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for _, p in sorted(model.named_parameters()):
+                if p.dim() > 1:
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+        return model.eval()
 
     model = tiny_gpt2(seed=1)
     o = CausalLMOracle(model, None, prompt=[1, 2])

@@ -54,7 +54,9 @@ MANIFEST = "manifest.json"
 LOCK = "lock"
 _MAGIC = b"ARJ1"
 _HDR = struct.Struct("<4sQI")  # magic, payload length, CRC-32 of the payload
-_CHECKPOINT_MIN = 64 << 20
+_CHECKPOINT_MIN = 1 << 30
+"""A build snapshots when its journal passes this and four times the snapshot (bounded replay,
+amortized writes)."""
 
 
 class StoreError(ValueError):
@@ -113,6 +115,19 @@ def _crc_file(path: str) -> int:
             if not b:
                 return crc
             crc = zlib.crc32(b, crc)
+
+
+class _CrcWriter:
+    """A write-only file wrapper keeping the CRC-32 and size of what passes through it."""
+
+    def __init__(self, f: Any) -> None:
+        self.f, self.crc, self.n = f, 0, 0
+
+    def write(self, b: Any) -> int:
+        mv = memoryview(b).cast("B")
+        self.crc = zlib.crc32(mv, self.crc)
+        self.n += mv.nbytes
+        return self.f.write(mv)
 
 
 def _fsync_dir(path: str) -> None:
@@ -367,7 +382,7 @@ class TreeStore:
 
     def _append(self, kind: str, rec: dict) -> None:
         """Journal one commit (called by the tree before it applies it); fsynced before returning."""
-        if self._journal_bytes > max(self.checkpoint_bytes, self._snapshot_bytes):
+        if self._journal_bytes > max(self.checkpoint_bytes, 4 * self._snapshot_bytes):
             self.checkpoint()  # everything journaled so far is applied: snapshot it, start afresh
         new = self.tree.oracle.new_tokens(self._ntok)
         payload = _encode(kind, rec, [encode_token(t) for t in new])
@@ -405,12 +420,13 @@ class TreeStore:
         files = {}
         for name, a in arrays.items():
             fp = os.path.join(gdir, name + ".npy")
+            a = np.ascontiguousarray(a)
             with open(fp, "wb") as f:
-                np.save(f, np.ascontiguousarray(a), allow_pickle=False)
+                w = _CrcWriter(f)
+                np.save(w, a, allow_pickle=False)  # through the wrapper: the checksum of what is written
                 f.flush()
                 os.fsync(f.fileno())
-            files[name] = {"bytes": os.path.getsize(fp), "crc32": _crc_file(fp), "dtype": a.dtype.str,
-                           "shape": list(a.shape)}
+            files[name] = {"bytes": w.n, "crc32": w.crc, "dtype": a.dtype.str, "shape": list(a.shape)}
         _fsync_dir(gdir)
         jpath = os.path.join(self.path, f"journal-{gen}.bin")
         with open(jpath, "wb") as f:

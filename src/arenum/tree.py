@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from typing import Callable
 
 import numpy as np
@@ -180,11 +181,13 @@ class PrefixTree:
         o = self.oracle
         # nodes per round: the heads and their temporaries stay a few MiB (fresh large temporaries
         # cost more in first touches than the work done on them)
-        chunk = max(o.batch_size, 1, _FETCH_ENTRIES // max(self._widest, 1))
-        if self.journal is not None:  # a store: commit often, a crash loses one chunk of forwards
+        full_chunk = chunk = max(o.batch_size, 1, _FETCH_ENTRIES // max(self._widest, 1))
+        if self.journal is not None:  # a store: commit about every _JOURNAL_SECONDS of forwards
             chunk = min(chunk, max(4 * o.batch_size, _JOURNAL_CHUNK))
         eos = self.eos_id
-        for a in range(0, nodes.shape[0], chunk):
+        a = 0
+        while a < nodes.shape[0]:
+            t_chunk = time.perf_counter()
             ns = nodes[a : a + chunk]
             m = ns.shape[0]
             if max_bytes is not None and self.fetched_nodes:
@@ -237,6 +240,9 @@ class PrefixTree:
             if self.progress is not None:
                 self.progress({"prefixes": self.fetched_nodes, "forwards": o.stats.forwards, "level": d,
                                "level_done": a + m, "level_todo": nodes.shape[0], "keep_bits": -keep / LN2})
+            a += m
+            if chunk < full_chunk and time.perf_counter() - t_chunk < _JOURNAL_SECONDS:
+                chunk = min(full_chunk, 2 * chunk)
 
     def _keep_whole(self, m: int) -> bool:
         """Store the next ``m`` tables whole? While they fit ``table_bytes``, and when a whole table
@@ -637,8 +643,9 @@ _ENTRY_BYTES = 12
 _TUPLE_CACHE_DEPTH = 24
 """From this depth on, model-call prefixes are built from their parents' (see ``_prefix_tuples``)."""
 _FETCH_ENTRIES = 1 << 18
-_JOURNAL_CHUNK = 256
-"""With a store, at most ``max(4 * batch_size, this)`` prefixes are fetched per commit."""
+_JOURNAL_CHUNK, _JOURNAL_SECONDS = 256, 0.25
+"""With a store, commits start at ``max(4 * batch_size, 256)`` prefixes and double while one takes
+less than 0.25 s: a crash loses about that much work, and the journal's fsyncs stay a few percent."""
 """About this many stored entries are fetched per round of :meth:`PrefixTree._fetch`."""
 
 
