@@ -295,3 +295,43 @@ def test_transformer_store_reopens_without_forwards_and_refuses_another_prompt(t
         CausalLMOracle(tiny_gpt2(seed=1), None, prompt=[1, 3]).enumerable(max_len=3, store=tmp_path / "hf")
     with pytest.raises(StoreError, match="another model"):
         CausalLMOracle(tiny_gpt2(seed=2), None, prompt=[1, 2]).enumerable(max_len=3, store=tmp_path / "hf")
+
+
+def test_a_full_disk_mid_build_commits_nothing_and_the_build_resumes(tmp_path, monkeypatch):
+    import errno
+
+    import arenum.store as store_mod
+
+    m = _model(True)
+    clean = AutoregressiveEnumerable(m, max_len=L, eos="a", batch_next_logprobs=m.batch, batch_size=8)
+    n = clean.count(-math.inf)
+    want = clean.slice(0, n)
+    real_write = os.write
+    rng = np.random.default_rng(3)
+
+    def flaky(fd, buf):
+        if rng.random() < 0.3:
+            real_write(fd, bytes(buf)[: len(buf) // 2])  # a partial write, then the error
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, buf)
+
+    p = tmp_path / "s"
+    ar = _open(m, True, p)
+    monkeypatch.setattr(store_mod.os, "write", flaky)
+    failures = 0
+    while True:
+        try:
+            got = ar.count(-math.inf)
+            break
+        except OSError:
+            failures += 1
+            ar._check()
+    monkeypatch.setattr(store_mod.os, "write", real_write)
+    assert failures > 0 and got == n and ar.slice(0, n) == want
+    del ar
+    ar2 = _open(m, True, p)
+    ar2._check()
+    assert ar2.slice(0, n) == want and ar2.stats["forwards"] == 1
+    # forwards lost to failed writes were paid again, but every saved prefix once
+    assert ar2.stats["store_forwards"] == clean.stats["forwards"]
+    ar2.close()
