@@ -43,6 +43,7 @@ from .tree import PrefixTree
 
 if TYPE_CHECKING:
     from .envelope import AREnvelopeIndex
+    from .lattice import LatticeEnvelopeIndex
 
 __all__ = ["AutoregressiveEnumerable", "count_budget_index"]
 
@@ -506,31 +507,41 @@ class AutoregressiveEnumerable:
         return est
 
     @locked
-    def envelope_index(self, *, n_paths: int = 64, seed: int | None = 0,
-                       budget_bits: float = 64.0) -> "AREnvelopeIndex":
-        """Approximate count / threshold / unrank beyond the exact tree's reach, from per-depth step
-        distributions averaged over ``n_paths`` sampled contexts (:class:`~arenum.envelope.AREnvelopeIndex`).
+    def envelope_index(self, *, n_paths: int = 64, seed: int | None = 0, budget_bits: float = 64.0,
+                       calibration_sequences: Sequence[Sequence[Any]] | None = None,
+                       cluster_fn: Callable[[Any], Any] | None = None,
+                       n_clusters: int | None = None) -> "AREnvelopeIndex | LatticeEnvelopeIndex":
+        """Approximate count / threshold / rank / unrank beyond the exact tree's reach, from per-depth
+        step tables pooled over ``n_paths`` sampled contexts (or the prefixes of
+        ``calibration_sequences``): an :class:`~arenum.envelope.AREnvelopeIndex`; with ``cluster_fn``
+        or ``n_clusters``, per (depth, cluster of the last token): a
+        :class:`~arenum.lattice.LatticeEnvelopeIndex`.
 
-        ESTIMATES (``method='envelope'``, no interval), exact for models whose steps do not depend on
-        the prefix; ``unrank`` returns real sequences with exact log-probs. Cost: at most ``n_paths``
-        forwards per depth to build, one forward per step per ``unrank``. Cached per
-        ``(n_paths, seed)``; a larger ``budget_bits`` widens the cached one.
+        ESTIMATES (``method='envelope'``, no interval), exact for models whose step table depends only
+        on the depth (the lattice: and the last token's cluster); ``unrank`` returns real sequences with
+        exact log-probs. Cost: at most ``n_paths`` forwards per depth (per cluster) to build, one per
+        step per ``unrank``. Cached per arguments; a larger ``budget_bits`` deepens the cached one.
         """
         from .envelope import AREnvelopeIndex
+        from .lattice import LatticeEnvelopeIndex
 
         n_paths = exact_int("n_paths", n_paths, minimum=1)
         seed = optional_exact_int("seed", seed, minimum=0)
         b = finite_float("budget_bits", budget_bits)
         if b <= 0:
             raise ValueError(f"budget_bits must be > 0, got {budget_bits!r}")
-        key = ("envelope", n_paths, seed)
+        cal = None if calibration_sequences is None else tuple(tuple(x) for x in calibration_sequences)
+        key = ("envelope", n_paths, seed, cal, cluster_fn, n_clusters)
         env = self._envelopes.get(key)
         if env is None:
-            env = self._envelopes[key] = AREnvelopeIndex(
-                self._oracle, self.support, self.quantizer, n_paths=n_paths, seed=seed, budget_bits=b,
-                lock=self._lock)
-        elif b > env.budget_bits:
-            env._build(b)
+            kw = dict(n_paths=n_paths, seed=seed, budget_bits=b, lock=self._lock)
+            if cluster_fn is None and n_clusters is None:
+                env = AREnvelopeIndex(self._oracle, self.support, self.quantizer, calibration_sequences=cal, **kw)
+            else:
+                env = LatticeEnvelopeIndex(self._oracle, self.support, self.quantizer, cluster_fn=cluster_fn,
+                                           n_clusters=n_clusters, **kw)
+            self._envelopes[key] = env
+        env.ensure_bits(b)
         return env
 
     @locked
@@ -562,7 +573,19 @@ class AutoregressiveEnumerable:
         return self.answers.nucleus_size(p)
 
     @locked
-    def seek(self, target: float) -> SeekResult:
+    def seek(self, i: int) -> SequenceResult:
+        """Same as ``sorted(support, key=score, reverse=True)[i]``: :meth:`unrank` as a record with
+        ``.value`` (the sequence), ``.rank`` (``i``) and ``.log_prob``, the seed system's rank lookup.
+
+        Exact, cost as :meth:`unrank`; ``IndexError`` past the support. The mass query is :meth:`seek_mass`.
+        """
+        i = exact_int("i", i)
+        r = self.unrank(i)
+        return SequenceResult(r[0], r[1], exact=getattr(r, "exact", True), method=getattr(r, "method", "exact"),
+                              rank=i)
+
+    @locked
+    def seek_mass(self, target: float) -> SeekResult:
         """Same as ``unrank(nucleus_size(target).size - 1)`` with its masses: the sequence at which the
         descending cumulative mass first reaches ``target``.
 
