@@ -20,6 +20,7 @@ LAYERS = [
     {"estimate", "envelope", "count_index", "settings"},
     {"lattice"},
     {"answers"},
+    {"bounded"},
     {"enumerable"},
     {"rescore", "plot", "testing", "__init__"},
     {"models", "cli"},

@@ -25,6 +25,7 @@ import numpy as np
 from ._guard import locked
 from ._validate import CountMode, exact_int, finite_float, optional_exact_int
 from .answers import Answers
+from .bounded import BoundedAnswers
 from .best_first import best_first
 from .count_index import CountIndex, build_count_index
 
@@ -70,7 +71,11 @@ class AutoregressiveEnumerable:
     batch_score_sequences: teacher-forcing scorer ``[sequence, ...] -> log_probs``.
     all_position_logprobs: ``sequence -> [result at seq[:d] for d in range(len(seq))]``.
 
-    Keyword-only extras: ``norm_tol`` (accepted ``|sum p - 1|``), ``keep_margin_bits`` (stored table
+    Keyword-only extras: ``norm_tol`` (accepted ``|sum p - 1|``, default ``2e-2``; accepted rows
+    are renormalized, counted in ``stats["renormalized_rows"]``), ``logprob_error`` (``eps``: the
+    model's step log-probs are within ``eps`` nats of a TRUE model's, e.g. a bf16 run; every count,
+    threshold, rank and mass becomes a certified bracket for the true model, ``method='logprob_error'``,
+    see :mod:`arenum.bounded`), ``keep_margin_bits`` (stored table
     heads reach this many bits below a build's budget), ``max_prefixes`` / ``max_sequences`` (caps on
     an exact build; beyond them answers become brackets or raise :class:`BudgetExceeded`),
     ``max_bytes`` (one memory budget in bytes for the tree, the index and the memoized full tables,
@@ -127,6 +132,7 @@ class AutoregressiveEnumerable:
         estimate_samples: int = 10_000,
         estimate_seed: int | None = 0,
         confidence: float = 0.95,
+        logprob_error: float | None = None,
     ) -> None:
         if not callable(next_logprobs):
             raise TypeError(f"next_logprobs must be callable, got {type(next_logprobs).__name__}")
@@ -135,7 +141,7 @@ class AutoregressiveEnumerable:
             batch_size=batch_size, count_mode=count_mode, branch_cap=branch_cap, norm_tol=norm_tol,
             keep_margin_bits=keep_margin_bits, max_prefixes=max_prefixes, max_sequences=max_sequences,
             max_bytes=max_bytes, exact_limit=exact_limit, estimate_samples=estimate_samples, estimate_seed=estimate_seed,
-            confidence=confidence,
+            confidence=confidence, logprob_error=logprob_error,
         )
         # the public attributes of the spec, read from the validated settings
         self.max_len, self.max_depth, self.eos, self.cap = cfg.max_len, cfg.max_depth, cfg.eos, cfg.cap
@@ -145,6 +151,7 @@ class AutoregressiveEnumerable:
         self.bin_width_bits, self.oversample = cfg.quantizer.bin_width_bits, cfg.quantizer.oversample
         self.exact_limit, self.confidence = cfg.exact_limit, cfg.confidence
         self.estimate_samples, self.estimate_seed = cfg.estimate_samples, cfg.estimate_seed
+        self.logprob_error = cfg.logprob_error
         self._limits = cfg.limits()
         self._mc: dict[tuple, MonteCarloEstimator] = {}
         self._envelopes: dict[tuple, Any] = {}
@@ -345,7 +352,8 @@ class AutoregressiveEnumerable:
         ans = self._answers_obj
         if ans is None or ans.seek is not seek:
             est = self._estimator_and_head if self.exact_limit is not None else None
-            ans = self._answers_obj = Answers(seek, self.support, est)
+            ans = self._answers_obj = Answers(seek, self.support, est) if not self.logprob_error else \
+                BoundedAnswers(seek, self.support, est, eps=self.logprob_error, steps=self.cap)
         return ans
 
     @locked
@@ -413,8 +421,8 @@ class AutoregressiveEnumerable:
         if i < 0:
             raise IndexError(f"i must be >= 0, got {i}")
         seq, lp = self.seek_index().unrank(i)
-        if self.branch_cap is not None:
-            return SequenceResult(seq, lp, exact=False, method="sub_support")
+        if self.branch_cap is not None or self.logprob_error:
+            return SequenceResult(seq, lp, exact=False, method="sub_support" if self.branch_cap else "logprob_error")
         return seq, lp
 
     @locked
