@@ -248,3 +248,38 @@ def test_calibration_sequences():
     assert lp == art.log_density(seq)
     with pytest.raises(ValueError, match="ending in eos"):
         art.envelope_index(calibration_sequences=[(1, 2)])
+
+
+def test_seed_style_construction_and_names():
+    from arenum import CountBracket, CountDPTopPResult, DensityRankResult, MassBracket
+    from arenum.lattice import LatticeEnvelopeIndex
+
+    m = Independent(4, seed=2)
+    ar = AutoregressiveEnumerable(m, max_len=3)
+    env = AREnvelopeIndex(ar, n_paths=4)
+    assert env.unrank(5) == ar.unrank(5) and env.total() == 64
+    lat = LatticeEnvelopeIndex(ar, n_clusters=2, n_paths=2)
+    assert lat.unrank(7) == ar.unrank(7) and lat.size() == 64
+    with pytest.raises(TypeError, match="AutoregressiveEnumerable"):
+        AREnvelopeIndex(object())
+    # seek(i) is the rank lookup everywhere; seek_mass(p) the mass query
+    r = ar.seek(3)
+    assert (r.value, r.rank, r.log_prob) == (ar.unrank(3)[0], 3, ar.unrank(3)[1]) and r.exact
+    with pytest.raises(IndexError):
+        ar.seek(-1)
+    with pytest.raises(IndexError):
+        ar.seek(64)
+    sm = ar.seek_mass(0.5)
+    assert sm.rank == ar.nucleus_size(0.5).size - 1
+    # the seed's field names
+    n = ar.nucleus_size(0.5)
+    assert isinstance(n, CountDPTopPResult) and (n.size_lower, n.size_upper) == (n.size_lo, n.size_hi)
+    assert (n.mass_lower, n.mass_upper) == (n.mass_lo, n.mass_hi)
+    rk = ar.rank(ar.unrank(9)[0])
+    assert isinstance(rk, DensityRankResult) and (rk.rank_lower, rk.rank_upper) == (rk.rank_lo, rk.rank_hi)
+    assert (rk.cumulative_lower, rk.cumulative_upper) == (rk.cumulative_lo, rk.cumulative_hi)
+    mb = ar.mass_above(-2.0)
+    assert isinstance(mb, MassBracket) and (mb.lower, mb.upper) == tuple(mb) and mb.exact
+    cb = ar.count_bracket(-2.0)
+    assert isinstance(cb, CountBracket) and (cb.lower, cb.upper) == tuple(cb)
+    assert ar.quantizer.fine_per_bit() == 1 / ar.quantizer.fine_width_bits

@@ -78,8 +78,13 @@ class EnvelopeBase:
     dropped_upper = math.inf
     """The envelope may never return some sequences (it is not known to be complete)."""
 
-    def _setup(self, oracle: "StepOracle", support: Support, quantizer: Quantizer, n_paths: int,
+    def _setup(self, oracle: Any, support: Support | None, quantizer: Quantizer | None, n_paths: int,
                seed: int | None, lock: "threading.RLock | None") -> None:
+        if hasattr(oracle, "envelope_index"):  # an AutoregressiveEnumerable, as the seed system takes
+            ar = oracle
+            oracle, support, quantizer, lock = ar._oracle, ar.support, ar.quantizer, ar._lock
+        if not isinstance(support, Support) or not isinstance(quantizer, Quantizer):
+            raise TypeError("give an AutoregressiveEnumerable, or a step oracle with its Support and Quantizer")
         self._lock = lock if lock is not None else threading.RLock()
         self.n_paths = exact_int("n_paths", n_paths, minimum=1)
         self._oracle = oracle
@@ -529,7 +534,8 @@ def _rank_index(i: Any) -> int:
 
 class AREnvelopeIndex(EnvelopeBase):
     """The mean-field envelope: one pooled step table per depth (module docstring). Built by
-    ``enumerable.envelope_index(n_paths=64, seed=0, budget_bits=64.0)``.
+    ``enumerable.envelope_index(n_paths=64, seed=0, budget_bits=64.0)``, or, as in the seed system,
+    ``AREnvelopeIndex(enumerable, n_paths=64)`` (sharing its forward cache).
 
     Contexts: ``n_paths`` sampled paths (a terminating model's paths skip ``eos``, so all of them
     reach every depth), or, with ``calibration_sequences``, the prefixes of those real sequences
@@ -539,17 +545,18 @@ class AREnvelopeIndex(EnvelopeBase):
     depth to build, ``O(L)`` per ``unrank``.
     """
 
-    def __init__(self, oracle: "StepOracle", support: Support, quantizer: Quantizer, *, n_paths: int = 64,
-                 seed: int | None = 0, budget_bits: float = 64.0, lock: "threading.RLock | None" = None,
+    def __init__(self, oracle: "StepOracle | Any", support: Support | None = None, quantizer: Quantizer | None = None,
+                 *, n_paths: int = 64, seed: int | None = 0, budget_bits: float = 64.0,
+                 lock: "threading.RLock | None" = None,
                  calibration_sequences: Sequence[Sequence[Any]] | None = None) -> None:
         b = finite_float("budget_bits", budget_bits)
         if b <= 0:
             raise ValueError(f"budget_bits must be > 0, got {budget_bits!r}")
+        self._setup(oracle, support, quantizer, n_paths, seed, lock)
         forced: list[tuple] = []
         if calibration_sequences is not None:
-            forced = _calibration_ids(oracle, support, calibration_sequences)
-            n_paths = len(forced)
-        self._setup(oracle, support, quantizer, n_paths, seed, lock)
+            forced = _calibration_ids(self._oracle, self.support, calibration_sequences)
+            self.n_paths = len(forced)
         self._forced = forced or [()] * self.n_paths
         self._paths: list[tuple] = [()] * self.n_paths
         self._build(b)

@@ -47,12 +47,13 @@ class LatticeEnvelopeIndex(EnvelopeBase):
     :class:`~arenum.envelope.AREnvelopeIndex`: ``count``, ``threshold``, ``mass_above``,
     ``rank_bracket``, ``unrank``/``seek``, ``slice``, ``size``/``total``, ``ensure_bits``.
 
-    Built by ``enumerable.envelope_index(cluster_fn=..., n_clusters=..., n_paths=64, seed=0)``.
+    Built by ``enumerable.envelope_index(cluster_fn=..., n_clusters=..., n_paths=64, seed=0)`` or
+    ``LatticeEnvelopeIndex(enumerable, n_clusters=8)`` (sharing its forward cache).
     Exact for models whose table depends only on (depth, cluster of the last token); estimates
     (``method='envelope'``) otherwise.
     """
 
-    def __init__(self, oracle: "StepOracle", support: Support, quantizer: Quantizer, *,
+    def __init__(self, oracle: "StepOracle | Any", support: Support | None = None, quantizer: Quantizer | None = None, *,
                  cluster_fn: Callable[[Any], Any] | None = None, n_clusters: int | None = None,
                  n_paths: int = 64, seed: int | None = 0, budget_bits: float = 64.0,
                  lock: "threading.RLock | None" = None) -> None:

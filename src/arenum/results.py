@@ -131,6 +131,27 @@ class DensityRankResult:
     truncated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
+    # the seed system's names
+    @property
+    def rank_lower(self) -> int | float:
+        """Alias of ``rank_lo``."""
+        return self.rank_lo
+
+    @property
+    def rank_upper(self) -> int | float:
+        """Alias of ``rank_hi``."""
+        return self.rank_hi
+
+    @property
+    def cumulative_lower(self) -> float:
+        """Alias of ``cumulative_lo``."""
+        return self.cumulative_lo
+
+    @property
+    def cumulative_upper(self) -> float:
+        """Alias of ``cumulative_hi``."""
+        return self.cumulative_hi
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
