@@ -210,6 +210,8 @@ def test_rank_bracket_mass_above_size_total_ensure_bits():
     for seq, s in bf[::37]:
         r = env.rank_bracket(seq)
         assert r.rank == ar.rank(seq).rank and r.rank_lo <= r.rank <= r.rank_hi
+        lo, hi = r
+        assert lo <= ar.rank(seq).rank <= hi
         assert r.log_prob == s and r.method == "envelope" and not r.exact
         assert r.cumulative == pytest.approx(ar.rank(seq).cumulative, rel=1e-12)
     for _, t in bf[::53]:
@@ -251,8 +253,7 @@ def test_calibration_sequences():
 
 
 def test_seed_style_construction_and_names():
-    from arenum import CountBracket, CountDPTopPResult, DensityRankResult, MassBracket
-    from arenum.lattice import LatticeEnvelopeIndex
+    from arenum import CountBracket, CountDPTopPResult, DensityRankResult, LatticeEnvelopeIndex, MassBracket
 
     m = Independent(4, seed=2)
     ar = AutoregressiveEnumerable(m, max_len=3)

@@ -50,7 +50,7 @@ from ._guard import locked
 from ._validate import exact_int, finite_float
 from .atoms import GRID_PER_BUCKET, MAX_PAIRS, Dist, StepTable, convolve, exact_counts, mix_all
 from .quantize import LN2, Quantizer
-from .results import CountResult, DensityRankResult, MassBracket, SequenceResult, ThresholdResult
+from .results import CountResult, MassBracket, RankBracket, SequenceResult, ThresholdResult
 from .support import Support
 
 if TYPE_CHECKING:
@@ -257,7 +257,7 @@ class EnvelopeBase:
         b = finite_float("bits", bits)
         if b <= 0:
             raise ValueError(f"bits must be > 0, got {bits!r}")
-        if b > self.budget_bits:
+        if min(b, _MAX_BUDGET_BITS) > self.budget_bits:
             self._build(min(b, _MAX_BUDGET_BITS))
         return self
 
@@ -330,12 +330,13 @@ class EnvelopeBase:
                                forwards=self.forwards, extra=self._extra())
 
     @locked
-    def rank_bracket(self, sequence: Sequence[Any]) -> DensityRankResult:
+    def rank_bracket(self, sequence: Sequence[Any]) -> RankBracket:
         """Envelope estimate of ``sum(1 for x in support if s(x) > s(sequence))`` and the mass at or
         above it; the sequence's own log-prob is exact (one forward per step, memoized).
 
-        ``rank_lo``/``rank_hi``: the positions the envelope's order gives the sequence's score (from the
-        number strictly above to the number at or above, less one). ``exact=False``,
+        A :class:`RankBracket` (unpacks as ``(rank_lo, rank_hi)``, the seed system's pair):
+        ``rank_lo``/``rank_hi`` are the positions the envelope's order gives the sequence's score (from
+        the number strictly above to the number at or above, less one). ``exact=False``,
         ``method='envelope'``: it is the exact rank where the module docstring says."""
         seq = tuple(sequence)
         s = self._score(seq)
@@ -345,7 +346,7 @@ class EnvelopeBase:
         above = self._total.count_gt(s)
         at = self._total.count_ge(s)
         m = self._total.mass_ge(s)
-        return DensityRankResult(rank=above, cumulative=m, log_prob=s, exact=False, method="envelope",
+        return RankBracket(rank=above, cumulative=m, log_prob=s, exact=False, method="envelope",
                                  rank_lo=above, rank_hi=max(above, at - 1), cumulative_lo=m, cumulative_hi=m,
                                  extra=self._extra())
 

@@ -16,6 +16,7 @@ __all__ = [
     "ThresholdResult",
     "Estimate",
     "DensityRankResult",
+    "RankBracket",
     "SeekResult",
     "CountDPTopPResult",
     "MassBracket",
@@ -154,6 +155,31 @@ class DensityRankResult:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class RankBracket(DensityRankResult):
+    """A :class:`DensityRankResult` that also unpacks as the seed system's ``(lo, hi)`` rank bracket:
+    ``lo, hi = index.rank_bracket(seq)`` gives ``(rank_lo, rank_hi)`` (also ``.lo``/``.hi``).
+
+    >>> r = RankBracket(rank=3, cumulative=0.5, log_prob=-2.0, exact=False, method="envelope",
+    ...                 rank_lo=3, rank_hi=4, cumulative_lo=0.5, cumulative_hi=0.5)
+    >>> tuple(r), r.lo, r.hi, r.rank
+    ((3, 4), 3, 4, 3)
+    """
+
+    def __iter__(self):
+        return iter((self.rank_lo, self.rank_hi))
+
+    @property
+    def lo(self) -> int | float:
+        """Alias of ``rank_lo``."""
+        return self.rank_lo
+
+    @property
+    def hi(self) -> int | float:
+        """Alias of ``rank_hi``."""
+        return self.rank_hi
 
 
 @dataclass(frozen=True)
