@@ -118,3 +118,18 @@ def test_lattice_validation_and_cost():
     assert ar.stats["forwards"] - f1 <= 4 and lp == ar.log_density(seq)
     with pytest.raises(IndexError):
         env.unrank(-1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_seeded_stress_every_rank_of_small_cluster_markov_models(seed):
+    """Replayable: random (V, L, K, support, ties) per seed; every rank, count and rank_bracket."""
+    rng = np.random.default_rng(seed)
+    V, L, K = int(rng.integers(3, 6)), int(rng.integers(2, 5)), int(rng.integers(1, 4))
+    term, ties = bool(rng.integers(0, 2)), bool(rng.integers(0, 2))
+    m = Markov(V, seed=100 + seed, K=K, eos=0 if term else None, ties=ties)
+    ar = AutoregressiveEnumerable(m, max_len=L, eos=0 if term else None)
+    bf = brute_force(m.table, fixed_len=None if term else L, eos=0 if term else None, cap=L)
+    env = ar.envelope_index(n_clusters=K, n_paths=int(rng.integers(1, 4)), budget_bits=2.0)
+    assert [tuple(env.unrank(i)) for i in range(len(bf))] == bf
+    for seq, t in bf:
+        assert env.count(t) == ar.count(t) and env.rank_bracket(seq).rank == ar.rank(seq).rank
