@@ -164,7 +164,8 @@ class EnvelopeBase:
     @property
     def tables_agree(self) -> bool:
         """Every pooled table was the same at all its contexts (as for a model whose table depends
-        only on the state): with exact atoms, the answers are then the exact index's."""
+        only on the state): with exact atoms, the answers are then the exact index's if the model is
+        what the envelope assumes (agreement is evidence, not proof; with one context, vacuous)."""
         return all(t.agree for tabs in self._tabs[: self._depth] for t in tabs.values())
 
     @locked
