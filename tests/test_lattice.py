@@ -133,3 +133,24 @@ def test_seeded_stress_every_rank_of_small_cluster_markov_models(seed):
     assert [tuple(env.unrank(i)) for i in range(len(bf))] == bf
     for seq, t in bf:
         assert env.count(t) == ar.count(t) and env.rank_bracket(seq).rank == ar.rank(seq).rank
+
+
+def test_lattice_calibration_sequences():
+    m = Markov(5, seed=7, K=5, eos=0)
+    ar = AutoregressiveEnumerable(m, eos=0, max_len=5)
+    bf = brute_force(m.table, eos=0, cap=5)
+    cal = [s for s, _ in bf[:10]]
+    env = ar.envelope_index(cluster_fn=lambda t: t, n_paths=2, calibration_sequences=cal)
+    assert env._calib[0] == cal[0][:-1]
+    assert [tuple(env.unrank(i)) for i in range(0, len(bf), 7)] == bf[::7]  # still exact on a Markov model
+    with pytest.raises(ValueError, match="ending in eos"):
+        ar.envelope_index(n_clusters=2, calibration_sequences=[(1, 2)])
+    # on a prefix-dependent model, contexts from real sequences: estimates, real sequences
+    r = RandomModel(5, seed=2, peak=1.0, form="dense")
+    ar2 = AutoregressiveEnumerable(r, max_len=4)
+    seqs = [s for s, _ in brute_force(r.table, fixed_len=4)[:30]]
+    env2 = ar2.envelope_index(n_clusters=5, n_paths=4, calibration_sequences=seqs)
+    t = -5.0
+    assert abs(math.log10(env2.count(t).estimate / ar2.count(t))) < 0.3
+    seq, lp = env2.unrank(40)
+    assert lp == ar2.log_density(seq)

@@ -547,7 +547,7 @@ class AutoregressiveEnumerable:
                 env = AREnvelopeIndex(self._oracle, self.support, self.quantizer, calibration_sequences=cal, **kw)
             else:
                 env = LatticeEnvelopeIndex(self._oracle, self.support, self.quantizer, cluster_fn=cluster_fn,
-                                           n_clusters=n_clusters, **kw)
+                                           n_clusters=n_clusters, calibration_sequences=cal, **kw)
             self._envelopes[key] = env
         env.ensure_bits(b)
         return env

@@ -56,7 +56,7 @@ from .support import Support
 if TYPE_CHECKING:
     from .oracle import StepOracle
 
-__all__ = ["AREnvelopeIndex", "EnvelopeBase", "StepTable", "MAX_PAIRS", "GRID_PER_BUCKET"]
+__all__ = ["AREnvelopeIndex", "EnvelopeBase", "StepTable", "calibration_ids", "MAX_PAIRS", "GRID_PER_BUCKET"]
 
 _MAX_BUDGET_BITS = 4096.0
 _START = -1
@@ -557,7 +557,7 @@ class AREnvelopeIndex(EnvelopeBase):
         self._setup(oracle, support, quantizer, n_paths, seed, lock)
         forced: list[tuple] = []
         if calibration_sequences is not None:
-            forced = _calibration_ids(self._oracle, self.support, calibration_sequences)
+            forced = calibration_ids(self._oracle, self.support, calibration_sequences)
             self.n_paths = len(forced)
         self._forced = forced or [()] * self.n_paths
         self._paths: list[tuple] = [()] * self.n_paths
@@ -595,7 +595,7 @@ class AREnvelopeIndex(EnvelopeBase):
                 f"size~{self.size():.4g}, exact_atoms={self.exact_atoms})")
 
 
-def _calibration_ids(oracle: "StepOracle", support: Support, seqs: Sequence[Sequence[Any]]) -> list[tuple]:
+def calibration_ids(oracle: "StepOracle", support: Support, seqs: Sequence[Sequence[Any]]) -> list[tuple]:
     """Id tuples of the calibration sequences' non-eos tokens (checked against the support)."""
     if isinstance(seqs, (str, bytes)) or not hasattr(seqs, "__iter__"):
         raise TypeError(f"calibration_sequences must be a list of sequences, got {type(seqs).__name__}")

@@ -10,8 +10,9 @@ cluster) and the last-token Markov model (one cluster per token).
 Contexts. At depth 0 the one context is the empty prefix. Every entry of a depth-``d`` table leads to
 the cluster of its token, so every cluster reachable at depth ``d + 1`` gets contexts: up to
 ``n_paths`` of the prefixes ``p + (t,)`` (``p`` a context of depth ``d``) that lead to it, drawn
-without replacement in proportion to their probability (Gumbel top-k, seeded). A cluster's pooled
-table averages its contexts' tables.
+without replacement in proportion to their probability (Gumbel top-k, seeded); with
+``calibration_sequences`` (checked as for the mean-field envelope), the prefixes of those real
+sequences come first. A cluster's pooled table averages its contexts' tables.
 
 Clusters: ``cluster_fn(token) -> hashable`` (any tokens), or ``n_clusters`` (integer tokens:
 ``token % n_clusters``; other tokens: their interned id ``% n_clusters``), or neither: every token is
@@ -25,12 +26,12 @@ This module does not sample paths to the end or give confidence intervals.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from ._validate import finite_float, optional_exact_int
-from .envelope import EnvelopeBase
+from .envelope import EnvelopeBase, calibration_ids
 from .quantize import Quantizer
 from .support import Support
 
@@ -56,7 +57,8 @@ class LatticeEnvelopeIndex(EnvelopeBase):
     def __init__(self, oracle: "StepOracle | Any", support: Support | None = None, quantizer: Quantizer | None = None, *,
                  cluster_fn: Callable[[Any], Any] | None = None, n_clusters: int | None = None,
                  n_paths: int = 64, seed: int | None = 0, budget_bits: float = 64.0,
-                 lock: "threading.RLock | None" = None) -> None:
+                 lock: "threading.RLock | None" = None,
+                 calibration_sequences: "Sequence[Sequence[Any]] | None" = None) -> None:
         b = finite_float("budget_bits", budget_bits)
         if b <= 0:
             raise ValueError(f"budget_bits must be > 0, got {budget_bits!r}")
@@ -70,6 +72,9 @@ class LatticeEnvelopeIndex(EnvelopeBase):
         self._keys: dict[Any, int] = {}
         self._of_id: dict[int, int] = {}
         self._reps: dict[int, list[tuple[tuple, float]]] = {_START: [((), 0.0)]}
+        self._calib: list[tuple] = []
+        if calibration_sequences is not None:
+            self._calib = calibration_ids(self._oracle, self.support, calibration_sequences)
         self._build(b)
 
     def _next_states(self, ids: np.ndarray) -> np.ndarray:
@@ -121,11 +126,22 @@ class LatticeEnvelopeIndex(EnvelopeBase):
         st = self._next_states(tok_a)
         key = lw_a + self._rng.gumbel(size=lw_a.size)  # weighted draws without replacement
         nxt: dict[int, list[tuple[tuple, float]]] = {}
+        for q in self._calib:  # contexts from real sequences come first
+            if len(q) > d + 1:
+                c = int(self._next_states(np.array([q[d]]))[0])
+                lst = nxt.setdefault(c, [])
+                if len(lst) < self.n_paths and all(q[: d + 1] != p for p, _ in lst):
+                    lst.append((q[: d + 1], 0.0))
         for c in np.unique(st).tolist():
             m = np.flatnonzero(st == c)
-            if m.size > self.n_paths:
-                m = m[np.argsort(-key[m], kind="stable")[: self.n_paths]]
-            nxt[c] = [(flat[par_a[j]][0] + (int(tok_a[j]),), float(lw_a[j])) for j in m.tolist()]
+            have = nxt.setdefault(c, [])
+            seen = {p for p, _ in have}
+            for j in m[np.argsort(-key[m], kind="stable")].tolist():
+                if len(have) >= self.n_paths:
+                    break
+                p = flat[par_a[j]][0] + (int(tok_a[j]),)
+                if p not in seen:
+                    have.append((p, float(lw_a[j])))
         self._reps = nxt
 
     def __repr__(self) -> str:
