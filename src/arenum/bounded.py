@@ -15,7 +15,9 @@ then follows from answers about the declared model at shifted scores:
 
 :class:`BoundedAnswers` is the answers stage with these brackets (``method='logprob_error'``,
 ``exact=False``; the point value is the declared model's answer, ``ci_lo``/``ci_hi`` or
-``*_lo``/``*_hi`` the certified bracket for the true model). Each bracket costs the declared model's
+``*_lo``/``*_hi`` the certified bracket for the true model; over a Monte Carlo estimate, allowed by
+``exact_limit``, the method reads ``'<estimator>+logprob_error'`` and the ends are its confidence
+interval, widened). Each bracket costs the declared model's
 answers at the shifted scores (a deeper budget by ``D`` nats). It does not widen ``nucleus_size`` or
 the sequences of ``unrank``/``slice``/``top_k`` (the facade flags those as ``exact=False``).
 """
@@ -34,6 +36,12 @@ __all__ = ["BoundedAnswers"]
 def _gt(a: float) -> float:
     """The smallest float above ``a``: ``count(_gt(a))`` counts scores ``> a``."""
     return float(np.nextafter(a, math.inf))
+
+
+def _method(inner: str) -> str:
+    """``'logprob_error'`` over a certified answer; ``'<estimator>+logprob_error'`` over an estimate
+    (whose ends are then a confidence interval, widened)."""
+    return "logprob_error" if inner in ("exact", "bracket") else f"{inner}+logprob_error"
 
 
 class BoundedAnswers(Answers):
@@ -59,8 +67,8 @@ class BoundedAnswers(Answers):
         D = self.delta
         lo = self._count_at(t + D, "ci_lo")
         hi = self._count_at(t - D, "ci_hi")
-        return CountResult(int(mid), exact=False, method="logprob_error", ci_lo=lo, ci_hi=hi,
-                           extra=self._extra(int(mid)))
+        return CountResult(int(mid), exact=False, method=_method(mid.method), ci_lo=lo, ci_hi=hi,
+                           confidence=mid.confidence, extra=self._extra(int(mid)))
 
     def count_bracket(self, t: float) -> CountBracket:
         D = self.delta
@@ -73,8 +81,8 @@ class BoundedAnswers(Answers):
     def threshold(self, k: int) -> ThresholdResult:
         x = super().threshold(k)
         D = self.delta
-        return ThresholdResult(float(x), exact=False, method="logprob_error", ci_lo=x.ci_lo - D,
-                               ci_hi=min(0.0, x.ci_hi + D), extra=self._extra(float(x)))
+        return ThresholdResult(float(x), exact=False, method=_method(x.method), ci_lo=x.ci_lo - D,
+                               ci_hi=min(0.0, x.ci_hi + D), confidence=x.confidence, extra=self._extra(float(x)))
 
     def mass_above(self, t: float) -> MassBracket:
         D = self.delta
@@ -95,7 +103,7 @@ class BoundedAnswers(Answers):
         c_lo = math.exp(-D) * (m_lo + math.exp(s))  # x itself is not above s + 2D
         c_hi = min(1.0, math.exp(D) * super().mass_above(s - 2 * D).hi)
         return DensityRankResult(
-            rank=r.rank, cumulative=r.cumulative, log_prob=s, exact=False, method="logprob_error",
+            rank=r.rank, cumulative=r.cumulative, log_prob=s, exact=False, method=_method(r.method),
             rank_lo=lo, rank_hi=hi, cumulative_lo=min(1.0, c_lo), cumulative_hi=c_hi, truncated=r.truncated,
             extra=self._extra(r.rank),
         )
