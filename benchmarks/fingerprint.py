@@ -72,7 +72,7 @@ def _script(out: list, tag: str, ar: AutoregressiveEnumerable, sample_seqs: list
         r(f"rank({s})", lambda s=s: ar.rank(s))
     for p in (0.3, 0.9):
         r(f"nucleus({p})", lambda p=p: ar.nucleus_size(p))
-        r(f"seek({p})", lambda p=p: ar.seek(p))
+        r(f"seek({p})", lambda p=p: ar.seek_mass(p))  # label kept from before the rename, so diffs line up
     r("top_k(20)", lambda: ar.top_k(20))
     r("log_density", lambda: [ar.log_density(s) for s in sample_seqs])
     r("quantized_count_index", lambda: ar.quantized_count_index(ar.quantizer, 40).total())

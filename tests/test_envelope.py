@@ -170,6 +170,117 @@ def test_validation():
     env = ar.envelope_index()
     with pytest.raises(ValueError, match="rank must be >= 1"):
         env.threshold(0)
-    with pytest.raises(ValueError, match="i must be >= 0"):
+    with pytest.raises(IndexError, match="i must be >= 0"):
         env.unrank(-1)
     assert env.count(0.5) == 0
+
+
+# ---------------------------------------------------------------------- parity with the seed's surface
+def test_iid_unrank_is_in_the_exact_order():
+    """A 7-token, length-5 iid model: the first 1,000 unranks are the exact index's sequences."""
+    m = Independent(7, seed=7)
+    ar = AutoregressiveEnumerable(m, max_len=5)
+    env = ar.envelope_index(n_paths=5, budget_bits=4.0)
+    exact = ar.slice(0, 1000)
+    got = [env.unrank(i) for i in range(1000)]
+    assert [g[0] for g in got] == [e[0] for e in exact]
+    assert [g[1] for g in got] == [e[1] for e in exact]
+    assert got[3].rank == 3 and got[3].value == exact[3][0] and got[3].method == "exact_order"
+    assert env.seek(17) == ar.unrank(17) and env.tables_agree
+
+
+@pytest.mark.parametrize("term,per_depth", [(False, True), (True, False), (True, True)])
+def test_iid_exact_order_all_ranks_with_ties(term, per_depth):
+    m = Independent(4, seed=9, eos=0 if term else None, per_depth=per_depth)
+    m.rows[0] = np.log(np.array([0.25, 0.25, 0.25, 0.25]))  # many exact ties
+    L = 5
+    ar = AutoregressiveEnumerable(m, max_len=L, eos=0 if term else None)
+    bf = _support(m, term, L)
+    env = ar.envelope_index(n_paths=3)
+    assert [tuple(env.unrank(i)) for i in range(len(bf))] == [(s, x) for s, x in bf]
+    with pytest.raises(IndexError):
+        env.unrank(len(bf))
+
+
+def test_rank_bracket_mass_above_size_total_ensure_bits():
+    m = Independent(5, seed=3, per_depth=True)
+    ar = AutoregressiveEnumerable(m, max_len=4)
+    bf = _support(m, False, 4)
+    env = ar.envelope_index(n_paths=4, budget_bits=2.0)
+    for seq, s in bf[::37]:
+        r = env.rank_bracket(seq)
+        assert r.rank == ar.rank(seq).rank and r.rank_lo <= r.rank <= r.rank_hi
+        lo, hi = r
+        assert lo <= ar.rank(seq).rank <= hi
+        assert r.log_prob == s and r.method == "envelope" and not r.exact
+        assert r.cumulative == pytest.approx(ar.rank(seq).cumulative, rel=1e-12)
+    for _, t in bf[::53]:
+        mb, true = env.mass_above(t), ar.mass_above(t)
+        assert mb.lo <= true.hi and true.lo <= mb.hi and mb.method == "envelope" and not mb.exact
+        assert mb.lower == mb.lo and mb.upper == mb.hi
+    env2 = ar.envelope_index(n_paths=3, budget_bits=1.0)
+    b0 = env2.budget_bits
+    assert env2.ensure_bits(30.0) is env2 and env2.budget_bits == 30.0 > b0
+    assert env2.size() == env2.total() == 5**4 and callable(env2.total)
+    with pytest.raises(ValueError, match="bits"):
+        env2.ensure_bits(0)
+    with pytest.raises(ValueError, match="outside the support"):
+        env.rank_bracket((0, 1))
+
+
+def test_calibration_sequences():
+    m = Independent(5, seed=4)
+    ar = AutoregressiveEnumerable(m, max_len=4)
+    cal = [seq for seq, _ in _support(m, False, 4)[:6]]
+    env = ar.envelope_index(calibration_sequences=cal)
+    assert env.n_paths == 6 and env.unrank(10) == ar.unrank(10) and env.count(-4.0) == ar.count(-4.0)
+    with pytest.raises(ValueError, match="length 4"):
+        ar.envelope_index(calibration_sequences=[(0, 1, 2)])
+    with pytest.raises(ValueError, match="at least one"):
+        ar.envelope_index(calibration_sequences=[])
+    # terminating: contexts from real sequences, continued past their end by sampling
+    r = RandomModel(5, seed=8, peak=1.0, eos=0, eos_boost=2.0, form="dense")
+    art = AutoregressiveEnumerable(r, eos=0, max_len=6)
+    seqs = [s for s, _ in _support(r, True, 6)[:20]]
+    env = art.envelope_index(calibration_sequences=seqs, budget_bits=10.0)
+    assert env.n_paths == 20 and env._forced[0] == seqs[0][:-1]
+    c, true = env.count(-6.0), art.count(-6.0)
+    assert abs(math.log10(c.estimate / true)) < 0.3
+    seq, lp = env.unrank(50)
+    assert lp == art.log_density(seq)
+    with pytest.raises(ValueError, match="ending in eos"):
+        art.envelope_index(calibration_sequences=[(1, 2)])
+
+
+def test_seed_style_construction_and_names():
+    from arenum import CountBracket, CountDPTopPResult, DensityRankResult, LatticeEnvelopeIndex, MassBracket
+
+    m = Independent(4, seed=2)
+    ar = AutoregressiveEnumerable(m, max_len=3)
+    env = AREnvelopeIndex(ar, n_paths=4)
+    assert env.unrank(5) == ar.unrank(5) and env.total() == 64
+    lat = LatticeEnvelopeIndex(ar, n_clusters=2, n_paths=2)
+    assert lat.unrank(7) == ar.unrank(7) and lat.size() == 64
+    with pytest.raises(TypeError, match="AutoregressiveEnumerable"):
+        AREnvelopeIndex(object())
+    # seek(i) is the rank lookup everywhere; seek_mass(p) the mass query
+    r = ar.seek(3)
+    assert (r.value, r.rank, r.log_prob) == (ar.unrank(3)[0], 3, ar.unrank(3)[1]) and r.exact
+    with pytest.raises(IndexError):
+        ar.seek(-1)
+    with pytest.raises(IndexError):
+        ar.seek(64)
+    sm = ar.seek_mass(0.5)
+    assert sm.rank == ar.nucleus_size(0.5).size - 1
+    # the seed's field names
+    n = ar.nucleus_size(0.5)
+    assert isinstance(n, CountDPTopPResult) and (n.size_lower, n.size_upper) == (n.size_lo, n.size_hi)
+    assert (n.mass_lower, n.mass_upper) == (n.mass_lo, n.mass_hi)
+    rk = ar.rank(ar.unrank(9)[0])
+    assert isinstance(rk, DensityRankResult) and (rk.rank_lower, rk.rank_upper) == (rk.rank_lo, rk.rank_hi)
+    assert (rk.cumulative_lower, rk.cumulative_upper) == (rk.cumulative_lo, rk.cumulative_hi)
+    mb = ar.mass_above(-2.0)
+    assert isinstance(mb, MassBracket) and (mb.lower, mb.upper) == tuple(mb) and mb.exact
+    cb = ar.count_bracket(-2.0)
+    assert isinstance(cb, CountBracket) and (cb.lower, cb.upper) == tuple(cb)
+    assert ar.quantizer.fine_per_bit() == 1 / ar.quantizer.fine_width_bits

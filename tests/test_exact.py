@@ -92,7 +92,7 @@ def test_all_queries_match_brute_force(case):
         true = int(np.searchsorted(cum, p, side="left")) + 1
         assert r.size_lo <= true <= r.size_hi, (p, r, true)
         assert not r.truncated
-        sk = ar.seek(p)
+        sk = ar.seek_mass(p)
         assert sk.rank == r.size - 1 and sk.sequence == bf[sk.rank][0]
 
 

@@ -11,8 +11,8 @@ from .estimate import MonteCarloEstimator
 from .oracle import OracleStats
 from .quantize import Quantizer
 from .results import (
-    BudgetExceeded, CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult,
-    SequenceList, SequenceResult, ThresholdResult,
+    BudgetExceeded, CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, RankBracket,
+    SeekResult, SequenceList, SequenceResult, ThresholdResult,
 )
 from .seek import Limits, SeekIndex
 
@@ -30,6 +30,7 @@ __all__ = [
     "Limits",
     "MassBracket",
     "MonteCarloEstimator",
+    "RankBracket",
     "OracleStats",
     "Quantizer",
     "SeekIndex",
@@ -39,6 +40,7 @@ __all__ = [
     "ThresholdResult",
     "RescoredIndex",
     "AREnvelopeIndex",
+    "LatticeEnvelopeIndex",
     "autoregressive_count_index",
     "count_budget_index",
 ]
@@ -53,4 +55,8 @@ def __getattr__(name: str):
         from .envelope import AREnvelopeIndex
 
         return AREnvelopeIndex
+    if name == "LatticeEnvelopeIndex":
+        from .lattice import LatticeEnvelopeIndex
+
+        return LatticeEnvelopeIndex
     raise AttributeError(f"module 'arenum' has no attribute {name!r}")

@@ -25,6 +25,7 @@ import numpy as np
 from ._guard import locked
 from ._validate import CountMode, exact_int, finite_float, optional_exact_int
 from .answers import Answers
+from .bounded import BoundedAnswers
 from .best_first import best_first
 from .count_index import CountIndex, build_count_index
 
@@ -44,6 +45,7 @@ from .tree import PrefixTree
 
 if TYPE_CHECKING:
     from .envelope import AREnvelopeIndex
+    from .lattice import LatticeEnvelopeIndex
 
 __all__ = ["AutoregressiveEnumerable", "count_budget_index"]
 
@@ -70,7 +72,11 @@ class AutoregressiveEnumerable:
     batch_score_sequences: teacher-forcing scorer ``[sequence, ...] -> log_probs``.
     all_position_logprobs: ``sequence -> [result at seq[:d] for d in range(len(seq))]``.
 
-    Keyword-only extras: ``norm_tol`` (accepted ``|sum p - 1|``), ``keep_margin_bits`` (stored table
+    Keyword-only extras: ``norm_tol`` (accepted ``|sum p - 1|``, default ``2e-2``; accepted rows
+    are renormalized, counted in ``stats["renormalized_rows"]``), ``logprob_error`` (``eps``: the
+    model's step log-probs are within ``eps`` nats of a TRUE model's, e.g. a bf16 run; every count,
+    threshold, rank and mass becomes a certified bracket for the true model, ``method='logprob_error'``,
+    see :mod:`arenum.bounded`), ``keep_margin_bits`` (stored table
     heads reach this many bits below a build's budget), ``max_prefixes`` / ``max_sequences`` (caps on
     an exact build; beyond them answers become brackets or raise :class:`BudgetExceeded`),
     ``max_bytes`` (one memory budget in bytes for the tree, the index and the memoized full tables,
@@ -138,6 +144,7 @@ class AutoregressiveEnumerable:
         estimate_samples: int = 10_000,
         estimate_seed: int | None = 0,
         confidence: float = 0.95,
+        logprob_error: float | None = None,
     ) -> None:
         if not callable(next_logprobs):
             raise TypeError(f"next_logprobs must be callable, got {type(next_logprobs).__name__}")
@@ -145,8 +152,8 @@ class AutoregressiveEnumerable:
             max_len=max_len, eos=eos, max_depth=max_depth, bin_width_bits=bin_width_bits, oversample=oversample,
             batch_size=batch_size, count_mode=count_mode, branch_cap=branch_cap, norm_tol=norm_tol,
             keep_margin_bits=keep_margin_bits, max_prefixes=max_prefixes, max_sequences=max_sequences,
-            max_bytes=max_bytes, table_bytes=table_bytes, exact_limit=exact_limit, estimate_samples=estimate_samples, estimate_seed=estimate_seed,
-            confidence=confidence,
+            max_bytes=max_bytes, table_bytes=table_bytes, exact_limit=exact_limit, estimate_samples=estimate_samples,
+            estimate_seed=estimate_seed, confidence=confidence, logprob_error=logprob_error,
         )
         # the public attributes of the spec, read from the validated settings
         self.max_len, self.max_depth, self.eos, self.cap = cfg.max_len, cfg.max_depth, cfg.eos, cfg.cap
@@ -156,6 +163,7 @@ class AutoregressiveEnumerable:
         self.bin_width_bits, self.oversample = cfg.quantizer.bin_width_bits, cfg.quantizer.oversample
         self.exact_limit, self.confidence = cfg.exact_limit, cfg.confidence
         self.estimate_samples, self.estimate_seed = cfg.estimate_samples, cfg.estimate_seed
+        self.logprob_error = cfg.logprob_error
         self._limits = cfg.limits()
         self._mc: dict[tuple, MonteCarloEstimator] = {}
         self._envelopes: dict[tuple, Any] = {}
@@ -181,24 +189,16 @@ class AutoregressiveEnumerable:
         self.progress = progress
         self._seek: SeekIndex | None = None
         self._answers_obj: Answers | None = None
-        self._store: TreeStore | None = None
-        if store is not None:
-            self._store = open_store(store, self._tree, self.settings, fingerprint, store_readonly)
-        elif store_readonly or fingerprint is not None:
-            raise ValueError("store_readonly and fingerprint apply to a store: give store=PATH")
+        self.store: TreeStore | None = open_store(store, self._tree, self.settings, fingerprint, store_readonly)
+        """The :class:`~arenum.store.TreeStore` keeping the tree on disk (``None``: memory only)."""
 
     # ------------------------------------------------------------------ the store
-    @property
-    def store(self) -> "TreeStore | None":
-        """The :class:`~arenum.store.TreeStore` this enumerable keeps its tree in (``None``: memory only)."""
-        return self._store
-
     @locked
     def close(self) -> None:
         """Snapshot the store (if any) and release its lock. Optional: every commit is already in the
         store's journal, so a process that exits without closing loses nothing."""
-        if self._store is not None:
-            self._store.close()
+        if self.store is not None:
+            self.store.close()
 
     def __enter__(self) -> "AutoregressiveEnumerable":
         return self
@@ -237,9 +237,9 @@ class AutoregressiveEnumerable:
         d["memory_bytes"] = self._tree.memory_bytes() + INDEX_BYTES_PER_SEQUENCE * seek.indexed
         d["max_bytes"] = self.settings.max_bytes
         d["table_bytes"] = self.settings.table_bytes
-        if self._store is not None:
-            d["store_forwards"] = self._store.forwards
-            d["store_replayed"] = self._store.replayed
+        if self.store is not None:
+            d["store_forwards"] = self.store.forwards
+            d["store_replayed"] = self.store.replayed
         return d
 
     @property
@@ -385,7 +385,8 @@ class AutoregressiveEnumerable:
         ans = self._answers_obj
         if ans is None or ans.seek is not seek:
             est = self._estimator_and_head if self.exact_limit is not None else None
-            ans = self._answers_obj = Answers(seek, self.support, est)
+            ans = self._answers_obj = Answers(seek, self.support, est) if not self.logprob_error else \
+                BoundedAnswers(seek, self.support, est, eps=self.logprob_error, steps=self.cap)
         return ans
 
     @locked
@@ -453,8 +454,8 @@ class AutoregressiveEnumerable:
         if i < 0:
             raise IndexError(f"i must be >= 0, got {i}")
         seq, lp = self.seek_index().unrank(i)
-        if self.branch_cap is not None:
-            return SequenceResult(seq, lp, exact=False, method="sub_support")
+        if self.branch_cap is not None or self.logprob_error:
+            return SequenceResult(seq, lp, exact=False, method="sub_support" if self.branch_cap else "logprob_error")
         return seq, lp
 
     @locked
@@ -550,32 +551,27 @@ class AutoregressiveEnumerable:
         return est
 
     @locked
-    def envelope_index(self, *, n_paths: int = 64, seed: int | None = 0,
-                       budget_bits: float = 64.0) -> "AREnvelopeIndex":
-        """Approximate count / threshold / unrank beyond the exact tree's reach, from per-depth step
-        distributions averaged over ``n_paths`` sampled contexts (:class:`~arenum.envelope.AREnvelopeIndex`).
+    def envelope_index(self, *, n_paths: int = 64, seed: int | None = 0, budget_bits: float = 64.0,
+                       calibration_sequences: Sequence[Sequence[Any]] | None = None,
+                       cluster_fn: Callable[[Any], Any] | None = None,
+                       n_clusters: int | None = None) -> "AREnvelopeIndex | LatticeEnvelopeIndex":
+        """Approximate count / threshold / rank / unrank beyond the exact tree's reach, from per-depth
+        step tables pooled over ``n_paths`` sampled contexts (or the prefixes of
+        ``calibration_sequences``): an :class:`~arenum.envelope.AREnvelopeIndex`; with ``cluster_fn``
+        or ``n_clusters``, per (depth, cluster of the last token): a
+        :class:`~arenum.lattice.LatticeEnvelopeIndex`.
 
-        ESTIMATES (``method='envelope'``, no interval), exact for models whose steps do not depend on
-        the prefix; ``unrank`` returns real sequences with exact log-probs. Cost: at most ``n_paths``
-        forwards per depth to build, one forward per step per ``unrank``. Cached per
-        ``(n_paths, seed)``; a larger ``budget_bits`` widens the cached one.
+        ESTIMATES (``method='envelope'``, no interval), exact for models whose step table depends only
+        on the depth (the lattice: and the last token's cluster); ``unrank`` returns real sequences with
+        exact log-probs. Cost: at most ``n_paths`` forwards per depth (per cluster) to build, one per
+        step per ``unrank``. Cached per arguments; a larger ``budget_bits`` deepens the cached one.
         """
-        from .envelope import AREnvelopeIndex
+        from .lattice import make_envelope
 
-        n_paths = exact_int("n_paths", n_paths, minimum=1)
-        seed = optional_exact_int("seed", seed, minimum=0)
-        b = finite_float("budget_bits", budget_bits)
-        if b <= 0:
-            raise ValueError(f"budget_bits must be > 0, got {budget_bits!r}")
-        key = ("envelope", n_paths, seed)
-        env = self._envelopes.get(key)
-        if env is None:
-            env = self._envelopes[key] = AREnvelopeIndex(
-                self._oracle, self.support, self.quantizer, n_paths=n_paths, seed=seed, budget_bits=b,
-                lock=self._lock)
-        elif b > env.budget_bits:
-            env._build(b)
-        return env
+        return make_envelope(self._oracle, self.support, self.quantizer, self._envelopes, lock=self._lock,
+                             n_paths=n_paths, seed=seed, budget_bits=budget_bits,
+                             calibration_sequences=calibration_sequences, cluster_fn=cluster_fn,
+                             n_clusters=n_clusters)
 
     @locked
     def exact_head(self) -> ExactHead | None:
@@ -606,7 +602,19 @@ class AutoregressiveEnumerable:
         return self.answers.nucleus_size(p)
 
     @locked
-    def seek(self, target: float) -> SeekResult:
+    def seek(self, i: int) -> SequenceResult:
+        """Same as ``sorted(support, key=score, reverse=True)[i]``: :meth:`unrank` as a record with
+        ``.value`` (the sequence), ``.rank`` (``i``) and ``.log_prob``, the seed system's rank lookup.
+
+        Exact, cost as :meth:`unrank`; ``IndexError`` past the support. The mass query is :meth:`seek_mass`.
+        """
+        i = exact_int("i", i)
+        r = self.unrank(i)
+        return SequenceResult(r[0], r[1], exact=getattr(r, "exact", True), method=getattr(r, "method", "exact"),
+                              rank=i)
+
+    @locked
+    def seek_mass(self, target: float) -> SeekResult:
         """Same as ``unrank(nucleus_size(target).size - 1)`` with its masses: the sequence at which the
         descending cumulative mass first reaches ``target``.
 

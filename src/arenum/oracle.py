@@ -58,6 +58,8 @@ class OracleStats:
     sequences_scored: sequences scored by ``batch_score_sequences`` (teacher forcing).
     score_calls: invocations of ``batch_score_sequences``.
     harvest_calls / harvested_positions: ``all_position_logprobs`` invocations and tables cached.
+    renormalized_rows: rows accepted within ``norm_tol`` but not normalized to float64 precision
+        (e.g. bf16 or int8 forwards), renormalized before use (counted at every parse).
     model_seconds: wall time spent inside user callbacks.
     parse_seconds: wall time spent validating and sorting step tables.
     """
@@ -70,6 +72,7 @@ class OracleStats:
     score_calls: int = 0
     harvest_calls: int = 0
     harvested_positions: int = 0
+    renormalized_rows: int = 0
     model_seconds: float = 0.0
     parse_seconds: float = 0.0
 
@@ -221,13 +224,17 @@ class StepOracle:
     def _parse_one(self, raw: Any, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
         """One raw result, validated: ``(ids, logps)`` unsorted, ``-inf`` dropped, normalized."""
         return parse_table(raw, prefix, intern=self.token_id, int_tokens=self._int_tokens,
-                           token=self.token, norm_tol=self.norm_tol)
+                           token=self.token, norm_tol=self.norm_tol, on_renorm=self._renormalized)
 
     def _parse_dense_batch(self, arr: np.ndarray, prefixes: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
         """A dense ``(n, V)`` batch, validated: ``(normalized rows, ids of the columns)``; the rows
         may live in this oracle's work buffer (callers copy what they keep)."""
         return parse_dense_batch(arr, prefixes, intern=self.token_id, int_tokens=self._int_tokens,
-                                 token=self.token, norm_tol=self.norm_tol, scratch=self._scratch)
+                                 token=self.token, norm_tol=self.norm_tol, scratch=self._scratch,
+                                 on_renorm=self._renormalized)
+
+    def _renormalized(self, n: int) -> None:
+        self.stats.renormalized_rows += n
 
     # ------------------------------------------------------------------ calling the model
     def _call_single(self, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:

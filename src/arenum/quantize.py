@@ -17,7 +17,7 @@ from ._validate import exact_int, finite_float
 
 LN2 = math.log(2.0)
 
-__all__ = ["Quantizer", "LN2"]
+__all__ = ["Quantizer", "LN2", "logit_error_bucket_slack"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,14 @@ class Quantizer:
         """Width of one fine bucket in bits."""
         return self.bin_width_bits / self.oversample
 
+    def fine_per_bit(self) -> float:
+        """Fine buckets per bit, ``oversample / bin_width_bits`` (the seed system's name).
+
+        >>> Quantizer(1.0, 8).fine_per_bit()
+        8.0
+        """
+        return self.oversample / self.bin_width_bits
+
     def fine_bucket(self, log_prob: float) -> int:
         """Fine bucket of a log-probability (nats, ``<= 0``); ``-inf`` raises ``ValueError``."""
         lp = float(log_prob)
@@ -66,3 +74,23 @@ class Quantizer:
         """``(lo, hi)`` log-probs (nats): every member ``lp`` of bucket ``fb`` has ``lo < lp <= hi``."""
         lo_bits, hi_bits = self.bucket_bits(fb)
         return -hi_bits * LN2, -lo_bits * LN2
+
+
+def logit_error_bucket_slack(eps_nats: float, steps: int, quantizer: Quantizer) -> int:
+    """Fine buckets a sequence's bucket can move when each of ``steps`` step log-probs is off by at most
+    ``eps_nats``: ``ceil(steps * eps_nats / ln 2 / fine_width_bits)`` (the seed system's helper).
+
+    A score moved by ``delta`` nats moves ``floor(bits / w)`` by at most ``ceil(delta / ln 2 / w)``.
+    ``eps_nats`` bounds the error of the LOG-PROBS; an error ``e`` on the logits moves the log-softmax
+    by at most ``2 e`` (pass ``2 * e``).
+
+    >>> logit_error_bucket_slack(0.01, 10, Quantizer(1.0, 8))
+    2
+    """
+    eps = finite_float("eps_nats", eps_nats)
+    if eps < 0:
+        raise ValueError(f"eps_nats must be >= 0, got {eps_nats!r}")
+    n = exact_int("steps", steps, minimum=0)
+    if not isinstance(quantizer, Quantizer):
+        raise TypeError(f"quantizer must be a Quantizer, got {type(quantizer).__name__}")
+    return int(math.ceil(n * eps / LN2 / quantizer.fine_width_bits))

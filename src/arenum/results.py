@@ -16,6 +16,7 @@ __all__ = [
     "ThresholdResult",
     "Estimate",
     "DensityRankResult",
+    "RankBracket",
     "SeekResult",
     "CountDPTopPResult",
     "MassBracket",
@@ -31,10 +32,17 @@ class BudgetExceeded(RuntimeError):
 
 @dataclass(frozen=True)
 class MassBracket:
-    """A certified bracket ``lo <= mass <= hi`` on a probability mass (float rounding only)."""
+    """A bracket ``lo <= mass <= hi`` on a probability mass; unpacks as ``(lo, hi)`` (the seed system's
+    ``(lower, upper)``; ``.lower``/``.upper`` are aliases).
+
+    Certified (float rounding only) unless ``method`` names an estimator (``'envelope'``): then
+    ``exact`` is False and the bracket is the estimator's own value to float rounding.
+    """
 
     lo: float
     hi: float
+    exact: bool = True
+    method: str = "exact"
 
     def __iter__(self):
         return iter((self.lo, self.hi))
@@ -42,6 +50,16 @@ class MassBracket:
     @property
     def mid(self) -> float:
         return 0.5 * (self.lo + self.hi)
+
+    @property
+    def lower(self) -> float:
+        """Alias of ``lo``."""
+        return self.lo
+
+    @property
+    def upper(self) -> float:
+        """Alias of ``hi``."""
+        return self.hi
 
 
 @dataclass(frozen=True)
@@ -68,6 +86,16 @@ class CountBracket:
 
     def __len__(self) -> int:
         return 2
+
+    @property
+    def lower(self) -> int | float:
+        """Alias of ``lo``."""
+        return self.lo
+
+    @property
+    def upper(self) -> int | float:
+        """Alias of ``hi``."""
+        return self.hi
 
 
 @dataclass(frozen=True)
@@ -104,8 +132,54 @@ class DensityRankResult:
     truncated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
+    # the seed system's names
+    @property
+    def rank_lower(self) -> int | float:
+        """Alias of ``rank_lo``."""
+        return self.rank_lo
+
+    @property
+    def rank_upper(self) -> int | float:
+        """Alias of ``rank_hi``."""
+        return self.rank_hi
+
+    @property
+    def cumulative_lower(self) -> float:
+        """Alias of ``cumulative_lo``."""
+        return self.cumulative_lo
+
+    @property
+    def cumulative_upper(self) -> float:
+        """Alias of ``cumulative_hi``."""
+        return self.cumulative_hi
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class RankBracket(DensityRankResult):
+    """A :class:`DensityRankResult` that also unpacks as the seed system's ``(lo, hi)`` rank bracket:
+    ``lo, hi = index.rank_bracket(seq)`` gives ``(rank_lo, rank_hi)`` (also ``.lo``/``.hi``).
+
+    >>> r = RankBracket(rank=3, cumulative=0.5, log_prob=-2.0, exact=False, method="envelope",
+    ...                 rank_lo=3, rank_hi=4, cumulative_lo=0.5, cumulative_hi=0.5)
+    >>> tuple(r), r.lo, r.hi, r.rank
+    ((3, 4), 3, 4, 3)
+    """
+
+    def __iter__(self):
+        return iter((self.rank_lo, self.rank_hi))
+
+    @property
+    def lo(self) -> int | float:
+        """Alias of ``rank_lo``."""
+        return self.rank_lo
+
+    @property
+    def hi(self) -> int | float:
+        """Alias of ``rank_hi``."""
+        return self.rank_hi
 
 
 @dataclass(frozen=True)
@@ -158,6 +232,27 @@ class CountDPTopPResult:
     p: float
     truncated: bool
     exact: bool
+
+    # the seed system's names
+    @property
+    def size_lower(self) -> int:
+        """Alias of ``size_lo``."""
+        return self.size_lo
+
+    @property
+    def size_upper(self) -> int | None:
+        """Alias of ``size_hi``."""
+        return self.size_hi
+
+    @property
+    def mass_lower(self) -> float:
+        """Alias of ``mass_lo``."""
+        return self.mass_lo
+
+    @property
+    def mass_upper(self) -> float:
+        """Alias of ``mass_hi``."""
+        return self.mass_hi
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -302,22 +397,44 @@ class SequenceResult(tuple):
     ``method='sub_support'``): sequences the cap skipped may come before it in the true order
     (``count_bracket`` bounds how many). The log-prob is exact either way.
 
-    >>> r = SequenceResult((0, 1), -1.5, exact=False, method="sub_support")
-    >>> r == ((0, 1), -1.5), r.exact, r.method
-    (True, False, 'sub_support')
+    Fields by name, as the seed system's seek record names them: ``value`` (also ``sequence``) is
+    the sequence, ``log_prob`` its exact log-probability, ``rank`` the 0-based position asked for
+    (``None`` when the record was not made by a rank lookup).
+
+    >>> r = SequenceResult((0, 1), -1.5, exact=False, method="sub_support", rank=3)
+    >>> r == ((0, 1), -1.5), r.exact, r.method, r.value, r.rank, r.log_prob
+    (True, False, 'sub_support', (0, 1), 3, -1.5)
     """
 
     exact: bool
     method: str
+    rank: int | None
 
-    def __new__(cls, sequence: tuple, log_prob: float, *, exact: bool = True, method: str = "exact"):
+    def __new__(cls, sequence: tuple, log_prob: float, *, exact: bool = True, method: str = "exact",
+                rank: int | None = None):
         self = super().__new__(cls, (sequence, log_prob))
         self.exact = bool(exact)
         self.method = method
+        self.rank = rank
         return self
 
+    @property
+    def value(self) -> tuple:
+        """The sequence (the seed system's name)."""
+        return self[0]
+
+    @property
+    def sequence(self) -> tuple:
+        """The sequence."""
+        return self[0]
+
+    @property
+    def log_prob(self) -> float:
+        """Its exact log-probability (nats)."""
+        return self[1]
+
     def __reduce__(self):
-        return (_rebuild_seq, (type(self), self[0], self[1], self.exact, self.method))
+        return (_rebuild_seq, (type(self), self[0], self[1], self.exact, self.method, self.rank))
 
 
 class SequenceList(list):
@@ -332,8 +449,8 @@ class SequenceList(list):
         return (_rebuild_list, (type(self), list(self), self.exact, self.method))
 
 
-def _rebuild_seq(cls, seq, lp, exact, method):
-    return cls(seq, lp, exact=exact, method=method)
+def _rebuild_seq(cls, seq, lp, exact, method, rank=None):
+    return cls(seq, lp, exact=exact, method=method, rank=rank)
 
 
 def _rebuild_list(cls, items, exact, method):

@@ -40,6 +40,7 @@ class Settings:
     estimate_samples: int
     estimate_seed: int | None
     confidence: float
+    logprob_error: float = 0.0
 
     @property
     def terminating(self) -> bool:
@@ -57,7 +58,8 @@ class Settings:
     def validate(
         cls, *, max_len: Any, eos: Any, max_depth: Any, bin_width_bits: Any, oversample: Any, batch_size: Any,
         count_mode: Any, branch_cap: Any, norm_tol: Any, keep_margin_bits: Any, max_prefixes: Any,
-        max_sequences: Any, max_bytes: Any, exact_limit: Any, table_bytes: Any, estimate_samples: Any, estimate_seed: Any, confidence: Any,
+        max_sequences: Any, max_bytes: Any, exact_limit: Any, table_bytes: Any, estimate_samples: Any,
+        estimate_seed: Any, confidence: Any, logprob_error: Any = None,
     ) -> "Settings":
         """Check every argument (errors name the parameter and the value) and derive the cap."""
         max_len = optional_exact_int("max_len", max_len, minimum=1)
@@ -90,6 +92,9 @@ class Settings:
         conf = finite_float("confidence", confidence)
         if not 0 < conf < 1:
             raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+        eps = 0.0 if logprob_error is None else finite_float("logprob_error", logprob_error)
+        if eps < 0:
+            raise ValueError(f"logprob_error must be >= 0 (nats per step), got {logprob_error!r}")
         if isinstance(eos, (float, np.floating, complex)) or isinstance(eos, bool):
             raise TypeError(f"eos must be a token the model returns (an integer id or a hashable token), "
                             f"got {type(eos).__name__} {eos!r}")
@@ -104,4 +109,5 @@ class Settings:
             count_mode=count_mode, quantizer=quantizer, norm_tol=tol, keep_margin_bits=margin,
             max_prefixes=max_prefixes, max_sequences=max_sequences, max_bytes=max_bytes, table_bytes=table_bytes,
             exact_limit=exact_limit, estimate_samples=estimate_samples, estimate_seed=estimate_seed, confidence=conf,
+            logprob_error=eps,
         )

@@ -92,9 +92,15 @@ def root_fingerprint(oracle: StepOracle) -> str:
     return "root:" + h.hexdigest()
 
 
-def open_store(path: Any, tree: PrefixTree, settings: Any, fingerprint: str | None, readonly: Any) -> "TreeStore":
-    """The store of an enumerable: its answer-deciding ``settings`` (an :class:`arenum.settings.Settings`)
-    as the store's meta, ``fingerprint`` or the root table's hash (:func:`root_fingerprint`)."""
+def open_store(path: Any, tree: PrefixTree, settings: Any, fingerprint: str | None,
+               readonly: Any) -> "TreeStore | None":
+    """The store of an enumerable (``None`` without a ``path``): its answer-deciding ``settings`` (an
+    :class:`arenum.settings.Settings`) as the store's meta, ``fingerprint`` or the root table's hash
+    (:func:`root_fingerprint`)."""
+    if path is None:
+        if readonly or fingerprint is not None:
+            raise ValueError("store_readonly and fingerprint apply to a store: give store=PATH")
+        return None
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"store must be a folder path, got {type(path).__name__}")
     if fingerprint is not None and not isinstance(fingerprint, str):
@@ -436,7 +442,11 @@ class TreeStore:
                     "fingerprint": self.fingerprint, "tree": scalars, "files": files,
                     "tokens": [int_mode, [encode_token(t) for t in toks]], "forwards": self.forwards}
         text = json.dumps(manifest, indent=1)
-        atomic_write(os.path.join(self.path, MANIFEST), lambda p: open(p, "w").write(text))
+        def write(p: str) -> None:
+            with open(p, "w", encoding="utf-8") as f:
+                f.write(text)
+
+        atomic_write(os.path.join(self.path, MANIFEST), write)
         # the new generation is committed; the old one goes
         if self._jfd is not None:
             os.close(self._jfd)

@@ -46,11 +46,8 @@ from .support import Support
 
 __all__ = ["PrefixTree", "HIST_BINS_PER_BIT"]
 
-
 HIST_BINS_PER_BIT = 64
-DEFAULT_TABLE_BYTES = 2 << 30
-"""Default budget for stored table entries: whole tables are stored (never re-scored) while the
-stored entries, the batch being fetched included, stay under it; then only heads."""
+DEFAULT_TABLE_BYTES = 2 << 30  # default budget for whole stored tables (module docstring)
 _INT32_MIN, _INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 _HIST_MAX_BITS = 8192
 _HIST_LEN = HIST_BINS_PER_BIT * _HIST_MAX_BITS + 1
@@ -99,12 +96,10 @@ class PrefixTree:
         self._key_cache: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
         self._tuples: dict = {}  # deep levels: prefix tuples of the level fetched last and the one above
         self.progress: Callable[[dict], None] | None = None  # called after every fetched chunk
+        # called with every commit ("fetch", "expand", "built" and its record) before it is applied,
+        # inside its critical section; replaying them through _commit_* rebuilds the tree (arenum.store)
         self.journal: Callable[[str, dict], None] | None = None
-        """Called with every commit (``"fetch"``, ``"expand"``, ``"built"`` and its record) before it is
-        applied, inside the commit's critical section; replaying the records through the
-        ``_commit_*`` methods rebuilds the tree exactly (:mod:`arenum.store`)."""
-        self.lock = threading.RLock()
-        """Held by every reader and writer above the tree (seek index, facade): one build at a time."""
+        self.lock = threading.RLock()  # held by every reader and writer above: one build at a time
 
     # ------------------------------------------------------------------ paths
     def token_paths(self, d: int, nodes: np.ndarray) -> np.ndarray:
@@ -245,9 +240,8 @@ class PrefixTree:
                 chunk = min(full_chunk, 2 * chunk)
 
     def _keep_whole(self, m: int) -> bool:
-        """Store the next ``m`` tables whole? While they fit ``table_bytes``, and when a whole table
-        costs less to sort than a forward (the model's mean time per forward so far) or is narrow
-        (``WHOLE_WIDTH`` entries); tiny trees always (``_KEEP_ALL_ENTRIES``)."""
+        """Store the next ``m`` tables whole? While they fit ``table_bytes``, if narrow (``WHOLE_WIDTH``)
+        or cheaper to sort than the model's mean forward; tiny trees always."""
         entries = self._pool_entries + m * self._widest
         if entries < _KEEP_ALL_ENTRIES:
             return True
@@ -632,20 +626,17 @@ class PrefixTree:
                 assert (lev.floor[live] <= T).all()
 
 
-WHOLE_WIDTH = 1024
-"""Tables up to this wide are stored whole while they fit ``table_bytes`` (wider: see ``_keep_whole``)."""
+WHOLE_WIDTH = 1024  # tables up to this wide are stored whole while they fit table_bytes
 _KEEP_ALL_ENTRIES = 1 << 20
 _SORT_SECONDS_PER_ENTRY = 5e-9  # rough cost of sorting a table, per entry and bit of its width
-_NODE_BYTES = 65
-"""Bytes of one node's columns (57 for a fixed-length tree)."""
-_ENTRY_BYTES = 12
-"""Bytes of one stored table entry (float64 log-prob and int32 token)."""
+_NODE_BYTES = 65  # bytes of one node's columns (57 for a fixed-length tree)
+_ENTRY_BYTES = 12  # bytes of one stored table entry (float64 log-prob and int32 token)
 _TUPLE_CACHE_DEPTH = 24
 """From this depth on, model-call prefixes are built from their parents' (see ``_prefix_tuples``)."""
 _FETCH_ENTRIES = 1 << 18
+# with a store, commits start at max(4 * batch_size, 256) prefixes and double while one takes less
+# than 0.25 s: a crash loses about that much work, and the journal's fsyncs stay a few percent
 _JOURNAL_CHUNK, _JOURNAL_SECONDS = 256, 0.25
-"""With a store, commits start at ``max(4 * batch_size, 256)`` prefixes and double while one takes
-less than 0.25 s: a crash loses about that much work, and the journal's fsyncs stay a few percent."""
 """About this many stored entries are fetched per round of :meth:`PrefixTree._fetch`."""
 
 
