@@ -17,7 +17,7 @@ LAYERS = [
     {"tree", "best_first"},
     {"index"},
     {"seek", "sampling"},
-    {"estimate", "envelope", "count_index", "settings"},
+    {"estimate", "envelope", "count_index", "settings", "certified"},
     {"answers"},
     {"enumerable"},
     {"rescore", "plot", "testing", "__init__"},

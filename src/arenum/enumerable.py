@@ -28,6 +28,7 @@ from .answers import Answers
 from .best_first import best_first
 from .count_index import CountIndex, build_count_index
 
+from .certified import DEFAULT_RESOLUTION_BITS, CertifiedCounter
 from .finite_state import FiniteStateTables
 from .oracle import NORM_TOL, StepOracle
 from .quantize import Quantizer
@@ -176,8 +177,24 @@ class AutoregressiveEnumerable:
         if finite_state is not None and not (callable(finite_state) or isinstance(finite_state, FiniteStateTables)):
             raise TypeError(f"finite_state must be FiniteStateTables, a callable or None, got {type(finite_state).__name__}")
         self._finite_state, self._finite_state_ok = finite_state, False
+        self._certified: dict[float, CertifiedCounter] = {}
+        #: grid cell (bits) of the certified brackets the automatic regime gives past a cap
+        self.certified_resolution_bits = DEFAULT_RESOLUTION_BITS
 
     # ------------------------------------------------------------------ plumbing
+    @locked
+    def certified(self, resolution_bits: float | None = None) -> CertifiedCounter | None:
+        """The :class:`~arenum.certified.CertifiedCounter` of a finite-state model (``finite_state=``), built
+        lazily and cached per resolution (default :attr:`certified_resolution_bits`); None without tables."""
+        fs = self.finite_state_tables()
+        if fs is None or self.branch_cap is not None:
+            return None
+        r = self.certified_resolution_bits if resolution_bits is None else resolution_bits
+        cc = self._certified.get(r)
+        if cc is None:
+            cc = self._certified[r] = CertifiedCounter(fs, self.support, resolution_bits=r)
+        return cc
+
     @locked
     def finite_state_tables(self) -> FiniteStateTables | None:
         """The model's finite-state tables (``finite_state=``; a callable is called once), validated; else None."""
@@ -366,7 +383,7 @@ class AutoregressiveEnumerable:
         ans = self._answers_obj
         if ans is None or ans.seek is not seek:
             est = self._estimator_and_head if self.exact_limit is not None else None
-            ans = self._answers_obj = Answers(seek, self.support, est)
+            ans = self._answers_obj = Answers(seek, self.support, est, self.certified)
         return ans
 
     @locked
