@@ -66,26 +66,27 @@ def _ceil_int(v: float) -> int | float:
 
 
 class _Edges:
-    """The transitions of one rounding: sorted by cell cost; ``base = next - cost * S`` (flat reads)."""
+    """The transitions of one rounding as dense ``(S, V)`` tables: next state, cell cost, probability.
 
-    def __init__(self, src: np.ndarray, nxt: np.ndarray, cost: np.ndarray, prob: np.ndarray, S: int) -> None:
-        order = np.argsort(cost, kind="stable")
-        self.src, self.nxt, self.cost = src[order], nxt[order], cost[order]  # (E,) int64 each
-        self.prob = prob[order]  # (E,) float64 (mass DP weights)
-        self.base = self.nxt - self.cost * S
-        self.n_zero = int(np.searchsorted(self.cost, 0, side="right"))
-        self.degree = int(np.bincount(src, minlength=S).max()) if len(src) else 0
-        self.zero_depth = self._zero_depth(S)
+    Impossible steps have probability 0 and next state 0 (never read: they are never ``bulk`` and
+    never ``cheap``). ``cheap`` lists the possible steps of cost ``< B`` cells (at most a few per state).
+    """
 
-    def active(self, K: int) -> int:
-        """Number of edges of cost ``<= K`` (a prefix of the sorted list)."""
-        return int(np.searchsorted(self.cost, K, side="right"))
+    def __init__(self, nxt: np.ndarray, cost: np.ndarray, prob: np.ndarray, possible: np.ndarray, B: int) -> None:
+        S = self.S = nxt.shape[0]
+        self.nxt, self.cost, self.prob, self.possible = nxt, cost, prob, possible  # (S, V) each
+        self.degree = int(possible.sum(axis=1).max()) if possible.size else 0
+        self.bulk = possible & (cost >= B)  # (S, V) bool
+        cs, cj = np.nonzero(possible & (cost < B))
+        self.c_src, self.c_nxt, self.c_cost, self.c_prob = cs, nxt[cs, cj], cost[cs, cj], prob[cs, cj]
+        self.c_zero = self.c_cost == 0
+        src, col = np.nonzero(possible)
+        self.src, self.flat_nxt, self.flat_cost = src, nxt[src, col], cost[src, col]  # (E,) for the min-plus
+        self.zero_depth = self._zero_depth(cs[self.c_zero], self.c_nxt[self.c_zero]) if self.c_zero.any() else 0
 
-    def _zero_depth(self, S: int) -> int:
+    def _zero_depth(self, src: np.ndarray, nxt: np.ndarray) -> int:
         """Longest path of zero-cost edges (they are resolved within one cell); cycles are refused."""
-        if self.n_zero == 0:
-            return 0
-        src, nxt = self.src[: self.n_zero], self.nxt[: self.n_zero]
+        S = self.S
         depth = np.zeros(S, dtype=np.int64)
         for it in range(S + 1):
             new = np.zeros(S, dtype=np.int64)
@@ -98,17 +99,25 @@ class _Edges:
 
 
 class _Sweep:
-    """One DP (count or mass, lower or upper) at the start state, for cells ``0..K`` (grown on demand)."""
+    """One DP (count or mass, lower or upper) for cells ``0..K``, grown on demand.
 
-    def __init__(self, edges: _Edges, end_cost: np.ndarray, end_prob: np.ndarray, S: int, start: int, *,
-                 lower: bool, mass: bool, levels: int | None, fixed: bool) -> None:
+    ``N`` is state-major, ``(S, PAD + cells)``: ``PAD`` zero cells on the left stand for negative
+    cells, so an edge reads the window ``[K - cost, K - cost + B)`` of its next state for a block of
+    ``B`` cells at once (clamped into the padding when it lies wholly before cell 0).  Edges cheaper
+    than ``B`` cells are added cell by cell within the block (their reads may fall in it).
+    """
+
+    B = 64
+
+    def __init__(self, edges: _Edges, end_cost: np.ndarray | None, end_prob: np.ndarray | None, S: int,
+                 start: int, *, lower: bool, mass: bool, levels: int | None, fixed: bool) -> None:
         self.e, self.end_cost, self.end_prob, self.S, self.start = edges, end_cost, end_prob, S, start
         self.lower, self.mass, self.levels, self.fixed = lower, mass, levels, fixed
-        n = edges.degree + 1 + (edges.degree + 1) * 2 * edges.zero_depth
+        n = edges.degree + 4 + (edges.degree + 4) * 2 * edges.zero_depth
         eps = (n + 8) * _U * (1.0 if not mass else 2.0)
         self.factor = 1.0 - eps if lower else 1.0 + eps
         self.row = np.zeros(0)  # (K + 1,) float64: the start state's cumulative values
-        self.N: np.ndarray | None = None  # unbounded mode: (K + 1, S) float64, every state
+        self.N: np.ndarray | None = None  # unbounded mode: (S, PAD + K + 1) float64, every state
         self.seconds = 0.0
 
     @property
@@ -127,57 +136,84 @@ class _Sweep:
             if big.any():
                 v[big] *= self.factor
 
-    def _cell(self, read: np.ndarray, K: int, zero_in_place: bool) -> np.ndarray:
-        """Cell ``K`` of every state, reading the earlier cells (or the previous level) from ``read``."""
-        e, S = self.e, self.S
-        lo = e.n_zero if zero_in_place else 0
-        hi = e.active(K)
-        flat = read.reshape(-1)
-        vals = flat[e.base[lo:hi] + K * S]
-        if self.mass:
-            vals = vals * e.prob[lo:hi]
-        v = np.bincount(e.src[lo:hi], weights=vals, minlength=S).astype(np.float64, copy=False)  # (S,)
+    def _block(self, read: np.ndarray, K: int, B: int, bulk: np.ndarray) -> np.ndarray:
+        """``(S, B)``: the sums over the steps in ``bulk`` for cells ``K..K+B-1``, reading ``read``
+        (state-major, ``PAD`` cells of padding; a step outside ``bulk`` reads a window of padding)."""
+        e, P = self.e, self.B
+        S, V = e.nxt.shape
+        W = read.shape[1]
+        win = np.lib.stride_tricks.sliding_window_view(read.reshape(-1), B)
+        out = np.empty((S, B))
+        step = max(1, (1 << 22) // max(1, V * B))  # states per chunk: ~32 MB of windows
+        for a in range(0, S, step):
+            sl = slice(a, a + step)
+            idx = e.nxt[sl] * W + (np.maximum(K - e.cost[sl], -P) + P)  # window starts
+            idx[~bulk[sl]] = 0  # state 0's padding: zeros
+            G = win[idx]  # (chunk, V, B) copies of contiguous windows
+            if self.mass:
+                G *= e.prob[sl, :, None]
+            G.sum(axis=1, out=out[sl])
+        return out
+
+    def _finish_cell(self, v: np.ndarray, read: np.ndarray, k: int, in_place: bool) -> np.ndarray:
+        """Add the cheap steps (unbounded mode) and the ends to the block sums ``v`` of cell ``k``;
+        resolve the zero-cost steps."""
+        e, S, P = self.e, self.S, self.B
+        if in_place and len(e.c_src):
+            nz = ~e.c_zero
+            vals = read[e.c_nxt[nz], k - e.c_cost[nz] + P]  # cost < B = P: inside the padding at worst
+            if self.mass:
+                vals = vals * e.c_prob[nz]
+            v += np.bincount(e.c_src[nz], weights=vals, minlength=S)
         if self.end_cost is not None:
-            v += np.where(self.end_cost <= K, self.end_prob if self.mass else 1.0, 0.0)
-        if zero_in_place and e.n_zero:
-            self._slack(v)
+            v += np.where(self.end_cost <= k, self.end_prob if self.mass else 1.0, 0.0)
+        self._slack(v)
+        if in_place and e.c_zero.any():
+            zs, zn, zp = e.c_src[e.c_zero], e.c_nxt[e.c_zero], e.c_prob[e.c_zero]
             base = v
-            zs, zn, zp = e.src[: e.n_zero], e.nxt[: e.n_zero], e.prob[: e.n_zero]
             for _ in range(e.zero_depth + 1):
                 w = v[zn] * zp if self.mass else v[zn]
                 v = base + np.bincount(zs, weights=w, minlength=S)
                 self._slack(v)
-            return v
-        self._slack(v)
         return v
+
+    def _fill(self, read: np.ndarray, write: np.ndarray, k0: int, k1: int, in_place: bool) -> None:
+        """Cells ``k0..k1`` of ``write`` (state-major, padded) from ``read`` (``write`` itself when unbounded)."""
+        P = self.B
+        k = k0
+        while k <= k1:
+            B = min(P, k1 - k + 1)
+            blk = self._block(read, k, B, self.e.bulk if in_place else self.e.possible)
+            for i in range(B):
+                write[:, P + k + i] = self._finish_cell(blk[:, i], read, k + i, in_place)
+            k += B
 
     def ensure(self, K: int) -> None:
         """Build cells ``0..K`` (at least)."""
         if K <= self.K:
             return
         t0 = time.perf_counter()
-        S = self.S
+        S, P = self.S, self.B
         if self.levels is None:
             K = max(K, int(self.K * 1.25) + 1)
-            old = self.N
-            N = np.zeros((K + 1, S), dtype=np.float64)
+            N = np.zeros((S, P + K + 1 + P), dtype=np.float64)  # P spare cells on the right: full windows
             k0 = 0
-            if old is not None:
-                N[: len(old)] = old
-                k0 = len(old)
-            for k in range(k0, K + 1):
-                N[k] = self._cell(N, k, zero_in_place=True)
+            if self.N is not None:
+                k0 = self.K + 1
+                N[:, : P + k0] = self.N[:, : P + k0]
+            self._fill(N, N, k0, K, in_place=True)
             self.N = N
-            self.row = N[:, self.start].copy()
+            self.row = N[self.start, P : P + K + 1].copy()
         else:
             K = max(K, int(self.K * 1.5) + 1)  # a rebuild: grow geometrically
-            prev = np.full((K + 1, S), 1.0 if self.fixed else 0.0)  # no token left: the empty completion
+            prev = np.zeros((S, P + K + 1 + P))
+            if self.fixed:  # no token left: the empty completion, cost 0
+                prev[:, P:] = 1.0
             cur = np.zeros_like(prev)
             for _ in range(self.levels):
-                for k in range(K + 1):
-                    cur[k] = self._cell(prev, k, zero_in_place=False)
+                self._fill(prev, cur, 0, K, in_place=False)
                 prev, cur = cur, prev
-            self.row = prev[:, self.start].copy()
+            self.row = prev[self.start, P : P + K + 1].copy()
         self.seconds += time.perf_counter() - t0
 
     def at(self, K: int) -> float:
@@ -237,14 +273,14 @@ class CertifiedCounter:
         t0 = time.perf_counter()
         _, lp, nxt, end = tables.step_tables(self.terminating)
         S = self.S = tables.n_states
-        src, col = np.nonzero(lp > -math.inf)
-        cost = -lp[src, col] / self.delta  # exact: delta is a power of two
-        prob = np.exp(lp[src, col])
-        nx = nxt[src, col].astype(np.int64)
-        src = src.astype(np.int64)
+        possible = lp > -math.inf  # (S, V)
+        cost = np.where(possible, -lp, 0.0) / self.delta  # exact: delta is a power of two
+        prob = np.where(possible, np.exp(lp), 0.0)
+        nx = np.where(possible, nxt, 0).astype(np.int64)
+        B = _Sweep.B
         self._edges = {
-            True: _Edges(src, nx, np.ceil(cost).astype(np.int64), prob * (1 - 4 * _U), S),
-            False: _Edges(src, nx, np.floor(cost).astype(np.int64), prob * (1 + 4 * _U), S),
+            True: _Edges(nx, np.ceil(cost).astype(np.int64), prob * (1 - 4 * _U), possible, B),
+            False: _Edges(nx, np.floor(cost).astype(np.int64), prob * (1 + 4 * _U), possible, B),
         }
         big = np.iinfo(np.int64).max // 4
         ec = -end / self.delta
@@ -265,10 +301,11 @@ class CertifiedCounter:
         demand): then the unbounded sweep counts exactly the completions the cap allows."""
         e = self._edges[lower]
         m, r = self._minplus[lower]
+
         big = np.iinfo(np.int64).max // 4
         while r < self.cap and int(m.min()) <= K:
             new = np.full(self.S, big, dtype=np.int64)
-            np.minimum.at(new, e.nxt, np.minimum(m[e.src] + e.cost, big))
+            np.minimum.at(new, e.flat_nxt, np.minimum(m[e.src] + e.flat_cost, big))
             m, r = new, r + 1
         self._minplus[lower] = (m, r)
         return int(m.min()) > K
