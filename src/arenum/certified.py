@@ -184,8 +184,15 @@ class _Sweep:
         while k <= k1:
             B = min(P, k1 - k + 1)
             blk = self._block(read, k, B, self.e.bulk if in_place else self.e.possible)
-            for i in range(B):
-                write[:, P + k + i] = self._finish_cell(blk[:, i], read, k + i, in_place)
+            if in_place:  # cheap steps may read cells of this block: cell by cell
+                for i in range(B):
+                    write[:, P + k + i] = self._finish_cell(blk[:, i], read, k + i, in_place)
+            else:  # every step reads the previous level: the whole block at once
+                if self.end_cost is not None:
+                    blk += np.where(self.end_cost[:, None] <= k + np.arange(B), (self.end_prob if self.mass
+                                                                                else np.ones(self.S))[:, None], 0.0)
+                self._slack(blk)
+                write[:, P + k : P + k + B] = blk
             k += B
 
     def ensure(self, K: int) -> None:
