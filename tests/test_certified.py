@@ -324,6 +324,9 @@ def test_certified_preferred_to_monte_carlo_and_absent_without_tables():
     assert plain.certified() is None
     assert plain.rank(m.encode("ddddd")).method != "certified"
     assert m.enumerable(max_len=6, branch_cap=2).certified() is None
+    other = AutoregressiveEnumerable(m.next_logprobs, max_len=6, eos=0, finite_state=m.finite_state())
+    with pytest.raises(ValueError, match="eos"):
+        other.certified()
     assert e.certified() is e.certified() and e.certified(1 / 4).resolution_bits > e.certified().resolution_bits
 
 

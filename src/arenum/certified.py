@@ -266,8 +266,8 @@ class CertifiedCounter:
         if not 0 < r <= 64:
             raise ValueError(f"resolution_bits must be in (0, 64], got {resolution_bits!r}")
         mb = finite_float("max_bits", max_bits)
-        if not 0 < mb <= 4096:
-            raise ValueError(f"max_bits must be in (0, 4096], got {max_bits!r}")
+        if not 0 < mb <= 1000:  # at most 2**1000 sequences score within it: float64 holds the counts
+            raise ValueError(f"max_bits must be in (0, 1000], got {max_bits!r}")
         tables.validate()
         self.tables, self.support = tables, support
         self.delta = 2.0 ** math.floor(math.log2(r * math.log(2)))  # cell, nats: a power of two

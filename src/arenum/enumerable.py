@@ -189,6 +189,8 @@ class AutoregressiveEnumerable:
         fs = self.finite_state_tables()
         if fs is None or self.branch_cap is not None:
             return None
+        if self.terminating and fs.eos != self.eos:
+            raise ValueError(f"finite_state tables end with eos={fs.eos!r}, the enumerable with eos={self.eos!r}")
         r = self.certified_resolution_bits if resolution_bits is None else resolution_bits
         cc = self._certified.get(r)
         if cc is None:
@@ -420,7 +422,8 @@ class AutoregressiveEnumerable:
         ``.exact``, ``.method``, ``.ci_lo``/``.ci_hi`` and, for an estimate, ``.stderr``,
         ``.confidence`` and ``.estimate`` (the unrounded value). With ``branch_cap`` this counts the
         capped sub-support (``method='bracket'``, ``ci_hi`` adds what the cap skipped; see
-        :meth:`count_bracket`). Past a cap: a Monte Carlo estimate when ``exact_limit`` is set, else
+        :meth:`count_bracket`). Past a cap: the certified DP's bracket for a finite-state model
+        (``method='certified'``), else a Monte Carlo estimate when ``exact_limit`` is set, else
         :class:`BudgetExceeded`.
         """
         return self.answers.count(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
@@ -474,8 +477,8 @@ class AutoregressiveEnumerable:
         Exact, cost as ``unrank(rank - 1)``: ``count(threshold(k)) >= k`` and ``count`` of any larger value is ``< k``. Returns a
         :class:`~arenum.results.ThresholdResult` (a ``float`` with ``.exact``, ``.method``,
         ``.ci_lo``/``.ci_hi``). With ``branch_cap`` it is the sub-support's threshold, a lower bound
-        (``method='bracket'``). Past a cap: a Monte Carlo estimate when ``exact_limit`` is set (the
-        count estimate inverted), else :class:`BudgetExceeded`.
+        (``method='bracket'``). Past a cap: the certified bracket of a finite-state model, else a Monte
+        Carlo estimate when ``exact_limit`` is set (the count estimate inverted), else :class:`BudgetExceeded`.
         """
         return self.answers.threshold(exact_int("rank", rank, minimum=1))
 
@@ -496,7 +499,8 @@ class AutoregressiveEnumerable:
         cumulative mass ``P(score(X) >= score(sequence))``.
 
         Exact when the budget ``-log_density(sequence)`` bits is affordable: one forward per live
-        prefix at that budget. Past a resource cap: a Monte Carlo estimate when ``exact_limit`` is
+        prefix at that budget. Past a resource cap: for a finite-state model the certified DP's
+        bracket (``method='certified'``, ``docs/certified.md``); else a Monte Carlo estimate when ``exact_limit`` is
         set (``method`` names the estimator; ``rank_lo``/``rank_hi`` and ``cumulative_lo``/
         ``cumulative_hi`` are intervals at ``confidence``), else a certified bracket
         (``method='bracket'``).
