@@ -9,7 +9,8 @@ terminating, the default cap of 1,024 tokens), each with every 10th item held ou
   Wikipedia, US TV and film, surnames, female and male names; ~94,000 distinct items).
 
 For ``--n`` (1,000) held-out strings spread evenly over the held-out list, and ``--deep`` (1,000)
-ancestral samples of the model (held-out passwords rarely pass 2**50; samples reach 2**90), at each grid
+ancestral samples of the model (held-out strings are mostly shallow, median ~25 bits; samples reach
+2**90), at each grid
 resolution (``--resolutions``, bits): the DP's build time (everything the 1,000 ranks needed) and
 memory (``CertifiedCounter.stats``), the time per rank once built, and the bracket width
 ``log2((rank_hi + 1) / (rank_lo + 1))`` in bits: median, 90th percentile and max, overall and by

@@ -53,9 +53,12 @@ class Answers:
         self.estimator = estimator
         self.certified = certified
 
-    def _cert(self) -> CertifiedCounter | None:
-        """The certified counter past a cap (never under ``branch_cap``: it counts the whole support)."""
-        return None if self.certified is None or self._capped else self.certified()
+    def _cert(self, t: float = 0.0) -> CertifiedCounter | None:
+        """The certified counter past a cap (never under ``branch_cap``: it counts the whole support;
+        nor for ``t = -inf``, the whole support, whose count past a cap stays the indexed one)."""
+        if self.certified is None or self._capped or t == -math.inf:
+            return None
+        return self.certified()
 
     def _head(self) -> tuple[int, float]:
         """``(N, T)`` of the exact index built: every sequence with score ``>= T`` is one of its ``N``."""
@@ -108,7 +111,7 @@ class Answers:
         try:
             c = seek.count(t)
         except BudgetExceeded:
-            cc = self._cert()
+            cc = self._cert(t)
             if cc is not None:
                 b = self._cert_count(cc, t)
                 return CountResult(b.lo, exact=b.exact, method="certified", ci_lo=b.lo, ci_hi=b.hi,
@@ -127,7 +130,7 @@ class Answers:
         try:
             lo = seek.count(t)
         except BudgetExceeded:
-            cc = self._cert()
+            cc = self._cert(t)
             if cc is not None:
                 return self._cert_count(cc, t)
             idx = self._built()
@@ -180,7 +183,7 @@ class Answers:
         try:
             idx = seek.ensure_score(t)
         except BudgetExceeded:
-            cc = self._cert()
+            cc = self._cert(t)
             if cc is not None:
                 return self._cert_mass(cc, t)
             idx = self._built()
