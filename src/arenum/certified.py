@@ -81,7 +81,11 @@ class _Edges:
         self.c_src, self.c_nxt, self.c_cost, self.c_prob = cs, nxt[cs, cj], cost[cs, cj], prob[cs, cj]
         self.c_zero = self.c_cost == 0
         src, col = np.nonzero(possible)
-        self.src, self.flat_nxt, self.flat_cost = src, nxt[src, col], cost[src, col]  # (E,) for the min-plus
+        fn, fc = nxt[src, col], cost[src, col]  # (E,) each: the possible steps, for the min-plus DP
+        o = np.argsort(fn, kind="stable")  # grouped by next state: one reduceat per min-plus step
+        first = np.flatnonzero(np.r_[True, fn[o][1:] != fn[o][:-1]]) if len(o) else np.zeros(0, np.int64)
+        self.src = src
+        self.by_target = (src[o], fc[o], first, fn[o][first])
         self.zero_depth = self._zero_depth(cs[self.c_zero], self.c_nxt[self.c_zero]) if self.c_zero.any() else 0
 
     def _zero_depth(self, src: np.ndarray, nxt: np.ndarray) -> int:
@@ -310,9 +314,10 @@ class CertifiedCounter:
         m, r = self._minplus[lower]
 
         big = np.iinfo(np.int64).max // 4
+        src, cost, first, target = e.by_target
         while r < self.cap and int(m.min()) <= K:
             new = np.full(self.S, big, dtype=np.int64)
-            np.minimum.at(new, e.flat_nxt, np.minimum(m[e.src] + e.flat_cost, big))
+            new[target] = np.minimum.reduceat(np.minimum(m[src] + cost, big), first)
             m, r = new, r + 1
         self._minplus[lower] = (m, r)
         return int(m.min()) > K
