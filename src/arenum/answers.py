@@ -32,7 +32,6 @@ from .support import Support
 
 __all__ = ["Answers"]
 
-
 Estimator = Callable[[], "tuple[MonteCarloEstimator, ExactHead | None]"]
 """``() -> (estimator, exact head or None)``: the automatic regime's Monte Carlo estimator."""
 

@@ -487,8 +487,8 @@ class AutoregressiveEnumerable:
         """Same as ``sum(exp(score(x)) for x in support if score(x) >= min_log_prob)``, bracketed.
 
         Cost as :meth:`count`. Exact up to float rounding (``lower <= mass <= upper``, relative width ~ ``n * 2**-53``).
-        With ``branch_cap`` the upper end adds the skipped mass; past a resource cap the bracket is
-        ``[mass built, 1]``.
+        With ``branch_cap`` the upper end adds the skipped mass; past a resource cap the certified DP's
+        bracket for a finite-state model, else ``[mass built, 1]``.
         """
         return self.answers.mass_above(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
