@@ -105,13 +105,18 @@ class _Edges:
 class _Sweep:
     """One DP (count or mass, lower or upper) for cells ``0..K``, grown on demand.
 
-    ``N`` is state-major, ``(S, PAD + cells)``: ``PAD`` zero cells on the left stand for negative
-    cells, so an edge reads the window ``[K - cost, K - cost + B)`` of its next state for a block of
-    ``B`` cells at once (clamped into the padding when it lies wholly before cell 0).  Edges cheaper
-    than ``B`` cells are added cell by cell within the block (their reads may fall in it).
+    ``N`` is state-major, ``(S + 1, columns)``; column ``PAD + k - o`` holds cell ``k`` (``o``: the
+    origin, 0 until the buffer slides); ``PAD`` zero cells on the left stand for negative cells, and
+    row ``S`` is all zeros.  An edge reads the window ``[K - cost, K - cost + B)`` of its next state
+    for a block of ``B`` cells at once (clamped into the padding when it lies wholly before cell 0;
+    an edge outside the block's set reads row ``S``).  Edges cheaper than ``B`` cells are added cell
+    by cell within the block (their reads may fall in it).  An unbounded sweep only ever reads the
+    last ``span`` (the costliest step) cells, so its buffer slides instead of growing past
+    ``span + 3 PAD + GROW`` columns; the start state's row is kept whole.
     """
 
     B = 64
+    GROW = 512
 
     def __init__(self, edges: _Edges, end_cost: np.ndarray | None, end_prob: np.ndarray | None, S: int,
                  start: int, *, lower: bool, mass: bool, levels: int | None, fixed: bool) -> None:
@@ -121,7 +126,10 @@ class _Sweep:
         eps = (n + 8) * _U * (1.0 if not mass else 2.0)
         self.factor = 1.0 - eps if lower else 1.0 + eps
         self.row = np.zeros(0)  # (K + 1,) float64: the start state's cumulative values
-        self.N: np.ndarray | None = None  # unbounded mode: (S, PAD + K + 1) float64, every state
+        self.N: np.ndarray | None = None  # unbounded mode: (S + 1, columns) float64, see above
+        self.o = 0  # the cell in column PAD of N
+        costs = edges.cost[edges.possible]
+        self.span = int(costs.max()) + 1 if costs.size else 1  # the farthest read back, in cells
         self.seconds = 0.0
 
     @property
@@ -140,9 +148,9 @@ class _Sweep:
             if big.any():
                 v[big] *= self.factor
 
-    def _block(self, read: np.ndarray, K: int, B: int, bulk: np.ndarray) -> np.ndarray:
+    def _block(self, read: np.ndarray, K: int, B: int, bulk: np.ndarray, o: int) -> np.ndarray:
         """``(S, B)``: the sums over the steps in ``bulk`` for cells ``K..K+B-1``, reading ``read``
-        (state-major, ``PAD`` cells of padding; a step outside ``bulk`` reads a window of padding)."""
+        (state-major, origin ``o``, ``PAD`` cells of padding, zero row ``S``)."""
         e, P = self.e, self.B
         S, V = e.nxt.shape
         W = read.shape[1]
@@ -151,28 +159,28 @@ class _Sweep:
         step = max(1, (1 << 22) // max(1, V * B))  # states per chunk: ~32 MB of windows
         for a in range(0, S, step):
             sl = slice(a, a + step)
-            idx = e.nxt[sl] * W + (np.maximum(K - e.cost[sl], -P) + P)  # window starts
-            idx[~bulk[sl]] = 0  # state 0's padding: zeros
+            idx = e.nxt[sl] * W + (np.maximum(K - e.cost[sl], -P) + P - o)  # window starts
+            idx[~bulk[sl]] = S * W  # the zero row
             G = win[idx]  # (chunk, V, B) copies of contiguous windows
             if self.mass:
                 G *= e.prob[sl, :, None]
             G.sum(axis=1, out=out[sl])
         return out
 
-    def _finish_cell(self, v: np.ndarray, read: np.ndarray, k: int, in_place: bool) -> np.ndarray:
+    def _finish_cell(self, v: np.ndarray, read: np.ndarray, k: int, o: int) -> np.ndarray:
         """Add the cheap steps (unbounded mode) and the ends to the block sums ``v`` of cell ``k``;
         resolve the zero-cost steps."""
         e, S, P = self.e, self.S, self.B
-        if in_place and len(e.c_src):
+        if len(e.c_src):
             nz = ~e.c_zero
-            vals = read[e.c_nxt[nz], k - e.c_cost[nz] + P]  # cost < B = P: inside the padding at worst
+            vals = read[e.c_nxt[nz], k - e.c_cost[nz] + P - o]  # cost < B = P: inside the padding at worst
             if self.mass:
                 vals = vals * e.c_prob[nz]
             v += np.bincount(e.c_src[nz], weights=vals, minlength=S)
         if self.end_cost is not None:
             v += np.where(self.end_cost <= k, self.end_prob if self.mass else 1.0, 0.0)
         self._slack(v)
-        if in_place and e.c_zero.any():
+        if e.c_zero.any():
             zs, zn, zp = e.c_src[e.c_zero], e.c_nxt[e.c_zero], e.c_prob[e.c_zero]
             base = v
             for _ in range(e.zero_depth + 1):
@@ -181,22 +189,45 @@ class _Sweep:
                 self._slack(v)
         return v
 
-    def _fill(self, read: np.ndarray, write: np.ndarray, k0: int, k1: int, in_place: bool) -> None:
-        """Cells ``k0..k1`` of ``write`` (state-major, padded) from ``read`` (``write`` itself when unbounded)."""
-        P = self.B
+    def _slide(self, k: int, B: int) -> None:
+        """Make room in ``N`` for cells ``k..k+B-1``: move the last ``span + PAD`` cells to the front."""
+        N, P = self.N, self.B
+        if k + B - self.o + P <= N.shape[1]:
+            return
+        new_o = k - self.span - P
+        keep = N[:, new_o - self.o : k - self.o + P].copy()  # cells new_o - P .. k - 1
+        N[:, : keep.shape[1]] = keep
+        N[:, keep.shape[1]:] = 0.0
+        self.o = new_o
+
+    def _fill_unbounded(self, k0: int, k1: int) -> np.ndarray:
+        """Cells ``k0..k1`` of every state into ``N`` (sliding it as needed); the start state's values."""
+        P, start = self.B, self.start
+        out = np.empty(k1 - k0 + 1)
         k = k0
         while k <= k1:
             B = min(P, k1 - k + 1)
-            blk = self._block(read, k, B, self.e.bulk if in_place else self.e.possible)
-            if in_place:  # cheap steps may read cells of this block: cell by cell
-                for i in range(B):
-                    write[:, P + k + i] = self._finish_cell(blk[:, i], read, k + i, in_place)
-            else:  # every step reads the previous level: the whole block at once
-                if self.end_cost is not None:
-                    blk += np.where(self.end_cost[:, None] <= k + np.arange(B), (self.end_prob if self.mass
-                                                                                else np.ones(self.S))[:, None], 0.0)
-                self._slack(blk)
-                write[:, P + k : P + k + B] = blk
+            self._slide(k, B)
+            N, o = self.N, self.o
+            blk = self._block(N, k, B, self.e.bulk, o)
+            for i in range(B):  # cheap steps may read cells of this block: cell by cell
+                N[: self.S, P + k + i - o] = v = self._finish_cell(blk[:, i], N, k + i, o)
+                out[k + i - k0] = v[start]
+            k += B
+        return out
+
+    def _fill_level(self, read: np.ndarray, write: np.ndarray, K: int) -> None:
+        """Cells ``0..K`` of one level from the previous one: every step reads ``read``, a block at once."""
+        P, S = self.B, self.S
+        k = 0
+        while k <= K:
+            B = min(P, K - k + 1)
+            blk = self._block(read, k, B, self.e.possible, 0)
+            if self.end_cost is not None:
+                blk += np.where(self.end_cost[:, None] <= k + np.arange(B),
+                                (self.end_prob if self.mass else np.ones(S))[:, None], 0.0)
+            self._slack(blk)
+            write[:S, P + k : P + k + B] = blk
             k += B
 
     def ensure(self, K: int) -> None:
@@ -207,22 +238,22 @@ class _Sweep:
         S, P = self.S, self.B
         if self.levels is None:
             K = max(K, int(self.K * 1.25) + 1)
-            N = np.zeros((S, P + K + 1 + P), dtype=np.float64)  # P spare cells on the right: full windows
-            k0 = 0
-            if self.N is not None:
-                k0 = self.K + 1
-                N[:, : P + k0] = self.N[:, : P + k0]
-            self._fill(N, N, k0, K, in_place=True)
-            self.N = N
-            self.row = N[self.start, P : P + K + 1].copy()
+            limit = self.span + 3 * P + self.GROW
+            width = max(min(K - self.o + 2 * P + 1, limit), 0 if self.N is None else self.N.shape[1])
+            if self.N is None or width > self.N.shape[1]:
+                N = np.zeros((S + 1, width), dtype=np.float64)
+                if self.N is not None:
+                    N[:, : self.N.shape[1]] = self.N
+                self.N = N
+            self.row = np.concatenate([self.row, self._fill_unbounded(self.K + 1, K)])
         else:
             K = max(K, int(self.K * 1.5) + 1)  # a rebuild: grow geometrically
-            prev = np.zeros((S, P + K + 1 + P))
+            prev = np.zeros((S + 1, P + K + 1 + P))
             if self.fixed:  # no token left: the empty completion, cost 0
-                prev[:, P:] = 1.0
+                prev[:S, P:] = 1.0
             cur = np.zeros_like(prev)
             for _ in range(self.levels):
-                self._fill(prev, cur, 0, K, in_place=False)
+                self._fill_level(prev, cur, K)
                 prev, cur = cur, prev
             self.row = prev[self.start, P : P + K + 1].copy()
         self.seconds += time.perf_counter() - t0
