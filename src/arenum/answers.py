@@ -6,7 +6,9 @@ into the result records of :mod:`arenum.results`, in one order of preference:
 1. exact: the index deepened to the budget the answer needs (``method='exact'``);
 2. a certified bracket where a cap forbids exactness: ``branch_cap`` (the sub-support is counted
    exactly and the skipped part bounded) or a resource cap with no estimator allowed
-   (``method='bracket'``, ``lo <= true <= hi``);
+   (``method='bracket'``, ``lo <= true <= hi``); for a finite-state model past a resource cap, the
+   DP of :mod:`arenum.certified` (``method='certified'``, ``lo <= true <= hi`` at any depth, the
+   exact head's count folded in), preferred to an estimate;
 3. a Monte Carlo estimate with its interval, when the caller allowed one (``exact_limit``): the
    ``estimator`` callback gives the estimator and the exact head it adds to.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from .certified import CertifiedCounter
 from .estimate import ExactHead, MonteCarloEstimator, mass_count_bound
 from .index import ExactIndex
 from .results import (
@@ -37,13 +40,52 @@ class Answers:
     """Result records for one seek index (see the module docstring).
 
     ``estimator``: ``None`` (no estimates: past a cap, brackets or :class:`BudgetExceeded`), or the
-    callback giving the Monte Carlo estimator of the automatic regime.
+    callback giving the Monte Carlo estimator of the automatic regime. ``certified``: ``None``, or
+    the callback giving the :class:`~arenum.certified.CertifiedCounter` of a finite-state model (or
+    ``None`` when it has none); preferred to the estimator past a cap.
     """
 
-    def __init__(self, seek: SeekIndex, support: Support, estimator: Estimator | None = None) -> None:
+    def __init__(self, seek: SeekIndex, support: Support, estimator: Estimator | None = None,
+                 certified: Callable[[], CertifiedCounter | None] | None = None) -> None:
         self.seek = seek
         self.support = support
         self.estimator = estimator
+        self.certified = certified
+
+    def _cert(self, t: float = 0.0) -> CertifiedCounter | None:
+        """The certified counter past a cap (never under ``branch_cap``: it counts the whole support;
+        nor for ``t = -inf``, the whole support, whose count past a cap stays the indexed one)."""
+        if self.certified is None or self._capped or t == -math.inf:
+            return None
+        return self.certified()
+
+    def _head(self) -> tuple[int, float]:
+        """``(N, T)`` of the exact index built: every sequence with score ``>= T`` is one of its ``N``."""
+        try:
+            idx = self._built()
+        except BudgetExceeded:
+            return 0, math.inf
+        return idx.N, idx.T
+
+    def _cert_count(self, cc: CertifiedCounter, t: float) -> CountBracket:
+        """The certified count bracket, its lower end raised to the exact head's count below ``T``."""
+        b = cc.count_bracket(t)
+        n, T = self._head()
+        lo = max(b.lo, n) if T >= t else b.lo
+        return CountBracket(lo, max(lo, b.hi))
+
+    def _cert_mass(self, cc: CertifiedCounter, t: float) -> MassBracket:
+        """The certified mass bracket, its lower end raised to the exact head's mass below ``T``."""
+        b = cc.mass_bracket(t)
+        try:
+            idx = self._built()
+        except BudgetExceeded:
+            return b
+        lo = max(b.lo, idx.total_mass().lo) if idx.T >= t else b.lo
+        return MassBracket(lo, max(lo, b.hi))
+
+    def _cert_extra(self, cc: CertifiedCounter) -> dict:
+        return {"resolution_bits": cc.resolution_bits, "head_count": self._head()[0]}
 
     def _built(self) -> ExactIndex:
         """The deepest index within the caps, never raising for a cap: the current one, or the last
@@ -68,6 +110,11 @@ class Answers:
         try:
             c = seek.count(t)
         except BudgetExceeded:
+            cc = self._cert(t)
+            if cc is not None:
+                b = self._cert_count(cc, t)
+                return CountResult(b.lo, exact=b.exact, method="certified", ci_lo=b.lo, ci_hi=b.hi,
+                                   extra=self._cert_extra(cc))
             if self.estimator is None:
                 raise
             est, head = self.estimator()
@@ -82,6 +129,9 @@ class Answers:
         try:
             lo = seek.count(t)
         except BudgetExceeded:
+            cc = self._cert(t)
+            if cc is not None:
+                return self._cert_count(cc, t)
             idx = self._built()
             return CountBracket(idx.N if idx.T >= t else 0, mass_count_bound(t))
         if not self._capped:
@@ -96,7 +146,7 @@ class Answers:
             c = self.count(t)
         except BudgetExceeded:
             return self.count_bracket(t)
-        if c.exact or c.method == "bracket":  # its certified ends, already computed
+        if c.exact or c.method in ("bracket", "certified"):  # its certified ends, already computed
             return CountBracket(c.ci_lo, c.ci_hi)
         return c
 
@@ -107,6 +157,13 @@ class Answers:
         try:
             x = self.seek.threshold(k)
         except BudgetExceeded:
+            cc = self._cert()
+            if cc is not None:
+                lo, hi = cc.threshold_bracket(k)
+                n, T = self._head()
+                hi = min(hi, T) if n < k else hi  # fewer than k sequences score >= T
+                return ThresholdResult(lo, exact=False, method="certified", ci_lo=lo, ci_hi=max(lo, hi),
+                                       extra=self._cert_extra(cc))
             if self.estimator is None:
                 raise
             est, head = self.estimator()
@@ -125,6 +182,9 @@ class Answers:
         try:
             idx = seek.ensure_score(t)
         except BudgetExceeded:
+            cc = self._cert(t)
+            if cc is not None:
+                return self._cert_mass(cc, t)
             idx = self._built()
             return MassBracket(idx.total_mass().lo if idx.T >= t else 0.0, 1.0)
         m = idx.mass_ge(t)
@@ -172,6 +232,13 @@ class Answers:
         try:
             idx = seek.ensure_score(s)
         except BudgetExceeded:
+            cc = self._cert()
+            if cc is not None:
+                r = self._cert_count(cc, math.nextafter(s, math.inf))  # s(x) > s: s(x) >= the next float
+                m = self._cert_mass(cc, s)
+                return DensityRankResult(
+                    rank=r.lo, cumulative=m.mid, log_prob=s, exact=r.exact, method="certified", rank_lo=r.lo,
+                    rank_hi=r.hi, cumulative_lo=m.lo, cumulative_hi=m.hi, truncated=trunc, extra=self._cert_extra(cc))
             if self.estimator is not None:
                 est, head = self.estimator()
                 return est.rank(s, head=head)

@@ -27,16 +27,19 @@ from ._validate import CountMode, exact_int, finite_float, optional_exact_int
 from .answers import Answers
 from .bounded import BoundedAnswers
 from .best_first import best_first
+from .beyond import BeyondExact
 from .count_index import CountIndex, build_count_index
 
+from .certified import DEFAULT_RESOLUTION_BITS, CertifiedCounter
+from .finite_state import FiniteStateTables
 from .oracle import NORM_TOL, StepOracle
 from .quantize import Quantizer
-from .estimate import INTERVALS, ExactHead, Interval, MonteCarloEstimator
+from .estimate import MonteCarloEstimator
 from .results import (
     CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult, SequenceList,
     SequenceResult, ThresholdResult,
 )
-from .sampling import ARSampler, check_sample_bytes, draw_samples
+from .sampling import ARSampler
 from .seek import INDEX_BYTES_PER_SEQUENCE, Limits, SeekIndex
 from .store import TreeStore, open_store
 from .settings import Settings
@@ -44,13 +47,12 @@ from .support import Support
 from .tree import PrefixTree
 
 if TYPE_CHECKING:
-    from .envelope import AREnvelopeIndex
-    from .lattice import LatticeEnvelopeIndex
+    pass
 
 __all__ = ["AutoregressiveEnumerable", "count_budget_index"]
 
 
-class AutoregressiveEnumerable:
+class AutoregressiveEnumerable(BeyondExact):
     """An autoregressive ``next_logprobs(prefix)`` model as a count-/rank-/unrank-able object.
 
     Parameters follow the library's contract:
@@ -105,6 +107,9 @@ class AutoregressiveEnumerable:
     first estimate deepens the exact head as far as ``exact_limit`` allows, then draws
     ``estimate_samples`` sequences from the tail beyond it (seeded by ``estimate_seed``), once; every
     later estimate reuses them. See :meth:`monte_carlo` and ``docs/estimates.md``.
+    ``finite_state``: the model's :class:`arenum.finite_state.FiniteStateTables` (or a callable
+    returning them, called when first needed) for certified brackets past the exact budget
+    (``docs/certified.md``); ``NGramModel.enumerable()`` passes its own.
 
     >>> import math
     >>> def model(prefix):  # two tokens, p(0) = 0.75
@@ -145,6 +150,7 @@ class AutoregressiveEnumerable:
         estimate_seed: int | None = 0,
         confidence: float = 0.95,
         logprob_error: float | None = None,
+        finite_state: FiniteStateTables | Callable[[], FiniteStateTables] | None = None,
     ) -> None:
         if not callable(next_logprobs):
             raise TypeError(f"next_logprobs must be callable, got {type(next_logprobs).__name__}")
@@ -189,6 +195,12 @@ class AutoregressiveEnumerable:
         self.progress = progress
         self._seek: SeekIndex | None = None
         self._answers_obj: Answers | None = None
+        if finite_state is not None and not (callable(finite_state) or isinstance(finite_state, FiniteStateTables)):
+            raise TypeError(f"finite_state must be FiniteStateTables, a callable or None, got {type(finite_state).__name__}")
+        self._finite_state, self._finite_state_ok = finite_state, False
+        self._certified: dict[float, CertifiedCounter] = {}
+        #: grid cell (bits) of the certified brackets the automatic regime gives past a cap
+        self.certified_resolution_bits = DEFAULT_RESOLUTION_BITS
         self.store: TreeStore | None = open_store(store, self._tree, self.settings, fingerprint, store_readonly)
         """The :class:`~arenum.store.TreeStore` keeping the tree on disk (``None``: memory only)."""
 
@@ -385,8 +397,8 @@ class AutoregressiveEnumerable:
         ans = self._answers_obj
         if ans is None or ans.seek is not seek:
             est = self._estimator_and_head if self.exact_limit is not None else None
-            ans = self._answers_obj = Answers(seek, self.support, est) if not self.logprob_error else \
-                BoundedAnswers(seek, self.support, est, eps=self.logprob_error, steps=self.cap)
+            ans = self._answers_obj = Answers(seek, self.support, est, self.certified) if not self.logprob_error \
+                else BoundedAnswers(seek, self.support, est, eps=self.logprob_error, steps=self.cap)
         return ans
 
     @locked
@@ -423,7 +435,8 @@ class AutoregressiveEnumerable:
         ``.exact``, ``.method``, ``.ci_lo``/``.ci_hi`` and, for an estimate, ``.stderr``,
         ``.confidence`` and ``.estimate`` (the unrounded value). With ``branch_cap`` this counts the
         capped sub-support (``method='bracket'``, ``ci_hi`` adds what the cap skipped; see
-        :meth:`count_bracket`). Past a cap: a Monte Carlo estimate when ``exact_limit`` is set, else
+        :meth:`count_bracket`). Past a cap: the certified DP's bracket for a finite-state model
+        (``method='certified'``), else a Monte Carlo estimate when ``exact_limit`` is set, else
         :class:`BudgetExceeded`.
         """
         return self.answers.count(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
@@ -477,8 +490,8 @@ class AutoregressiveEnumerable:
         Exact, cost as ``unrank(rank - 1)``: ``count(threshold(k)) >= k`` and ``count`` of any larger value is ``< k``. Returns a
         :class:`~arenum.results.ThresholdResult` (a ``float`` with ``.exact``, ``.method``,
         ``.ci_lo``/``.ci_hi``). With ``branch_cap`` it is the sub-support's threshold, a lower bound
-        (``method='bracket'``). Past a cap: a Monte Carlo estimate when ``exact_limit`` is set (the
-        count estimate inverted), else :class:`BudgetExceeded`.
+        (``method='bracket'``). Past a cap: the certified bracket of a finite-state model, else a Monte
+        Carlo estimate when ``exact_limit`` is set (the count estimate inverted), else :class:`BudgetExceeded`.
         """
         return self.answers.threshold(exact_int("rank", rank, minimum=1))
 
@@ -487,8 +500,8 @@ class AutoregressiveEnumerable:
         """Same as ``sum(exp(score(x)) for x in support if score(x) >= min_log_prob)``, bracketed.
 
         Cost as :meth:`count`. Exact up to float rounding (``lower <= mass <= upper``, relative width ~ ``n * 2**-53``).
-        With ``branch_cap`` the upper end adds the skipped mass; past a resource cap the bracket is
-        ``[mass built, 1]``.
+        With ``branch_cap`` the upper end adds the skipped mass; past a resource cap the certified DP's
+        bracket for a finite-state model, else ``[mass built, 1]``.
         """
         return self.answers.mass_above(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
@@ -499,7 +512,8 @@ class AutoregressiveEnumerable:
         cumulative mass ``P(score(X) >= score(sequence))``.
 
         Exact when the budget ``-log_density(sequence)`` bits is affordable: one forward per live
-        prefix at that budget. Past a resource cap: a Monte Carlo estimate when ``exact_limit`` is
+        prefix at that budget. Past a resource cap: for a finite-state model the certified DP's
+        bracket (``method='certified'``, ``docs/certified.md``); else a Monte Carlo estimate when ``exact_limit`` is
         set (``method`` names the estimator; ``rank_lo``/``rank_hi`` and ``cumulative_lo``/
         ``cumulative_hi`` are intervals at ``confidence``), else a certified bracket
         (``method='bracket'``).
@@ -517,78 +531,6 @@ class AutoregressiveEnumerable:
         return self.rank(sequence)
 
     # ------------------------------------------------------------------ estimates
-    @locked
-    def monte_carlo(self, n: int | None = None, *, seed: int | None = -1, head: bool = True,
-                    interval: Interval = "bernstein") -> MonteCarloEstimator:
-        """A :class:`~arenum.estimate.MonteCarloEstimator` over ``n`` draws (default
-        ``estimate_samples``, seed ``estimate_seed``), drawn once and cached per arguments.
-
-        ``head=True``: the draws avoid the exact index built so far (none if nothing is built), and
-        every estimate adds that head's exact part (lower variance; pass the current head with
-        :meth:`exact_head`). ``head=False``: plain ancestral draws. Cost: at most ``n`` forwards per
-        level of the draws (draws sharing a prefix share its forward), one batched call per level.
-        Estimates only: ``.count(t)``, ``.rank(log_prob)``, ``.mass_above(t)``, ``.threshold(k)``.
-        """
-        n = self.estimate_samples if n is None else exact_int("n", n, minimum=2)
-        seed = self.estimate_seed if seed == -1 else optional_exact_int("seed", seed, minimum=0)
-        if interval not in INTERVALS:
-            raise ValueError(f"interval must be one of {INTERVALS}, got {interval!r}")
-        key = (n, seed, bool(head), interval)
-        est = self._mc.get(key)
-        if est is not None:
-            return est
-        L = self.settings.max_len if self.settings.max_len is not None else self.settings.max_depth
-        check_sample_bytes(n, [k[0] for k in self._mc], L, self.stats["memory_bytes"] + self._oracle.cache_bytes,
-                           self.settings.max_bytes)
-        h = self.exact_head() if head else None
-        samples = draw_samples(
-            self._oracle, n, self.support, seed=seed,
-            tree=self._tree if h is not None else None, head_T=h.T if h is not None else math.inf,
-            head_count=h.count if h is not None else 0,
-        )
-        est = MonteCarloEstimator(samples, confidence=self.confidence, interval=interval, head=h)
-        self._mc[key] = est
-        return est
-
-    @locked
-    def envelope_index(self, *, n_paths: int = 64, seed: int | None = 0, budget_bits: float = 64.0,
-                       calibration_sequences: Sequence[Sequence[Any]] | None = None,
-                       cluster_fn: Callable[[Any], Any] | None = None,
-                       n_clusters: int | None = None) -> "AREnvelopeIndex | LatticeEnvelopeIndex":
-        """Approximate count / threshold / rank / unrank beyond the exact tree's reach, from per-depth
-        step tables pooled over ``n_paths`` sampled contexts (or the prefixes of
-        ``calibration_sequences``): an :class:`~arenum.envelope.AREnvelopeIndex`; with ``cluster_fn``
-        or ``n_clusters``, per (depth, cluster of the last token): a
-        :class:`~arenum.lattice.LatticeEnvelopeIndex`.
-
-        ESTIMATES (``method='envelope'``, no interval), exact for models whose step table depends only
-        on the depth (the lattice: and the last token's cluster); ``unrank`` returns real sequences with
-        exact log-probs. Cost: at most ``n_paths`` forwards per depth (per cluster) to build, one per
-        step per ``unrank``. Cached per arguments; a larger ``budget_bits`` deepens the cached one.
-        """
-        from .lattice import make_envelope
-
-        return make_envelope(self._oracle, self.support, self.quantizer, self._envelopes, lock=self._lock,
-                             n_paths=n_paths, seed=seed, budget_bits=budget_bits,
-                             calibration_sequences=calibration_sequences, cluster_fn=cluster_fn,
-                             n_clusters=n_clusters)
-
-    @locked
-    def exact_head(self) -> ExactHead | None:
-        """The exact index built so far as an :class:`~arenum.estimate.ExactHead` (every sequence with
-        score ``>= T`` counted exactly); ``None`` when nothing is built or with ``branch_cap`` (whose
-        index is a sub-support, not a head of the support)."""
-        return self.answers.exact_head()
-
-    def _estimator_and_head(self) -> tuple[MonteCarloEstimator, ExactHead | None]:
-        """The default estimator for the automatic regime: the exact head is first deepened as far as
-        the caps allow (its forwards also serve later exact answers), then tail draws are made once."""
-        key = (self.estimate_samples, self.estimate_seed, True, "bernstein")
-        if key not in self._mc:
-            self.answers.deepen_head()
-        est = self.monte_carlo()
-        return est, (self.exact_head() if est.head is not None else None)
-
     @locked
     def nucleus_size(self, p: float) -> CountDPTopPResult:
         """Same as ``min(k for k in range(1, n + 1) if sum(exp(s) for s in sorted_scores[:k]) >= p)``.

@@ -2,7 +2,8 @@
 
 ``exact`` says whether the point value is the true value; ``method`` names how it was obtained:
 ``"exact"`` (full index at the needed budget), ``"bracket"`` (a certified bracket, e.g. a resource
-cap or ``branch_cap`` prevented exactness) or an estimator's name (Monte Carlo, envelope), which
+cap or ``branch_cap`` prevented exactness), ``"certified"`` (the finite-state DP's certified bracket
+at any depth, :mod:`arenum.certified`) or an estimator's name (Monte Carlo, envelope), which
 then carries standard errors and a confidence interval.
 """
 from __future__ import annotations
@@ -108,7 +109,7 @@ class DensityRankResult:
         included); a midpoint when it is a bracket.
     log_prob: the sequence's exact log-probability (nats).
     exact: the rank is exact and ``cumulative`` is exact to float rounding.
-    method: ``"exact"``, ``"bracket"``, or the estimator's name.
+    method: ``"exact"``, ``"bracket"``, ``"certified"``, or the estimator's name.
     rank_lo, rank_hi: ``rank_lo <= true rank <= rank_hi`` (certified unless ``method`` names an
         estimator, in which case they are the confidence interval at ``confidence``).
     cumulative_lo, cumulative_hi: the same for ``cumulative``.

@@ -197,7 +197,7 @@ def rank_record(r: Any) -> dict:
     d = {"rank": r.rank, "guess_number": r.rank + 1, "rank_lo": r.rank_lo, "rank_hi": r.rank_hi,
          "log_prob": r.log_prob, "bits": -r.log_prob / LN2, "probability": math.exp(r.log_prob),
          "cumulative": r.cumulative, "cumulative_lo": r.cumulative_lo, "cumulative_hi": r.cumulative_hi,
-         "exact": bool(r.exact), "guarantee": r.method, "truncated": bool(r.truncated)}
+         "exact": bool(r.exact), "guarantee": r.method, "method": r.method, "truncated": bool(r.truncated)}
     if r.confidence is not None:
         d.update(confidence=r.confidence, rank_stderr=r.rank_stderr, cumulative_stderr=r.cumulative_stderr)
     return d
@@ -212,6 +212,10 @@ def rank_table(recs: list[dict]) -> list[str]:
             g = f"~ {fmt_count(d['guess_number'])}"
             rk = f"[{fmt_count(d['rank_lo'])}, {fmt_count(d['rank_hi'])}] {d['confidence']:.0%}"
             cum = f"~ {d['cumulative']:.4f}"
+        elif d["guarantee"] == "certified":  # finite-state DP past the exact budget: lo..hi, certified
+            g = f"{fmt_count(d['rank_lo'] + 1)}..{fmt_count(d['rank_hi'] + 1)}"
+            rk = f"{fmt_count(d['rank_lo'])}..{fmt_count(d['rank_hi'])}"
+            cum = f"{d['cumulative_lo']:.4f}..{d['cumulative_hi']:.4f}"
         else:
             g = f">= {d['rank_lo'] + 1:,}"
             rk = f"[{fmt_count(d['rank_lo'])}, {fmt_count(d['rank_hi'])}]"
