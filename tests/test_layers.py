@@ -20,7 +20,7 @@ LAYERS = [
     {"estimate", "envelope", "count_index", "settings"},
     {"answers"},
     {"enumerable"},
-    {"rescore", "plot", "testing", "__init__"},
+    {"rescore", "plot", "evaluate", "testing", "__init__"},
     {"models", "cli"},
 ]
 # the adapters' one convenience constructor (model.enumerable()) imports the facade lazily

@@ -25,7 +25,7 @@ from ._io import atomic_write
 
 import numpy as np
 
-__all__ = ["CurvePoint", "EstimatePoint", "Mark", "exact_curve", "estimated_curve", "draw_curves", "save_png"]
+__all__ = ["CurvePoint", "EstimatePoint", "Mark", "pyplot", "exact_curve", "estimated_curve", "draw_curves", "save_png"]
 
 LN2 = math.log(2.0)
 
@@ -151,7 +151,8 @@ def estimated_curve(enum: Any, log_probs: Iterable[float], *, samples: int | Non
     return out
 
 
-def _pyplot():
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (imported lazily: matplotlib is an optional extra)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -178,7 +179,7 @@ def draw_curves(
     """
     if not exact:
         raise ValueError("no exact points to plot (max_rank must be >= 1)")
-    plt = _pyplot()
+    plt = pyplot()
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12.5, 5.2), dpi=110, constrained_layout=True)
     x = np.array([p.count for p in exact], dtype=float)
@@ -274,4 +275,4 @@ def save_png(fig: Any, path: str | os.PathLike) -> int:
     try:
         return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"), suffix=".png.tmp")
     finally:
-        _pyplot().close(fig)
+        pyplot().close(fig)

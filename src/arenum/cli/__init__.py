@@ -40,8 +40,14 @@ __all__ = ["main", "build_parser", "demo_model_path", "fit_demo_model", "make_pr
 
 
 def _run(args: argparse.Namespace) -> Output:
-    if args.command in ("fit", "demo"):
+    if args.command in ("fit", "demo", "eval"):
         return args.run(args)
+    if args.command == "guesses":
+        if args.model is not None and args.model_pos is not None:
+            raise CLIError("give the model once: arenum guesses MODEL (or -m MODEL)")
+        args.model = args.model or args.model_pos
+        if args.model is None:
+            raise CLIError("guesses needs a model: arenum guesses MODEL [--start I] [--count N]")
     m = load_model(args)
     bar = make_progress(args.quiet)
     m.enum.progress = bar
@@ -73,7 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         out = _run(args)
         _emit(out, args.json)
-        return 0
+        for line in out.errors:
+            sys.stderr.write(f"arenum: error: {line}\n")
+        return out.status
     except CLIError as exc:
         msg = str(exc)
     except BudgetExceeded as exc:
@@ -81,12 +89,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         msg = f"{one_line(exc)} (past --max-forwards {cap:,}; raise it to go deeper)"
     except IndexError as exc:
         msg = f"out of range: {one_line(exc)}"
-    except BrokenPipeError:  # the reader went away (e.g. '| head'): stop quietly
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
+    except BrokenPipeError:  # the reader went away (e.g. '| head'): stop quietly, status 0
+        try:  # point fd 1 at /dev/null so that the flush at exit cannot fail again
+            fd = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(fd, sys.stdout.fileno())
+            os.close(fd)
+        except (OSError, ValueError):
             pass
-        return 1
+        return 0
     except (ValueError, TypeError, OSError) as exc:
         msg = one_line(exc)
     except KeyboardInterrupt:

@@ -4,13 +4,15 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .common import (
     LN2,
     CLIError,
     read_lines,
+    read_bytes,
+    decode_lines,
     check_writable,
     checked_atomic_write,
     fmt_count,
@@ -29,6 +31,8 @@ class Output:
     doc: Any
     text: list[str]
     json_lines: bool = False
+    errors: list[str] = field(default_factory=list)  # one ``arenum: error:`` line each on stderr
+    status: int = 0  # the exit status once printed: 1 when part of a batch failed
 
 
 def _header(m: Loaded) -> dict:
@@ -42,30 +46,71 @@ def _cost(m: Loaded, before: int, t0: float) -> tuple[dict, str]:
             f"{f - before:,} forwards ({secs:.2f} s)")
 
 
+def read_corpus(args: argparse.Namespace) -> tuple[list[str], list[int] | None, dict[str, int], int]:
+    """The lines ``fit`` learns from, their counts (``--weighted``), what was skipped (by reason) and
+    how many kept lines had undecodable bytes replaced (``--errors replace``)."""
+    from ..models.ngram.fit import parse_weighted_line
+
+    where = "stdin" if args.input == "-" else repr(args.input)
+    lines, bad = decode_lines(read_bytes(args.input), where, encoding=args.encoding, errors=args.errors)
+    skipped = {"undecodable": bad if args.errors == "skip" else 0, "blank": 0, "malformed": 0, "zero_count": 0}
+    replaced = bad if args.errors == "replace" else 0
+    items: list[str] = []
+    counts: list[int] | None = [] if args.weighted else None
+    for ln in lines:
+        if counts is not None:
+            parsed = parse_weighted_line(ln)
+            if parsed is None:
+                skipped["malformed"] += 1
+                continue
+            c, ln = parsed
+            if c == 0:
+                skipped["zero_count"] += 1
+                continue
+        if not ln.strip():  # empty or whitespace-only: not a sequence anyone would type as one
+            skipped["blank"] += 1
+            continue
+        items.append(ln)
+        if counts is not None:
+            counts.append(c)
+    return items, counts, skipped, replaced
+
+
+def _skip_text(skipped: dict[str, int]) -> str:
+    words = {"blank": "blank or whitespace-only", "undecodable": "undecodable (--errors skip)",
+             "malformed": "not 'count<TAB>item' / 'count item'", "zero_count": "count 0"}
+    parts = [f"{n:,} {words[k]}" for k, n in skipped.items() if n]
+    return ", ".join(parts) if parts else "no"
+
+
 def cmd_fit(args: argparse.Namespace) -> Output:
     from ..models.ngram import NGramModel
 
     if not 1 <= args.order <= 8:
         raise CLIError(f"--order must be in 1..8, got {args.order}")
     check_writable(args.output)
-    lines = read_lines(args.input, skip_empty=True)
+    lines, counts, skipped, replaced = read_corpus(args)
     if not lines:
-        raise CLIError(f"{'stdin' if args.input == '-' else repr(args.input)} has no non-empty lines to fit")
+        raise CLIError(f"{'stdin' if args.input == '-' else repr(args.input)} has no non-empty lines to fit "
+                       f"(skipped: {_skip_text(skipped)} lines)")
     corpus = [ln.split() for ln in lines] if args.tokens else lines
-    if args.tokens and not all(corpus):
-        corpus = [c for c in corpus if c]
     t0 = time.perf_counter()
-    model = NGramModel.fit(corpus, order=args.order, smoothing=args.smoothing, unknown=args.unknown)
+    model = NGramModel.fit(corpus, order=args.order, smoothing=args.smoothing, unknown=args.unknown, weights=counts)
     secs = time.perf_counter() - t0
     size = checked_atomic_write(args.output, model.save)
     doc = {"command": "fit", "output": args.output, "bytes": size, "kind": model.kind, "order": model.order,
            "smoothing": model.smoothing, "unknown": model.unknown, "vocab_size": model.vocab_size,
            "n_sequences": model.n_sequences, "n_tokens": model.n_tokens, "contexts": model.num_contexts,
-           "seconds": round(secs, 4)}
+           "lines_used": len(lines), "weighted": counts is not None, "encoding": args.encoding,
+           "skipped": skipped, "replaced": replaced, "seconds": round(secs, 4)}
+    fitted = f"{model.n_sequences:,} sequences, {model.n_tokens:,} tokens in {secs:.2f} s"
+    if counts is not None:
+        fitted = f"{len(lines):,} distinct lines weighted to {fitted}"
     text = kv([("wrote", f"{args.output} ({size:,} bytes)"),
                 ("model", f"{model.kind} {model.order}-gram, smoothing {model.smoothing}, unknown {model.unknown}"),
                 ("vocabulary", f"{model.vocab_size} tokens (EOS included)"),
-                ("fitted on", f"{model.n_sequences:,} sequences, {model.n_tokens:,} tokens in {secs:.2f} s")])
+                ("fitted on", fitted), ("skipped", _skip_text(skipped) + " lines")]
+               + ([("replaced", f"undecodable bytes by U+FFFD in {replaced:,} lines")] if replaced else []))
     return Output(doc, text)
 
 
@@ -165,6 +210,12 @@ def _list_output(command: str, m: Loaded, pairs: list, first: int, before: int, 
 
 
 def cmd_slice(args: argparse.Namespace, m: Loaded) -> Output:
+    if args.jsonl:
+        from .stream import stream_jsonl
+
+        head = {"command": "slice", **_header(m)}
+        stream_jsonl(m, args.start, args.k, lambda r, seq, lp: {**head, **item(m, r, seq, lp), "exact": True})
+        return Output(None, [])
     before, t0 = m.forwards(), time.perf_counter()
     pairs = m.enum.slice(args.start, args.k)
     return _list_output("slice", m, pairs, args.start, before, t0, start=args.start, k=args.k)
@@ -176,16 +227,34 @@ def cmd_top(args: argparse.Namespace, m: Loaded) -> Output:
     return _list_output("top", m, pairs, 0, before, t0, k=args.k)
 
 
-def rank_strings(m: Loaded, strings: Sequence[str]) -> list[dict]:
-    """Rank records of ``strings`` in input order. All are encoded and scored first (any failure
-    raises before a rank is computed); ranks are then computed from the most probable string to the
-    least, so each deepening reuses the forwards of the one before and ``forwards`` is incremental."""
-    enc, scores = score_strings(m, strings)
-    order = sorted(range(len(strings)), key=lambda j: -scores[j])
+def rank_strings(m: Loaded, strings: Sequence[str], *, per_string_errors: bool = False) -> list[dict]:
+    """Rank records of ``strings`` in input order. All are encoded and scored first; ranks are then
+    computed from the most probable string to the least, so each deepening reuses the forwards of the
+    one before and ``forwards`` is incremental.
+
+    A string the model cannot produce raises :class:`CLIError`, or with ``per_string_errors`` gets a
+    record ``{"string": s, "error": why}`` of its own (so does a rank that fails on its own).
+    """
+    enc, scores, errors = score_strings(m, strings)
+    if not per_string_errors:
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise CLIError(first)
+    ok = [j for j in range(len(strings)) if errors[j] is None]
+    order = sorted(ok, key=lambda j: -scores[j])
     out: list[dict | None] = [None] * len(strings)
+    for j in range(len(strings)):
+        if errors[j] is not None:
+            out[j] = {"string": strings[j], "error": errors[j]}
     for j in order:
         before, t0 = m.forwards(), time.perf_counter()
-        r = m.enum.rank(enc[j])
+        try:
+            r = m.enum.rank(enc[j])
+        except (ValueError, IndexError, ArithmeticError) as exc:
+            if not per_string_errors:
+                raise
+            out[j] = {"string": strings[j], "error": one_line(exc)}
+            continue
         f = m.forwards()
         out[j] = {"string": strings[j], "tokens": list(enc[j]), **rank_record(r), "forwards": f - before,
                   "forwards_total": f, "seconds": round(time.perf_counter() - t0, 4)}
@@ -206,6 +275,9 @@ def rank_record(r: Any) -> dict:
 def rank_table(recs: list[dict]) -> list[str]:
     rows = []
     for d in recs:
+        if "error" in d:
+            rows.append((repr(d["string"]), "-", "-", "-", "-", "-", "error", "-"))
+            continue
         if d["exact"]:
             g, rk, cum = f"{d['guess_number']:,}", f"{d['rank']:,}", f"{d['cumulative']:.6f}"
         elif d.get("confidence") is not None:
@@ -225,17 +297,22 @@ def rank_table(recs: list[dict]) -> list[str]:
 def cmd_rank(args: argparse.Namespace, m: Loaded) -> Output:
     strings: list[str] = []
     for s in args.strings:
-        strings.extend(read_lines("-") if s == "-" else [s])
+        strings.extend(read_lines("-", skip_blank=True) if s == "-" else [s])
     if args.file is not None:
-        strings.extend(read_lines(args.file))
+        strings.extend(read_lines(args.file, skip_blank=True))
     if not strings:
-        raise CLIError("rank needs at least one string: arguments, '-' for stdin, or --file FILE")
+        raise CLIError("rank needs at least one string: arguments, '-' for stdin, or --file FILE "
+                       "(blank lines are skipped)")
     t0 = time.perf_counter()
-    recs = rank_strings(m, strings)
-    foot = (f"cost: {sum(d['forwards'] for d in recs):,} forwards ({time.perf_counter() - t0:.2f} s); "
+    recs = rank_strings(m, strings, per_string_errors=True)
+    failed = [d for d in recs if "error" in d]
+    foot = (f"cost: {sum(d.get('forwards', 0) for d in recs):,} forwards ({time.perf_counter() - t0:.2f} s); "
             "guess# = rank + 1 (rank = number of strictly more probable sequences)")
-    return Output([{"command": "rank", **_header(m), **d} for d in recs],
-                  rank_table(recs) + [foot], json_lines=True)
+    if failed:
+        foot += f"; {len(failed)} of {len(recs)} strings failed (errors on stderr)"
+    text = rank_table(recs) + [foot] if len(failed) < len(recs) else []
+    return Output([{"command": "rank", **_header(m), **d} for d in recs], text, json_lines=True,
+                  errors=[d['error'] for d in failed], status=1 if failed else 0)
 
 
 def cmd_mass(args: argparse.Namespace, m: Loaded) -> Output:

@@ -2,6 +2,7 @@
 writing files, formatting numbers and tables, and the progress bar."""
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import os
@@ -24,26 +25,64 @@ class CLIError(Exception):
 
 
 # --------------------------------------------------------------------------------- input/output
-def read_lines(path: str, *, skip_empty: bool = False) -> list[str]:
-    """Lines of a UTF-8 file (``'-'``: stdin), without their ``\\n`` / ``\\r\\n``."""
+def read_bytes(path: str) -> bytes:
+    """The bytes of ``path`` (``'-'``: stdin), or a one-line :class:`CLIError`."""
     where = "stdin" if path == "-" else repr(path)
     try:
         if path == "-":
-            data = sys.stdin.buffer.read()
-        else:
-            with open(path, "rb") as fh:
-                data = fh.read()
+            return sys.stdin.buffer.read()
+        with open(path, "rb") as fh:
+            return fh.read()
     except OSError as exc:
         raise CLIError(f"cannot read {where}: {exc.strerror or exc}") from None
+
+
+DECODE_ERRORS = ("strict", "replace", "skip")
+
+
+def decode_lines(data: bytes, where: str, *, encoding: str = "utf-8", errors: str = "strict") -> tuple[list[str], int]:
+    """``(lines, bad)``: ``data`` decoded with ``encoding``, split into lines without ``\n``/``\r\n``.
+
+    ``errors``: ``strict`` (an undecodable byte is a :class:`CLIError` naming its offset), ``replace``
+    (each undecodable byte becomes U+FFFD) or ``skip`` (a line holding an undecodable byte is dropped).
+    ``bad``: the lines that held an undecodable byte (replaced or dropped).
+    """
+    if errors not in DECODE_ERRORS:
+        raise CLIError(f"--errors must be one of {', '.join(DECODE_ERRORS)}, got {errors!r}")
     try:
-        text = data.decode("utf-8")
+        canon = codecs.lookup(encoding).name
+    except LookupError:
+        raise CLIError(f"unknown --encoding {encoding!r} (e.g. utf-8, latin-1, cp1252)") from None
+    name = "UTF-8" if canon == "utf-8" else encoding
+    if canon == "utf-8" and data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    try:
+        text = data.decode(encoding, "strict" if errors == "strict" else "surrogateescape")
     except UnicodeDecodeError as exc:
-        raise CLIError(f"{where} is not UTF-8 text (byte {exc.start})") from None
+        raise CLIError(f"{where} is not {name} text (byte {exc.start}; try --encoding latin-1, "
+                       f"or --errors replace|skip)") from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     lines = [s[:-1] if s.endswith("\r") else s for s in lines]
-    return [s for s in lines if s] if skip_empty else lines
+    if errors == "strict":
+        return lines, 0
+    out, bad = [], 0
+    for s in lines:
+        if any("\udc80" <= c <= "\udcff" for c in s):
+            bad += 1
+            if errors == "skip":
+                continue
+            s = "".join("\ufffd" if "\udc80" <= c <= "\udcff" else c for c in s)
+        out.append(s)
+    return out, bad
+
+
+def read_lines(path: str, *, skip_blank: bool = False) -> list[str]:
+    """Lines of a UTF-8 file (``'-'``: stdin), without their ``\n`` / ``\r\n``; with ``skip_blank``,
+    without empty and whitespace-only lines."""
+    lines, _ = decode_lines(read_bytes(path), "stdin" if path == "-" else repr(path))
+    return [s for s in lines if s.strip()] if skip_blank else lines
 
 
 def check_writable(path: str) -> None:

@@ -1,0 +1,286 @@
+"""The password researcher's workflow end to end (issue 16): fit on real-looking data (weighted,
+latin-1, dirty lines), rank a batch with bad strings in it, stream guesses, evaluate a test set, and
+the caps on ``top``. Every answer is checked against brute force on a tiny model; nothing is
+downloaded (the word lists are written here).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from arenum import BudgetExceeded
+from arenum.evaluate import GuessCurve, guessing_curve
+from arenum.models import NGramModel
+from arenum.models.ngram.fit import parse_weighted_line
+
+CORPUS = ["abc", "ab", "a", "bca", "cab", "abc", "b", "ca", "aab", "bb", "cc", "abca", "bac", "ab"]
+PNG_SIG = b"\x89PNG\r\n\x1a\n"
+
+
+def run(*args, stdin: str | bytes | None = None, **kw):
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    env = {k: v for k, v in os.environ.items() if k != "ARENUM_DEBUG"}
+    return subprocess.run([sys.executable, "-m", "arenum.cli", *map(str, args)], input=data, capture_output=True,
+                          env=env, timeout=120, **kw)
+
+
+def ok(*args, **kw) -> str:
+    p = run(*args, **kw)
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stderr == b"", p.stderr.decode()
+    return p.stdout.decode()
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    d = tmp_path_factory.mktemp("wf")
+    (d / "corpus.txt").write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    out = d / "m.npz"
+    ok("fit", d / "corpus.txt", "-o", out, "--order", "3")
+    return out
+
+
+def brute(model: NGramModel, max_len: int = 4) -> list[tuple[str, float]]:
+    """Every string of the ``--max-len`` support (EOS included), most probable first."""
+    strings = ["".join(t) for n in range(max_len) for t in itertools.product("abc", repeat=n)]
+    return sorted(((s, model.logprob(s)) for s in strings), key=lambda x: -x[1])
+
+
+# ------------------------------------------------------------------ 2. caps apply to top / top_k
+def test_top_k_obeys_max_prefixes_at_once():
+    m = NGramModel.fit(CORPUS, order=3)
+    e = m.enumerable(max_prefixes=50)
+    t0 = time.perf_counter()
+    with pytest.raises(BudgetExceeded, match="max_prefixes=50"):
+        e.top_k(10**12)
+    assert time.perf_counter() - t0 < 5 and e.stats["forwards"] <= 200
+    assert e.top_k(3) == m.enumerable().slice(0, 3)  # small K still answers, through the same index
+
+
+def test_cli_top_obeys_max_forwards(model_path):
+    t0 = time.perf_counter()
+    p = run("top", "1000000000000", "-m", model_path, "--max-forwards", "1000")
+    assert p.returncode == 2 and b"--max-forwards 1,000" in p.stderr and p.stdout == b""
+    assert time.perf_counter() - t0 < 30
+
+
+# ------------------------------------------------------------------ 4. one bad string does not abort a batch
+def test_rank_batch_with_bad_strings(model_path):
+    model = NGramModel.load(model_path)
+    bf = brute(model, 4)
+    p = run("rank", "-", "-m", model_path, "--max-len", "4", "--json", stdin="abc\nxyz\n\n   \nabcabc\ncab\n\t\n")
+    assert p.returncode == 1  # some failed
+    recs = [json.loads(ln) for ln in p.stdout.decode().splitlines()]
+    assert [r["string"] for r in recs] == ["abc", "xyz", "abcabc", "cab"]  # blank lines skipped
+    assert "unknown symbol 'x'" in recs[1]["error"] and "past the length cap 4" in recs[2]["error"]
+    for r in (recs[0], recs[3]):
+        assert "error" not in r and r["exact"]
+        assert r["rank"] == sum(1 for _, s in bf if s > model.logprob(r["string"]))
+    err = p.stderr.decode().splitlines()
+    assert len(err) == 2 and all(ln.startswith("arenum: error: ") for ln in err)
+    text = run("rank", "abc", "zz", "-m", model_path)
+    assert text.returncode == 1 and "'zz'" in text.stdout.decode() and "error" in text.stdout.decode()
+    assert "1 of 2 strings failed" in text.stdout.decode()
+    only_bad = run("rank", "zz", "-m", model_path)
+    assert only_bad.returncode == 1 and only_bad.stdout == b"" and b"cannot encode 'zz'" in only_bad.stderr
+
+
+def test_rank_file_skips_blank_lines(tmp_path, model_path):
+    (tmp_path / "t.txt").write_text("abc\n\n  \n\t\ncab\n", encoding="utf-8")
+    recs = [json.loads(ln) for ln in ok("rank", "--file", tmp_path / "t.txt", "-m", model_path, "--json").splitlines()]
+    assert [r["string"] for r in recs] == ["abc", "cab"]
+    (tmp_path / "blank.txt").write_text("\n \n", encoding="utf-8")
+    p = run("rank", "--file", tmp_path / "blank.txt", "-m", model_path)
+    assert p.returncode == 2 and b"at least one string" in p.stderr
+
+
+def test_fit_skips_whitespace_only_lines(tmp_path):
+    (tmp_path / "c.txt").write_text("abc\n   \n\t\nab\n\n", encoding="utf-8")
+    doc = json.loads(ok("fit", tmp_path / "c.txt", "-o", tmp_path / "m.npz", "--order", "2", "--json"))
+    assert doc["n_sequences"] == 2 and doc["skipped"]["blank"] == 3
+    m = NGramModel.load(tmp_path / "m.npz")
+    assert " " not in m.vocab and m.logprob("abc") == NGramModel.fit(["abc", "ab"], order=2).logprob("abc")
+
+
+# ------------------------------------------------------------------ 7. real training data
+def test_weighted_fit_equals_repeated_corpus():
+    items, w = ["abc", "ab", "a b", "bca", "", "xyz"], [3, 1, 2, 5, 1, 2]
+    rep = [s for s, c in zip(items, w) for _ in range(c)]
+    for smoothing in ("kn", "wb", "addk"):
+        for order in (1, 2, 4):
+            a = NGramModel.fit(items, order=order, smoothing=smoothing, weights=w)
+            b = NGramModel.fit(rep, order=order, smoothing=smoothing)
+            assert (a.n_sequences, a.n_tokens) == (b.n_sequences, b.n_tokens) == (14, 38)
+            for s in ("abc", "", "xyz", "cba", "a b", "zz"):
+                assert a.logprob(s) == b.logprob(s)
+    tok = NGramModel.fit([["x", "y"], ["y"]], order=2, weights=[2, 1])
+    assert tok.logprob(["x", "y"]) == NGramModel.fit([["x", "y"], ["x", "y"], ["y"]], order=2).logprob(["x", "y"])
+
+
+@pytest.mark.parametrize("weights,exc,words", [
+    ([1, 2], ValueError, "weights has 2 entries"),
+    ([1, 0, 1], ValueError, r"weights\[1\] must be >= 1"),
+    ([1, 1.5, 1], ValueError, r"weights\[1\] must be an exact integer"),
+    ([1, True, 1], TypeError, r"weights\[1\]"),
+    ("abc", TypeError, "weights must be a sequence"),
+])
+def test_weighted_fit_bad_weights(weights, exc, words):
+    with pytest.raises(exc, match=words):
+        NGramModel.fit(["a", "b", "c"], order=2, weights=weights)
+
+
+def test_parse_weighted_line():
+    assert parse_weighted_line("12\tpass word") == (12, "pass word")
+    assert parse_weighted_line("     7 123456") == (7, "123456")
+    assert parse_weighted_line("3  lead") == (3, " lead")
+    assert parse_weighted_line("password") is None and parse_weighted_line("x\t1") is None
+
+
+def test_fit_weighted_latin1_file_with_dirty_lines(tmp_path):
+    data = ("3\tcaf\xe9\n" "  2 abc\n" "5 a b\n" "garbage\n" "0\tzero\n" "4\t   \n").encode("latin-1")
+    (tmp_path / "w.txt").write_bytes(data)
+    p = run("fit", tmp_path / "w.txt", "-o", tmp_path / "m.npz", "--weighted")  # not UTF-8
+    assert p.returncode == 2 and b"not UTF-8" in p.stderr and b"--encoding latin-1" in p.stderr
+    doc = json.loads(ok("fit", tmp_path / "w.txt", "-o", tmp_path / "m.npz", "--weighted", "--encoding", "latin-1",
+                        "--json", "--order", "2"))
+    assert doc["n_sequences"] == 10 and doc["lines_used"] == 3
+    assert doc["skipped"] == {"undecodable": 0, "blank": 1, "malformed": 1, "zero_count": 1}
+    m = NGramModel.load(tmp_path / "m.npz")
+    ref = NGramModel.fit(["café", "abc", "a b"], order=2, weights=[3, 2, 5])
+    assert "é" in m.vocab and m.logprob("café") == ref.logprob("café")
+    text = ok("fit", tmp_path / "w.txt", "-o", tmp_path / "m2.npz", "--weighted", "--errors", "skip")
+    assert "1 undecodable" in text and "1 blank" in text and "1 count 0" in text
+    assert "é" not in NGramModel.load(tmp_path / "m2.npz").vocab
+    doc = json.loads(ok("fit", tmp_path / "w.txt", "-o", tmp_path / "m3.npz", "--weighted", "--errors", "replace",
+                        "--json"))
+    assert doc["replaced"] == 1 and "\ufffd" in NGramModel.load(tmp_path / "m3.npz").vocab
+
+
+# ------------------------------------------------------------------ 8. the guess stream
+def test_guesses_stream_in_exact_order(model_path):
+    model = NGramModel.load(model_path)
+    bf = brute(model, 4)
+    out = ok("guesses", model_path, "--max-len", "4")
+    assert out.split("\n")[:-1] == [s for s, _ in bf]  # raw, one per line, every one, exact order
+    out = ok("guesses", "-m", model_path, "--max-len", "4", "--start", "5", "--count", "7")
+    assert out.split("\n")[:-1] == [s for s, _ in bf[5:12]]
+    p = run("guesses", model_path, "-m", model_path)
+    assert p.returncode == 2 and b"give the model once" in p.stderr
+
+
+def test_guesses_head_returns_at_once_and_quietly(tmp_path):
+    """A big support streamed into a reader that stops after 3 lines: it returns at once, status 0,
+    nothing on stderr (the reader going away is not an error)."""
+    (tmp_path / "c.txt").write_text("\n".join(["password", "dragon", "monkey", "123456", "qwerty"]) + "\n")
+    ok("fit", tmp_path / "c.txt", "-o", tmp_path / "m.npz", "--order", "2")
+    t0 = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-m", "arenum.cli", "guesses", str(tmp_path / "m.npz")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lines = [p.stdout.readline() for _ in range(3)]
+    p.stdout.close()
+    rc = p.wait(timeout=60)
+    assert time.perf_counter() - t0 < 30 and all(ln.endswith(b"\n") for ln in lines)
+    assert rc == 0 and p.stderr.read() == b""
+    p.stderr.close()
+
+
+def test_slice_jsonl(model_path):
+    model = NGramModel.load(model_path)
+    bf = brute(model, 4)
+    recs = [json.loads(ln) for ln in ok("slice", "2", "5", "-m", model_path, "--max-len", "4", "--jsonl").splitlines()]
+    assert [(r["rank"], r["sequence"]) for r in recs] == [(2 + j, s) for j, (s, _) in enumerate(bf[2:7])]
+    assert all(r["exact"] and r["command"] == "slice" for r in recs)
+    assert [r["log_prob"] for r in recs] == pytest.approx([lp for _, lp in bf[2:7]], abs=1e-12)
+
+
+# ------------------------------------------------------------------ 6. the guessing curve of a test set
+def _test_set():
+    return ["abc", "ab", "abc", "cab", "ccc", "zz", "a", "bbb", "cba"]
+
+
+def test_guessing_curve_exact_against_brute_force():
+    model = NGramModel.fit(CORPUS, order=3)
+    e = model.enumerable(max_len=4)
+    bf = brute(model, 4)
+    rank = {s: sum(1 for _, x in bf if x > lp) for s, lp in bf}
+    test = _test_set()
+    seqs = [model.encode(s) if set(s) <= set("abc") else None for s in test]
+    cur = guessing_curve(e, seqs, labels=test, name="m")
+    assert isinstance(cur, GuessCurve) and cur.n == len(test) and cur.unrankable == 1 and len(cur.items) == 8
+    for g in (1, 2, 3, 5, 10, 20, 39, 40, 1e6):
+        want = sum(1 for s in test if s in rank and rank[s] + 1 <= g) / len(test)
+        p = cur.at(g)
+        assert p.exact and p.fraction == p.lo == p.hi == pytest.approx(want, abs=1e-15), g
+    assert [p.guesses for p in cur.decades(1000)] == [1, 10, 100, 1000]
+    assert math.isinf(cur.exact_until())
+    doc = cur.as_dict(100)
+    assert doc["lines"] == 9 and doc["unrankable"] == 1 and "error" in doc["items"][4]
+    assert json.dumps(doc, allow_nan=True)
+
+
+def test_guessing_curve_past_the_cap_is_flagged_and_bounded():
+    model = NGramModel.fit(CORPUS, order=3)
+    full = model.enumerable(max_len=6)
+    capped = model.enumerable(max_len=6, max_prefixes=30)
+    strings = ["".join(t) for n in range(6) for t in itertools.product("abc", repeat=n)]
+    scores = {s: model.logprob(s) for s in strings}
+    rank = {s: sum(1 for x in scores.values() if x > lp) for s, lp in scores.items()}
+    test = ["abc", "ab", "ccccc", "bacba", "cabca", "a"]
+    seqs = [model.encode(s) for s in test]
+    exact = guessing_curve(full, seqs, labels=test)
+    cur = guessing_curve(capped, seqs, labels=test, samples=2000, seed=1)
+    assert any(not it.exact for it in cur.items) and any(it.exact for it in cur.items)
+    for it in cur.items:
+        true = rank[it.label]
+        assert it.cert_lo <= true <= it.cert_hi  # certified
+        assert it.rank_lo <= it.rank <= it.rank_hi and it.cert_lo <= it.rank_lo and it.rank_hi <= it.cert_hi
+        if not it.exact:
+            assert it.method != "exact"
+    assert cur.exact_until() < math.inf
+    for g in np.logspace(0, 4, 30):
+        p, q = cur.at(g), exact.at(g)
+        if p.exact:
+            assert p.fraction == q.fraction
+        assert p.lo <= p.fraction <= p.hi
+
+
+def test_cli_eval_two_models(tmp_path, model_path):
+    (tmp_path / "test.txt").write_text("\n".join(_test_set()) + "\n\n", encoding="utf-8")
+    ok("fit", tmp_path / "test.txt", "-o", tmp_path / "m2.npz", "--order", "2")
+    png, csv_path = tmp_path / "curve.png", tmp_path / "curve.csv"
+    doc = json.loads(ok("eval", model_path, tmp_path / "test.txt", tmp_path / "m2.npz", "--max-len", "4",
+                        "-o", png, "--csv", csv_path, "--max-guesses", "1000", "--json"))
+    assert doc["lines"] == 9 and doc["blank_skipped"] == 1 and len(doc["models"]) == 2
+    model = NGramModel.load(model_path)
+    bf = brute(model, 4)
+    rank = {s: sum(1 for _, x in bf if x > lp) for s, lp in bf}
+    d0 = doc["models"][0]
+    assert d0["unrankable"] == 1 and [p["guesses"] for p in d0["decades"]] == [1, 10, 100, 1000]
+    for p in d0["decades"]:
+        assert p["exact"] and p["fraction"] == sum(1 for s in _test_set() if s in rank and rank[s] < p["guesses"]) / 9
+    assert png.read_bytes()[:8] == PNG_SIG and png.stat().st_size > 5000
+    rows = csv_path.read_text().splitlines()
+    assert rows[0] == "model,guesses,fraction,lo,hi,exact" and len(rows) > 40
+    text = ok("eval", model_path, tmp_path / "test.txt", "--max-len", "4", "--max-guesses", "100")
+    assert "guesses" in text and "100" in text and "unrankable" in text
+    p = run("eval", model_path)
+    assert p.returncode == 2 and b"needs a model and a test file" in p.stderr
+
+
+# ------------------------------------------------------------------ 10. version and help
+def test_version_and_help_examples():
+    out = ok("--version")
+    assert out.startswith("arenum ")
+    for cmd in ("fit", "rank", "guesses", "eval", "threshold", "slice"):
+        h = ok(cmd, "--help")
+        assert "examples:" in h and f"arenum {cmd}" in h, cmd
+    h = ok("threshold", "--help")
+    assert "1-based position" in h
