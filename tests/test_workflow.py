@@ -284,3 +284,82 @@ def test_version_and_help_examples():
         assert "examples:" in h and f"arenum {cmd}" in h, cmd
     h = ok("threshold", "--help")
     assert "1-based position" in h
+
+
+def test_progress_shows_target_budget_and_eta():
+    import io
+
+    from arenum import cli
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    s = Tty()
+    bar = cli.common._LineBar(s, delay=0.0)
+    d = {"forwards": 1000, "prefixes": 1000, "level": 3, "level_done": 5, "level_todo": 10, "keep_bits": 22.5,
+         "target_bits": 20.5, "known_prefixes": 50_000}
+    bar(d)
+    time.sleep(0.35)
+    bar({**d, "forwards": 11_000, "prefixes": 11_000})
+    out = s.getvalue()
+    assert "target budget 20.5 bits" in out and ">= 50,000 prefixes" in out and "ETA " in out
+    bar.close()
+    # the tree reports the budget it is heading for
+    m = NGramModel.fit(CORPUS * 50, order=3)
+    seen = []
+    e = m.enumerable(max_len=8, progress=seen.append)
+    e.count(-12.0)
+    assert seen and all(x["target_bits"] == pytest.approx(12.0 / math.log(2)) for x in seen)
+    assert all(x["known_prefixes"] >= 1 for x in seen)
+
+
+# ------------------------------------------------------------------ 3. position queries provably past the cap fail early
+@pytest.mark.parametrize("term", [False, True])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_position_floor_is_a_lower_bound(term, seed):
+    """Whatever the tree has seen, position_floor(n) never exceeds the forwards n positions really need."""
+    from arenum import AutoregressiveEnumerable
+    from arenum.budget import position_floor
+    from arenum.testing import RandomModel
+
+    m = RandomModel(5, seed=seed, eos=0 if term else None, eos_boost=1.5)
+    L = 6
+    probe = AutoregressiveEnumerable(m, max_len=L, eos=0 if term else None)
+    total = len(probe.slice(0, 10**9))
+    full_forwards = probe.stats["forwards"]
+    for n in (2, 10, 50, 300, total, total + 1, 10**6):
+        fresh = AutoregressiveEnumerable(m, max_len=L, eos=0 if term else None)
+        fresh.slice(0, n)
+        need = fresh.stats["forwards"]
+        tree = probe.seek_index().tree  # everything seen: the strongest the bound gets
+        floor = position_floor(n, terminating=term, known_prefixes=tree.known_prefixes)
+        assert floor <= need <= full_forwards, (n, floor, need)
+
+
+def test_position_query_past_the_cap_fails_early_naming_the_fix():
+    from arenum import AutoregressiveEnumerable
+    from arenum.testing import RandomModel
+
+    m = RandomModel(12, seed=4, eos=0, eos_boost=1.0)
+    e = AutoregressiveEnumerable(m, max_len=8, eos=0, max_prefixes=2000)
+    with pytest.raises(BudgetExceeded) as ex:
+        e.unrank(10**20)
+    msg = str(ex.value)
+    assert "max_prefixes=2,000" in msg and "exact_limit" in msg and "--max-forwards" in msg
+    assert e.stats["forwards"] <= 2000
+    # the same query with an estimate allowed answers
+    est = AutoregressiveEnumerable(m, max_len=8, eos=0, max_prefixes=2000, exact_limit=2000, estimate_samples=500)
+    r = est.threshold(10**6)
+    assert not r.exact and r.method != "exact"
+
+
+def test_cli_budget_errors_name_both_options(model_path):
+    for args in (["threshold", "1e30"], ["unrank", "99999999999999999999"], ["count", "--bits", "40"]):
+        p = run(*args, "-m", model_path, "--max-forwards", "20", "--max-len", "12")
+        err = p.stderr.decode()
+        if args[0] == "count":
+            assert p.returncode == 0  # count brackets past the cap
+            continue
+        assert p.returncode == 2 and "--max-forwards 20" in err and "--exact-limit" in err, err
+        assert "max_prefixes (command line" not in err  # the API hint is not repeated on the command line

@@ -105,6 +105,9 @@ def exact_curve(enum: Any, max_rank: int, n_points: int = 40) -> list[CurvePoint
     except BudgetExceeded:
         capped = True
     if capped:
+        answers = getattr(enum, "answers", None)
+        if answers is not None:  # a position query may fail before building: build what the caps allow
+            answers.deepen_head()
         held = int(enum.count_bracket(-math.inf).lo)  # past the cap: the sequences indexed so far
         if held < 1:
             raise BudgetExceeded(f"no sequence is affordable exactly (rank {ks[-1]:,} asked)")

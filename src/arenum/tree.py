@@ -32,6 +32,7 @@ from typing import Callable
 
 import numpy as np
 
+from .budget import BUDGET_HINT
 from ._arrays import seg_first_below
 from ._guard import deferred_interrupts
 from .levels import Level, LevelView, read_only
@@ -93,6 +94,7 @@ class PrefixTree:
         self._key_cache: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
         self._tuples: dict = {}  # deep levels: prefix tuples of the level fetched last and the one above
         self.progress: Callable[[dict], None] | None = None  # called after every fetched chunk
+        self._goal_bits = math.inf  # the budget the current deepen() is heading for (progress reports)
         self.lock = threading.RLock()
         """Held by every reader and writer above the tree (seek index, facade): one build at a time."""
 
@@ -228,8 +230,10 @@ class PrefixTree:
                 self._commit_fetch(lev, ns, refetch, old_floor, kx, kid, klp, klen, offs, cut, keep, eos_j,
                                    eos_lp, is_leaf)
             if self.progress is not None:
+                goal = self._goal_bits
                 self.progress({"prefixes": self.fetched_nodes, "forwards": o.stats.forwards, "level": d,
-                               "level_done": a + m, "level_todo": nodes.shape[0], "keep_bits": -keep / LN2})
+                               "level_done": a + m, "level_todo": nodes.shape[0], "keep_bits": -keep / LN2,
+                               "target_bits": goal, "known_prefixes": self.known_prefixes(goal)})
 
     def _commit_fetch(self, lev: Level, ns, refetch, old_floor, kx, kid, klp, klen, offs, cut, keep, eos_j, eos_lp,
                       is_leaf) -> None:
@@ -329,6 +333,7 @@ class PrefixTree:
         if keep is None:
             keep = T - self.keep_margin_bits * LN2
         keep = min(keep, T)
+        self._goal_bits = -T / LN2 if T > -math.inf else math.inf  # for the progress callback only
         for d in range(self.leaf_level + 1):
             if d >= len(self.levels):
                 break
@@ -339,7 +344,7 @@ class PrefixTree:
             if max_prefixes is not None and self.fetched_nodes + need.size > max_prefixes:
                 raise BudgetExceeded(
                     f"an exact answer at {-T / LN2:.3f} bits needs more than max_prefixes={max_prefixes} "
-                    f"live prefixes (at least {self.fetched_nodes + need.size})"
+                    f"live prefixes (at least {self.fetched_nodes + need.size}); {BUDGET_HINT}"
                 )
             if need.size:
                 self._fetch(d, need, keep, max_bytes)

@@ -85,8 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CLIError as exc:
         msg = str(exc)
     except BudgetExceeded as exc:
+        from ..budget import BUDGET_HINT
+
         cap = getattr(args, "max_forwards", DEMO_MAX_FORWARDS)
-        msg = f"{one_line(exc)} (past --max-forwards {cap:,}; raise it to go deeper)"
+        msg = one_line(exc).replace(f"; {BUDGET_HINT}", "")
+        msg = (f"{msg} (past --max-forwards {cap:,}: raise it to go deeper, or pass --exact-limit N for an "
+               f"estimate with a confidence interval)")
     except IndexError as exc:
         msg = f"out of range: {one_line(exc)}"
     except BrokenPipeError:  # the reader went away (e.g. '| head'): stop quietly, status 0

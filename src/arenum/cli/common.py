@@ -151,9 +151,49 @@ def kv(pairs: Sequence[tuple[str, Any]]) -> list[str]:
 
 
 # -------------------------------------------------------------------------------------- progress
-def _bar_text(d: dict) -> str:
-    return (f"level {d.get('level', 0)} {int(d.get('level_done', 0)):,}/{int(d.get('level_todo', 0)):,}, "
-            f"budget {float(d.get('keep_bits', 0.0)):.1f} bits")
+def _bar_text(d: dict, rate: float | None = None) -> str:
+    """``level 4 1,024/8,000, target budget 20.6 bits (>= 398,000 prefixes), ETA 3 s``: the level being
+    expanded, the budget this build is heading for, the live prefixes known to lie within it so far (a
+    lower bound: more are found as it goes) and the time left for those at the current rate."""
+    text = f"level {d.get('level', 0)} {int(d.get('level_done', 0)):,}/{int(d.get('level_todo', 0)):,}"
+    goal = float(d.get("target_bits", d.get("keep_bits", 0.0)))
+    if math.isfinite(goal):
+        text += f", target budget {goal:.1f} bits"
+    known, done = d.get("known_prefixes"), int(d.get("prefixes", 0))
+    if known is not None and int(known) > done:
+        text += f" (>= {int(known):,} prefixes)"
+        if rate:
+            text += f", ETA {fmt_seconds((int(known) - done) / rate)}"
+    return text
+
+
+def fmt_seconds(s: float) -> str:
+    """``42 s``, ``3 min 5 s``, ``2 h 10 min``."""
+    s = max(0.0, float(s))
+    if s < 60:
+        return f"{s:.0f} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60)} s"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
+
+
+class _Rate:
+    """Prefixes per second over the current build (for the ETA)."""
+
+    def __init__(self) -> None:
+        self.t0: float | None = None
+        self.p0 = 0
+
+    def __call__(self, d: dict) -> float | None:
+        now, p = time.monotonic(), int(d.get("prefixes", 0))
+        if self.t0 is None:
+            self.t0, self.p0 = now, p
+            return None
+        dt = now - self.t0
+        return (p - self.p0) / dt if dt > 0.2 and p > self.p0 else None
+
+    def reset(self) -> None:
+        self.t0 = None
 
 
 class _LineBar:
@@ -166,15 +206,17 @@ class _LineBar:
         self.start: float | None = None
         self.last = 0.0
         self.delay = delay
+        self.rate = _Rate()
 
     def __call__(self, d: dict) -> None:
         now = time.monotonic()
         if self.start is None:
             self.start = now
+        rate = self.rate(d)
         if now - self.start < self.delay or now - self.last < 0.1:
             return
         self.last = now
-        line = f"arenum: {int(d.get('forwards', 0)):,} forwards ({now - self.start:.1f} s), {_bar_text(d)}"
+        line = f"arenum: {int(d.get('forwards', 0)):,} forwards ({now - self.start:.1f} s), {_bar_text(d, rate)}"
         self.stream.write("\r" + line + " " * max(0, self.width - len(line)))
         self.stream.flush()
         self.width = len(line)
@@ -185,6 +227,7 @@ class _LineBar:
             self.stream.flush()
         self.width = 0
         self.start = None
+        self.rate.reset()
 
 
 class _TqdmBar:
@@ -194,21 +237,24 @@ class _TqdmBar:
         self.stream = stream
         self.delay = delay
         self.bar = None
+        self.rate = _Rate()
 
     def __call__(self, d: dict) -> None:
         from tqdm import tqdm
 
+        rate = self.rate(d)
         f = int(d.get("forwards", 0))
         if self.bar is None:
             self.bar = tqdm(total=None, initial=f, desc="arenum", unit=" forwards", unit_scale=True, leave=False,
                             file=self.stream, dynamic_ncols=True, mininterval=0.1, delay=self.delay)
-        self.bar.set_postfix_str(_bar_text(d), refresh=False)
+        self.bar.set_postfix_str(_bar_text(d, rate), refresh=False)
         self.bar.update(max(0, f - self.bar.n))
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+        self.rate.reset()
 
 
 def make_progress(quiet: bool, stream: Any = None) -> Any:

@@ -32,8 +32,11 @@ def chunks(m: Loaded, start: int, count: int | None) -> Iterator[list[tuple[tupl
         try:
             items = m.enum.slice(i, want)
         except BudgetExceeded as exc:
-            raise CLIError(f"stopped at rank {i:,} after {n:,} candidates: {one_line(exc)} (raise "
-                           f"--max-forwards to go deeper)") from None
+            from ..budget import BUDGET_HINT
+
+            msg = one_line(exc).replace(f"; {BUDGET_HINT}", "")
+            raise CLIError(f"stopped at rank {i:,} after {n:,} candidates: {msg} (raise --max-forwards "
+                           f"to go deeper)") from None
         if items:
             yield items
         n += len(items)
