@@ -363,3 +363,41 @@ def test_cli_budget_errors_name_both_options(model_path):
             continue
         assert p.returncode == 2 and "--max-forwards 20" in err and "--exact-limit" in err, err
         assert "max_prefixes (command line" not in err  # the API hint is not repeated on the command line
+
+
+# ------------------------------------------------------------------ 9. plot: marks
+def test_plot_labels_never_overprint(tmp_path):
+    from arenum import plot
+
+    m = NGramModel.fit(CORPUS, order=2)
+    e = m.enumerable(max_len=6)
+    ex = plot.exact_curve(e, 200, 12)
+    marks = []
+    for s in ["ab", "abc", "ba", "bc", "ca", "cab", "a", "b", "c"]:  # close together: labels would collide
+        r = e.rank(m.encode(s))
+        marks.append(plot.Mark(s, r.log_prob, r.rank_lo, r.rank_hi, r.cumulative_lo, r.cumulative_hi))
+    from matplotlib.text import Text
+
+    fig = plot.draw_curves(ex, None, marks)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for axis in fig.axes:
+        boxes = [Text.get_window_extent(t, renderer) for t in axis.texts]
+        assert len(boxes) == len(marks)
+        for i, j in itertools.combinations(range(len(boxes)), 2):
+            assert not boxes[i].overlaps(boxes[j]), (axis.get_title(), axis.texts[i].get_text(), axis.texts[j].get_text())
+    plot.save_png(fig, tmp_path / "marks.png")
+
+
+def test_plot_deep_mark_is_estimated_not_built(tmp_path, model_path):
+    pytest.importorskip("matplotlib")
+    common = ("-m", model_path, "--max-len", "10", "--max-rank", "30", "--points", "6", "--samples", "800")
+    plain = json.loads(ok("plot", *common, "-o", tmp_path / "a.png", "--json"))
+    deep = json.loads(ok("plot", *common, "-o", tmp_path / "b.png", "--mark", "ccccccccc", "--mark", "ab", "--json"))
+    mk = {d["string"]: d for d in deep["marks"]}
+    assert mk["ab"]["exact"] and not mk["ccccccccc"]["exact"] and mk["ccccccccc"]["confidence"] == 0.95
+    assert deep["forwards_total"] <= plain["forwards_total"] + 9 * 800  # the draws only, no deeper exact build
+    assert any("estimated" in n for n in deep["notes"])
+    assert all(p["mass"] is not None and p["mass_lo"] <= p["mass"] <= p["mass_hi"] for p in deep["estimated"])
+    exact = json.loads(ok("plot", *common, "-o", tmp_path / "c.png", "--mark", "ccccc", "--exact-marks", "--json"))
+    assert exact["marks"][0]["exact"] and any("deepened the exact build" in n for n in exact["notes"])

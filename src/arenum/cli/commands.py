@@ -382,32 +382,73 @@ def estimates(m: Loaded, exact: list, to_bits: float, samples: int, seed: int,
         return None
 
 
+def plot_marks(m: Loaded, strings: Sequence[str], boundary: float, *, exact_marks: bool, samples: int,
+               seed: int) -> tuple[list[dict], list[str]]:
+    """Rank records of the ``--mark`` strings and notes on how they were ranked.
+
+    A mark inside the exact region (``log p >= boundary``) is ranked exactly at no extra cost. A deeper
+    one gets a Monte Carlo estimate with its interval from draws beyond the exact head (no deeper
+    build), unless ``exact_marks``: then it is ranked exactly (deepening the build up to
+    ``--max-forwards``) and the note says how deep that went."""
+    from .. import plot
+
+    if not strings:
+        return [], []
+    enc, scores, errors = score_strings(m, strings)
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise CLIError(first)
+    deep = [j for j in range(len(strings)) if scores[j] < boundary]
+    notes: list[str] = []
+    if exact_marks or not deep or not plot.estimator_available(m.enum):
+        recs = rank_strings(m, strings)
+        for d in recs:
+            if d["forwards"]:
+                notes.append(f"mark {d['string']!r} deepened the exact build to {d['bits']:.1f} bits "
+                             f"({d['forwards']:,} forwards)")
+        return recs, notes
+    shallow = [strings[j] for j in range(len(strings)) if j not in deep]
+    by = {d["string"]: d for d in rank_strings(m, shallow)} if shallow else {}
+    est = m.enum.monte_carlo(samples, seed=seed)
+    head = m.enum.exact_head() if est.head is not None else None
+    for j in deep:
+        r = est.rank(scores[j], head=head)
+        by[strings[j]] = {"string": strings[j], "tokens": list(enc[j]), **rank_record(r), "forwards": 0,
+                          "forwards_total": m.forwards(), "seconds": 0.0}
+    notes.append(f"{len(deep)} mark(s) past the exact region estimated ({samples:,} draws beyond the exact head; "
+                 f"--exact-marks ranks them exactly)")
+    return [by[s] for s in strings], notes
+
+
 def cmd_plot(args: argparse.Namespace, m: Loaded) -> Output:
     need_matplotlib()
     check_writable(args.out)
     from .. import plot
 
     before, t0 = m.forwards(), time.perf_counter()
-    recs = rank_strings(m, args.mark) if args.mark else []
     try:
         exact = plot.exact_curve(m.enum, args.max_rank, args.points)
     except IndexError:  # the support is smaller than --max-rank: plot all of it
         exact = plot.exact_curve(m.enum, int(m.enum.count_bracket(-math.inf).lo), args.points)
+    recs, notes = plot_marks(m, args.mark, exact[-1].log_prob, exact_marks=args.exact_marks,
+                             samples=args.samples, seed=args.seed)
     warnings: list[str] = []
     b0 = -exact[-1].log_prob / LN2
     to_bits = args.estimate_bits if args.estimate_bits is not None else b0 + 16.0
     est = estimates(m, exact, to_bits, args.samples, args.seed, warnings.append)
+    deepened = [n for n in notes if "deepened" in n]
     fig = plot.draw_curves(exact, est, marks(recs), title=f"arenum: {m.name}",
                            subtitle=f"{m.info.get('support', '')}, exact index to rank {exact[-1].count:,}"
-                                    + (f", Monte Carlo estimate to {to_bits:.0f} bits" if est else ""))
+                                    + (f", Monte Carlo estimate to {to_bits:.0f} bits" if est else "")
+                                    + (f"; {len(deepened)} mark(s) deepened the exact build" if deepened else ""))
     size = plot.save_png(fig, args.out)
     cost, cline = _cost(m, before, t0)
     doc = {"command": "plot", **_header(m), "out": args.out, "bytes": size,
            "points": [p.__dict__ for p in exact], "estimated": [e.__dict__ for e in est] if est else None,
-           "marks": recs, **cost}
+           "marks": recs, "notes": notes, **cost}
     if est:
         band = (f"{len(est)} points to {to_bits:.1f} bits, {getattr(m.enum, 'confidence', 0.95):.0%} intervals "
-                f"({args.samples:,} draws beyond the exact head)")
+                f"({args.samples:,} draws beyond the exact head), both panels")
     elif not plot.estimator_available(m.enum):
         band = "none (no Monte Carlo estimator installed)"
     else:
@@ -415,5 +456,5 @@ def cmd_plot(args: argparse.Namespace, m: Loaded) -> Output:
     text = kv([("wrote", f"{args.out} ({size:,} bytes)"),
                 ("exact", f"{len(exact)} points, ranks 1..{exact[-1].count:,}, down to {b0:.2f} bits; "
                           f"the top {exact[-1].count:,} hold mass {exact[-1].mass_lo:.6f}"),
-                ("estimate", band), ("cost", cline)]) + warnings
+                ("estimate", band)] + [("marks", n) for n in notes] + [("cost", cline)]) + warnings
     return Output(doc, text)

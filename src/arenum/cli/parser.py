@@ -261,7 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-rank", type=_int_type("--max-rank", 1), default=100_000, metavar="K",
                    help="exact region: ranks 1..K (default 100,000)")
     c.add_argument("--points", type=_int_type("--points", 2), default=40, help="points on the curve (default 40)")
-    c.add_argument("--mark", action="append", default=[], metavar="STRING", help="mark a string (repeatable)")
+    c.add_argument("--mark", action="append", default=[], metavar="STRING",
+                   help="mark a string (repeatable); past the exact region it is estimated, with its interval")
+    c.add_argument("--exact-marks", action="store_true",
+                   help="rank marks past the exact region exactly (deepening the build, up to --max-forwards)")
     c.add_argument("--estimate-bits", type=_float_type("--estimate-bits", 0.0), metavar="B",
                    help="Monte Carlo estimated region (with its confidence band) down to B bits "
                         "(default: 16 bits past the exact region; drawn when an estimator is installed)")
