@@ -145,19 +145,19 @@ def test_parse_weighted_line():
 
 
 def test_fit_weighted_latin1_file_with_dirty_lines(tmp_path):
-    data = ("3\tcaf\xe9\n" "  2 abc\n" "5 a b\n" "garbage\n" "0\tzero\n" "4\t   \n").encode("latin-1")
+    data = ("3\tcaf\xe9\n" "  2 abc\n" "5 a b\n" "garbage\n" "0\tzero\n" "4\t   \n" "   \n").encode("latin-1")
     (tmp_path / "w.txt").write_bytes(data)
     p = run("fit", tmp_path / "w.txt", "-o", tmp_path / "m.npz", "--weighted")  # not UTF-8
     assert p.returncode == 2 and b"not UTF-8" in p.stderr and b"--encoding latin-1" in p.stderr
     doc = json.loads(ok("fit", tmp_path / "w.txt", "-o", tmp_path / "m.npz", "--weighted", "--encoding", "latin-1",
                         "--json", "--order", "2"))
     assert doc["n_sequences"] == 10 and doc["lines_used"] == 3
-    assert doc["skipped"] == {"undecodable": 0, "blank": 1, "malformed": 1, "zero_count": 1}
+    assert doc["skipped"] == {"undecodable": 0, "blank": 2, "malformed": 1, "zero_count": 1}
     m = NGramModel.load(tmp_path / "m.npz")
     ref = NGramModel.fit(["café", "abc", "a b"], order=2, weights=[3, 2, 5])
     assert "é" in m.vocab and m.logprob("café") == ref.logprob("café")
     text = ok("fit", tmp_path / "w.txt", "-o", tmp_path / "m2.npz", "--weighted", "--errors", "skip")
-    assert "1 undecodable" in text and "1 blank" in text and "1 count 0" in text
+    assert "1 undecodable" in text and "2 blank" in text and "1 count 0" in text
     assert "é" not in NGramModel.load(tmp_path / "m2.npz").vocab
     doc = json.loads(ok("fit", tmp_path / "w.txt", "-o", tmp_path / "m3.npz", "--weighted", "--errors", "replace",
                         "--json"))

@@ -58,6 +58,9 @@ def read_corpus(args: argparse.Namespace) -> tuple[list[str], list[int] | None, 
     items: list[str] = []
     counts: list[int] | None = [] if args.weighted else None
     for ln in lines:
+        if not ln.strip():  # empty or whitespace-only: not a sequence anyone would type as one
+            skipped["blank"] += 1
+            continue
         if counts is not None:
             parsed = parse_weighted_line(ln)
             if parsed is None:
