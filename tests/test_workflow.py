@@ -401,3 +401,22 @@ def test_plot_deep_mark_is_estimated_not_built(tmp_path, model_path):
     assert all(p["mass"] is not None and p["mass_lo"] <= p["mass"] <= p["mass_hi"] for p in deep["estimated"])
     exact = json.loads(ok("plot", *common, "-o", tmp_path / "c.png", "--mark", "ccccc", "--exact-marks", "--json"))
     assert exact["marks"][0]["exact"] and any("deepened the exact build" in n for n in exact["notes"])
+
+
+def test_guessing_curve_with_exact_limit_estimates_keeps_certified_ends():
+    model = NGramModel.fit(CORPUS, order=3)
+    strings = ["".join(t) for n in range(6) for t in itertools.product("abc", repeat=n)]
+    scores = {s: model.logprob(s) for s in strings}
+    rank = {s: sum(1 for x in scores.values() if x > lp) for s, lp in scores.items()}
+    e = model.enumerable(max_len=6, exact_limit=30, estimate_samples=2000)
+    test = ["abc", "ab", "ccccc", "bacba", "cabca", "a"]
+    cur = guessing_curve(e, [model.encode(s) for s in test], labels=test)
+    assert any(it.method.startswith("monte_carlo") for it in cur.items)
+    for it in cur.items:
+        assert it.cert_lo <= rank[it.label] <= it.cert_hi
+        assert it.cert_lo <= it.rank_lo <= it.rank <= it.rank_hi <= it.cert_hi
+    for g in (1, 3, 10, 30):
+        p = cur.at(g)
+        truth = sum(1 for s in test if rank[s] + 1 <= g) / len(test)
+        if p.exact:
+            assert p.fraction == truth

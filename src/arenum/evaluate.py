@@ -24,6 +24,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from .estimate import mass_count_bound
+
 __all__ = ["RankedItem", "CurvePoint", "GuessCurve", "guessing_curve", "predeepen", "draw_guessing_curves"]
 
 LN2 = math.log(2.0)
@@ -139,29 +141,43 @@ class GuessCurve:
         }
 
 
-def _item(label: str, count: int, r: Any) -> RankedItem:
-    return RankedItem(label, count, float(r.log_prob), float(r.rank), float(r.rank_lo), float(r.rank_hi),
-                      float(r.rank_lo), float(r.rank_hi), str(r.method), bool(r.exact))
+def _item(enum: Any, label: str, count: int, r: Any) -> RankedItem:
+    """The item of rank result ``r``. An estimate's interval is not certified, so its certified ends
+    are rebuilt: every sequence indexed above it (``count_bracket`` just above its score, no deeper
+    build) and the mass bound (fewer than ``1/p`` sequences are more probable)."""
+    lp = float(r.log_prob)
+    cert_lo, cert_hi = float(r.rank_lo), float(r.rank_hi)
+    if getattr(r, "confidence", None) is not None and not r.exact:
+        cert_lo = float(enum.count_bracket(math.nextafter(lp, math.inf)).lo)
+        cert_hi = float(mass_count_bound(lp)) - 1.0
+    lo = min(max(float(r.rank_lo), cert_lo), cert_hi)
+    hi = max(min(float(r.rank_hi), cert_hi), lo)
+    return RankedItem(label, count, lp, min(max(float(r.rank), lo), hi), lo, hi, cert_lo, cert_hi, str(r.method),
+                      bool(r.exact))
 
 
 def predeepen(enum: Any, scores: Sequence[float], pad_bits: float = 1.0) -> float:
     """Build the exact index down to the least probable of ``scores`` (descending) that the caps allow,
     in steps that each reach ``pad_bits`` past the next score not yet covered: a few large deepenings
-    instead of one per score (the same forwards, a fraction of the bookkeeping). Returns the score
-    built to (``0.0``: nothing). Stops quietly at the first cap."""
+    instead of one per score (the same forwards, a fraction of the bookkeeping). Near the cap the
+    padding halves down to 1/16 bit, then the step aims at the score itself. Returns the score built
+    to (``0.0``: nothing). Stops quietly at the first cap."""
     from .results import BudgetExceeded
 
     seek = enum.seek_index()
     built = 0.0
+    pad = float(pad_bits)
     for s in scores:
-        if s >= built:
-            continue
-        t = s - pad_bits * LN2
-        try:
-            seek.count(t)
-        except BudgetExceeded:
-            break
-        built = t
+        while s < built:
+            t = s - pad * LN2 if pad > 0 else s
+            try:
+                seek.count(t)
+            except BudgetExceeded:
+                if pad <= 0:
+                    return built
+                pad = pad / 2 if pad > 1 / 16 else 0.0
+                continue
+            built = t
     return built
 
 
@@ -223,7 +239,7 @@ def guessing_curve(
     for i in ranked:
         j, s = keys[i]
         r = enum.rank(s)
-        items[i] = _item(labs[j], counts[i], r)
+        items[i] = _item(enum, labs[j], counts[i], r)
         if not r.exact and r.method == "bracket":
             loose.append(i)
     if estimate and loose and callable(getattr(enum, "monte_carlo", None)):
