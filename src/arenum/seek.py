@@ -238,7 +238,8 @@ class SeekIndex:
                 return self.index()
             lim = self.limits.max_prefixes
             if fail_fast and lim is not None and tree.branch_cap is None:
-                floor = position_floor(n, terminating=tree.support.is_terminating, known_prefixes=tree.known_prefixes)
+                floor = position_floor(n, terminating=tree.support.is_terminating,
+                                       known_prefixes=tree.known_prefixes)
                 if floor > lim:
                     raise BudgetExceeded(position_beyond_message(n, floor, lim))
             cur = self.built_bits

@@ -3,11 +3,14 @@
 Subcommands (``arenum <command> --help`` for each; ``docs/cli.md`` has examples and outputs):
 
     fit FILE -o MODEL        character (or ``--tokens``) n-gram from a text file, one item per line
+                             (``--weighted`` frequency lists, ``--encoding``, ``--errors replace|skip``)
     count / mass             ``--min-log-prob X`` or ``--bits B``: exact count / mass at that threshold
     threshold K              log-prob of the K-th most likely sequence (1-based) and the sequence
-    unrank I / slice START K sequences at 0-based ranks
+    unrank I / slice START K sequences at 0-based ranks (``slice --jsonl``: JSON lines, streamed)
     top K                    the K most likely sequences
-    rank STRING... | - | --file F    rank, guess number and cumulative mass of each string
+    guesses MODEL            raw candidates in exact order, one per line, streamed (``| hashcat``)
+    rank STRING... | - | --file F    rank, guess number (rank + 1) and cumulative mass of each string
+    eval MODEL TEST [MODEL]  fraction of a test set guessed at 10**k guesses; PNG, CSV, JSON
     nucleus P                how many of the most likely sequences hold mass P
     plot                     guessing curve and cumulative mass, PNG
     demo                     all of the above on a 4-gram fitted on 30,000 real passwords
@@ -20,7 +23,8 @@ answer reports the forwards (model evaluations, one per live prefix) it cost. ``
 JSON document per command; ``rank`` prints one JSON object per line (JSON lines), one per string.
 
 Errors (bad numbers, unreadable or malformed files, strings the model cannot produce) print ONE
-line ``arenum: error: ...`` on stderr and exit with status 2; files are written to a temporary name
+line ``arenum: error: ...`` on stderr and exit with status 2 (a ``rank`` batch answers its other
+strings and exits with status 1); files are written to a temporary name
 in the target folder and renamed only on success, so a failed command leaves nothing behind.
 """
 from __future__ import annotations
@@ -71,7 +75,8 @@ def _emit(out: Output, as_json: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``arenum`` console script; returns the exit status (0, or 2 on error)."""
+    """Entry point of the ``arenum`` console script; returns the exit status (0; 1 when part of a
+    ``rank`` batch failed; 2 on error; 130 on Ctrl-C)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     from ..results import BudgetExceeded
