@@ -420,3 +420,16 @@ def test_guessing_curve_with_exact_limit_estimates_keeps_certified_ends():
         truth = sum(1 for s in test if rank[s] + 1 <= g) / len(test)
         if p.exact:
             assert p.fraction == truth
+
+
+def test_guesses_in_latin1(tmp_path):
+    (tmp_path / "c.txt").write_bytes("caf\xe9\nab\n\u0101b\n".encode("utf-8"))
+    ok("fit", tmp_path / "c.txt", "-o", tmp_path / "m.npz", "--order", "2")
+    model = NGramModel.load(tmp_path / "m.npz")
+    want = [model.decode(s) for s, _ in model.enumerable(max_len=4).slice(0, 10**6)]
+    p = run("guesses", tmp_path / "m.npz", "--max-len", "4", "--encoding", "latin-1")
+    assert p.returncode == 0
+    got = p.stdout.split(b"\n")[:-1]
+    keep = [s for s in want if "\u0101" not in s]
+    assert got == [s.encode("latin-1") for s in keep] and b"\xe9" in got and len(keep) < len(want)
+    assert p.stderr.decode() == f"arenum: note: {len(want) - len(keep):,} candidates left out: not encodable in latin-1\n"

@@ -86,6 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _emit(out, args.json)
         for line in out.errors:
             sys.stderr.write(f"arenum: error: {line}\n")
+        for line in out.notes:
+            sys.stderr.write(f"arenum: note: {line}\n")
         return out.status
     except CLIError as exc:
         msg = str(exc)

@@ -33,6 +33,7 @@ class Output:
     json_lines: bool = False
     errors: list[str] = field(default_factory=list)  # one ``arenum: error:`` line each on stderr
     status: int = 0  # the exit status once printed: 1 when part of a batch failed
+    notes: list[str] = field(default_factory=list)  # one ``arenum: note:`` line each on stderr
 
 
 def _header(m: Loaded) -> dict:

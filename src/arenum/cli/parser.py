@@ -227,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="0-based rank of the first candidate (default 0)")
     c.add_argument("--count", type=_int_type("--count", 1), metavar="N",
                    help="how many (default: all, until the support or --max-forwards ends)")
+    c.add_argument("--encoding", default="utf-8", metavar="ENC",
+                   help="bytes of each candidate (default utf-8; latin-1 for hashes of latin-1 passwords); "
+                        "candidates it cannot write are left out and counted on stderr")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress bar on stderr")
     c.set_defaults(run=cmd_guesses, json=False)
 

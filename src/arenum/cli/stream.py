@@ -52,17 +52,37 @@ def _write(out: Any, data: bytes) -> None:
 
 
 def cmd_guesses(args: argparse.Namespace, m: Loaded) -> Any:
-    """Raw candidates in exact order, one per line (UTF-8), streamed; no header, no quoting."""
+    """Raw candidates in exact order, one per line in ``--encoding`` (UTF-8 by default), streamed; no
+    header, no quoting. A candidate the encoding cannot write is left out and counted (a cracker
+    hashing those bytes could never match it); the count is reported on stderr at the end."""
+    import codecs
+
     from .commands import Output
 
+    try:
+        enc = codecs.lookup(args.encoding).name
+    except LookupError:
+        raise CLIError(f"unknown --encoding {args.encoding!r} (e.g. utf-8, latin-1, cp1252)") from None
     out = sys.stdout.buffer
+    left_out = 0
     for items in chunks(m, args.start, args.count):
         lines = [m.display(seq) for seq, _ in items]
         bad = next((s for s in lines if "\n" in s or "\r" in s), None)
         if bad is not None:
             raise CLIError(f"candidate {bad!r} holds a line break; it cannot be written one per line")
-        _write(out, ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
-    return Output(None, [])
+        try:
+            data = ("\n".join(lines) + "\n").encode(enc)
+        except UnicodeEncodeError:
+            parts = []
+            for s in lines:
+                try:
+                    parts.append(s.encode(enc) + b"\n")
+                except UnicodeEncodeError:
+                    left_out += 1
+            data = b"".join(parts)
+        _write(out, data)
+    notes = [f"{left_out:,} candidates left out: not encodable in {args.encoding}"] if left_out else []
+    return Output(None, [], notes=notes)
 
 
 def stream_jsonl(m: Loaded, start: int, k: int, record: Callable[[int, tuple, float], dict]) -> None:
