@@ -433,3 +433,31 @@ def test_guesses_in_latin1(tmp_path):
     keep = [s for s in want if "\u0101" not in s]
     assert got == [s.encode("latin-1") for s in keep] and b"\xe9" in got and len(keep) < len(want)
     assert p.stderr.decode() == f"arenum: note: {len(want) - len(keep):,} candidates left out: not encodable in latin-1\n"
+
+
+# ------------------------------------------------------------------ 11. set-up
+def test_make_refuses_old_python_before_anything(tmp_path):
+    """``make demo`` with a Python older than 3.11 stops at the check: no venv, nothing downloaded."""
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shutil.copy(os.path.join(root, "Makefile"), tmp_path / "Makefile")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.version_info = (3, 10, 4, 'final', 0)\n")
+    fake = tmp_path / "python3.10"
+    fake.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    fake.chmod(0o755)
+    for target in ("demo", "test"):
+        p = subprocess.run(["make", "-C", str(tmp_path), target, f"PY={fake}"], capture_output=True, timeout=60)
+        err = p.stderr.decode()
+        assert p.returncode != 0 and "arenum needs Python >= 3.11" in err and "is 3.10" in err, err
+        assert not (tmp_path / ".venv").exists()
+    ok_ = subprocess.run(["make", "-C", str(tmp_path), "check-python", f"PY={sys.executable}"], capture_output=True)
+    assert ok_.returncode == 0
+    # the demo's extra holds only what the demo needs: no torch, no transformers
+    text = open(os.path.join(root, "pyproject.toml")).read()
+    demo = next(ln for ln in text.splitlines() if ln.startswith("demo = "))
+    assert "torch" not in demo and "transformers" not in demo and "matplotlib" in demo
