@@ -272,7 +272,7 @@ def test_cli_eval_two_models(tmp_path, model_path):
     text = ok("eval", model_path, tmp_path / "test.txt", "--max-len", "4", "--max-guesses", "100")
     assert "guesses" in text and "100" in text and "unrankable" in text
     p = run("eval", model_path)
-    assert p.returncode == 2 and b"needs a model and a test file" in p.stderr
+    assert p.returncode == 2 and b"the following arguments are required: TEST" in p.stderr
 
 
 # ------------------------------------------------------------------ 10. version and help

@@ -31,12 +31,8 @@ def cmd_eval(args: argparse.Namespace) -> "object":
     from .. import evaluate
     from .commands import Output, need_matplotlib
 
-    if len(args.paths) < 2:
-        raise CLIError("eval needs a model and a test file: arenum eval MODEL TEST [MODEL ...]")
-    if args.model is not None:
-        raise CLIError("eval takes its models as positional arguments: arenum eval MODEL TEST [MODEL ...]")
-    specs = [args.paths[0]] + list(args.paths[2:])
-    test = args.paths[1]
+    specs = [args.model] + list(args.more)
+    test = args.test
     for path in (args.out, args.csv):
         if path is not None:
             check_writable(path)

@@ -123,11 +123,14 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _model_opts(required: bool) -> argparse.ArgumentParser:
+def _model_opts(model: str) -> argparse.ArgumentParser:
+    """The model and estimate options; ``model``: ``-m`` is ``"required"``, ``"optional"`` (a
+    positional MODEL is the other way) or ``"none"`` (models are positional only)."""
     model_opts = _Parser(add_help=False)
     g = model_opts.add_argument_group("model")
-    g.add_argument("-m", "--model", required=required, metavar="MODEL",
-                   help="n-gram file written by 'arenum fit', or hf:<local dir> for a Hugging Face causal LM")
+    if model != "none":
+        g.add_argument("-m", "--model", required=model == "required", metavar="MODEL",
+                       help="n-gram file written by 'arenum fit', or hf:<local dir> for a Hugging Face causal LM")
     g.add_argument("--max-len", type=_int_type("--max-len", 1), metavar="N",
                    help="terminating: at most N tokens, EOS included; with --eos none: exactly N tokens")
     g.add_argument("--eos", type=_eos_type, default="auto", metavar="auto|none|ID",
@@ -156,8 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="machine-readable output: one JSON document (rank: one JSON object per line)")
     out_opts.add_argument("-q", "--quiet", action="store_true", help="no progress bar on stderr")
 
-    model_opts = _model_opts(required=True)
-    free_model_opts = _model_opts(required=False)
+    model_opts = _model_opts("required")
+    free_model_opts = _model_opts("optional")
+    eval_model_opts = _model_opts("none")
 
     thr_opts = _Parser(add_help=False)
     t = thr_opts.add_mutually_exclusive_group(required=True)
@@ -240,11 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--file", metavar="FILE", help="also rank every non-blank line of FILE")
     c.set_defaults(run=cmd_rank)
 
-    c = add("eval", [free_model_opts, out_opts],
+    c = add("eval", [eval_model_opts, out_opts],
             "guessing curve of a test set: the fraction guessed at 10**k guesses, PNG/JSON/CSV")
-    c.add_argument("paths", nargs="+", metavar="MODEL TEST [MODEL ...]",
-                   help="a model, the test file (one string per line; blank lines skipped), then more models "
-                        "to compare on the same plot")
+    c.add_argument("model", metavar="MODEL", help="n-gram file written by 'arenum fit', or hf:<local dir>")
+    c.add_argument("test", metavar="TEST", help="the test set: one string per line (blank lines skipped)")
+    c.add_argument("more", nargs="*", metavar="MODEL", help="more models, compared on the same plot and table")
     c.add_argument("-o", "--out", metavar="PNG", help="write the curve as a PNG")
     c.add_argument("--csv", metavar="CSV", help="write the curve as CSV (model, guesses, fraction, lo, hi, exact)")
     c.add_argument("--max-guesses", type=_float_type("--max-guesses", 1.0), default=1e14, metavar="G",
