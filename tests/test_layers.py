@@ -10,7 +10,7 @@ SRC = Path(arenum.__file__).parent
 
 # lowest first; a module may import only modules of a lower (or, without a circle, the same) layer
 LAYERS = [
-    {"_validate", "_arrays", "_io", "_guard", "quantize", "results", "support", "atoms", "finite_state"},
+    {"_validate", "_arrays", "_io", "_guard", "quantize", "results", "support", "atoms", "finite_state", "budget"},
     {"tables"},
     {"oracle"},
     {"levels"},
@@ -23,7 +23,7 @@ LAYERS = [
     {"bounded"},
     {"beyond"},
     {"enumerable"},
-    {"rescore", "plot", "testing", "__init__"},
+    {"rescore", "plot", "evaluate", "testing", "__init__"},
     {"models", "cli"},
 ]
 # the adapters' one convenience constructor (model.enumerable()) imports the facade lazily

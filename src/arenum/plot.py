@@ -25,7 +25,7 @@ from ._io import atomic_write
 
 import numpy as np
 
-__all__ = ["CurvePoint", "EstimatePoint", "Mark", "exact_curve", "estimated_curve", "draw_curves", "save_png"]
+__all__ = ["CurvePoint", "EstimatePoint", "Mark", "pyplot", "exact_curve", "estimated_curve", "draw_curves", "save_png"]
 
 LN2 = math.log(2.0)
 
@@ -46,12 +46,16 @@ class CurvePoint:
 
 @dataclass(frozen=True)
 class EstimatePoint:
-    """One estimated point: ``ci_lo <= #{x : log p(x) >= log_prob} <= ci_hi`` at the stated confidence."""
+    """One estimated point: ``ci_lo <= #{x : log p(x) >= log_prob} <= ci_hi`` at the stated confidence,
+    and (when drawn) ``mass_lo <= P(log p(Y) >= log_prob) <= mass_hi`` around the estimate ``mass``."""
 
     log_prob: float
     estimate: float
     ci_lo: float
     ci_hi: float
+    mass: float | None = None
+    mass_lo: float | None = None
+    mass_hi: float | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,9 @@ def exact_curve(enum: Any, max_rank: int, n_points: int = 40) -> list[CurvePoint
     except BudgetExceeded:
         capped = True
     if capped:
+        answers = getattr(enum, "answers", None)
+        if answers is not None:  # a position query may fail before building: build what the caps allow
+            answers.deepen_head()
         held = int(enum.count_bracket(-math.inf).lo)  # past the cap: the sequences indexed so far
         if held < 1:
             raise BudgetExceeded(f"no sequence is affordable exactly (rank {ks[-1]:,} asked)")
@@ -135,7 +142,8 @@ def estimated_curve(enum: Any, log_probs: Iterable[float], *, samples: int | Non
 
     Uses ``enum.monte_carlo(samples, seed=seed)``: one set of draws from the tail beyond the exact
     index built so far (its head), reused at every threshold; each count is the head's exact count
-    plus the tail's importance-sampling estimate. Guarantee: an ESTIMATE, ``ci_lo <= count <= ci_hi``
+    plus the tail's importance-sampling estimate, and the same for the mass above ``t`` (``mass``,
+    ``mass_lo``, ``mass_hi``). Guarantee: an ESTIMATE, ``ci_lo <= count <= ci_hi``
     at ``enum.confidence``; thresholds the head covers come back exact (``ci_lo == ci_hi``). Cost: at
     most ``samples`` forwards per level of the draws. ``None`` when no estimator is available.
     """
@@ -146,12 +154,15 @@ def estimated_curve(enum: Any, log_probs: Iterable[float], *, samples: int | Non
     out = []
     for t in log_probs:
         c = est.count(float(t), head=head)
+        mass = est.mass_above(float(t), head=head)
         out.append(EstimatePoint(log_prob=float(t), estimate=float(c.estimate), ci_lo=float(c.ci_lo),
-                                 ci_hi=float(c.ci_hi)))
+                                 ci_hi=float(c.ci_hi), mass=float(mass.value), mass_lo=float(mass.lo),
+                                 mass_hi=float(mass.hi)))
     return out
 
 
-def _pyplot():
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (imported lazily: matplotlib is an optional extra)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -178,7 +189,7 @@ def draw_curves(
     """
     if not exact:
         raise ValueError("no exact points to plot (max_rank must be >= 1)")
-    plt = _pyplot()
+    plt = pyplot()
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12.5, 5.2), dpi=110, constrained_layout=True)
     x = np.array([p.count for p in exact], dtype=float)
@@ -208,23 +219,28 @@ def draw_curves(
 
     def _side(px: float) -> dict:  # labels of points near the right edge go to their left
         left = math.log(px) > 0.55 * math.log(max(x_right, 2.0))
-        return {"xytext": (-9 if left else 7, 6), "ha": "right" if left else "left"}
+        return {"xytext": (-9 if left else 7, 6), "ha": "right" if left else "left",
+                "arrowprops": {"arrowstyle": "-", "lw": 0.5, "color": "0.55", "shrinkA": 0, "shrinkB": 3}}
 
+    labels_a: list = []
+    labels_b: list = []
+    est_mass_x = bool(estimated) and all(getattr(e, "mass", None) is not None for e in estimated)
     for i, mk in enumerate(marks):
         px, py = mk.rank_lo + 1.0, math.exp(mk.log_prob)
         color = f"C{2 + i % 7}"
         if mk.exact:
             ax.plot([px], [py], "D", color=color, ms=6, zorder=5)
-            ax.annotate(f"{mk.label}: #{int(px):,}", (px, py), textcoords="offset points", fontsize=8,
-                        color=color, **_side(px))
+            labels_a.append(ax.annotate(f"{mk.label}: #{int(px):,}", (px, py), textcoords="offset points",
+                                        fontsize=8, color=color, **_side(px)))
             cy = 0.5 * (mk.cum_lo + mk.cum_hi)
             bx.plot([px], [cy], "D", color=color, ms=6, zorder=5)
-            bx.annotate(mk.label, (px, cy), textcoords="offset points", fontsize=8, color=color, **_side(px))
+            labels_b.append(bx.annotate(mk.label, (px, cy), textcoords="offset points", fontsize=8, color=color,
+                                        **_side(px)))
         elif mk.method == "bracket":
             if py >= y_floor * 1e-3:
                 ax.plot([px], [py], ">", color=color, ms=8, zorder=5)
-                ax.annotate(f"{mk.label}: # > {int(mk.rank_lo):,} (bracket)", (px, py),
-                            textcoords="offset points", fontsize=8, color=color, **_side(px))
+                labels_a.append(ax.annotate(f"{mk.label}: # > {int(mk.rank_lo):,} (bracket)", (px, py),
+                                            textcoords="offset points", fontsize=8, color=color, **_side(px)))
             else:
                 off_scale.append(f"{mk.label}: p = {py:.2g}, # > {int(mk.rank_lo):,} (bracket, off scale)")
         else:
@@ -232,8 +248,14 @@ def draw_curves(
             if py >= y_floor * 1e-3:
                 ax.errorbar([ex], [py], xerr=[[ex - mk.rank_lo - 1.0], [mk.rank_hi + 1.0 - ex]], fmt="s",
                             color=color, ms=5, capsize=3, zorder=5)
-                ax.annotate(f"{mk.label}: #~{ex:.3g} (estimate)", (ex, py), textcoords="offset points",
-                            fontsize=8, color=color, **_side(ex))
+                labels_a.append(ax.annotate(f"{mk.label}: #~{ex:.3g} (estimate)", (ex, py),
+                                            textcoords="offset points", fontsize=8, color=color, **_side(ex)))
+                cy = 0.5 * (mk.cum_lo + mk.cum_hi)
+                if est_mass_x:  # the right-hand panel reaches past the exact region: mark it there too
+                    bx.errorbar([ex], [cy], yerr=[[cy - mk.cum_lo], [mk.cum_hi - cy]], fmt="s", color=color, ms=5,
+                                capsize=3, zorder=5)
+                    labels_b.append(bx.annotate(f"{mk.label} (estimate)", (ex, cy), textcoords="offset points",
+                                                fontsize=8, color=color, **_side(ex)))
             else:
                 off_scale.append(f"{mk.label}: p = {py:.2g}, # ~ {ex:.3g} [{mk.rank_lo + 1:.3g}, "
                                  f"{mk.rank_hi + 1:.3g}] (estimate, off scale)")
@@ -253,8 +275,17 @@ def draw_curves(
     bx.axvspan(1.0, last.count, color="C0", alpha=0.06, lw=0)
     bx.fill_between(x, mlo, mhi, color="C0", alpha=0.3, label="bracket (float rounding)")
     bx.plot(x, 0.5 * (mlo + mhi), "-o", color="C0", lw=2.0, ms=3.0, label="exact mass of the top k")
-    bx.set_xscale("log")
     top = max([float(mhi.max())] + [0.5 * (mk.cum_lo + mk.cum_hi) for mk in marks if mk.exact])
+    if est_mass_x:
+        est = sorted(estimated, key=lambda e: -e.log_prob)
+        ex = np.array([e.estimate for e in est], dtype=float)
+        em = np.array([e.mass for e in est], dtype=float)
+        bx.fill_between(ex, [e.mass_lo for e in est], [e.mass_hi for e in est], color="C1", alpha=0.3, lw=0,
+                        label="estimate: confidence interval")
+        bx.plot(ex, em, "--", color="C1", lw=1.6, label="estimated mass (Monte Carlo)")
+        top = max([top, float(max(e.mass_hi for e in est))]
+                  + [0.5 * (mk.cum_lo + mk.cum_hi) for mk in marks if not mk.exact and mk.method != "bracket"])
+    bx.set_xscale("log")
     bx.set_ylim(0.0, max(0.05, min(1.02, top * 1.12)))
     bx.set_xlabel("number of guesses k")
     bx.set_ylabel("probability mass of the k most likely (success rate)")
@@ -263,7 +294,43 @@ def draw_curves(
     bx.legend(loc="upper left", fontsize=8)
     if title or subtitle:
         fig.suptitle(title + (("\n" + subtitle) if subtitle else ""), fontsize=11)
+    declutter(fig, labels_a)
+    declutter(fig, labels_b)
     return fig
+
+
+def declutter(fig: Any, labels: Sequence[Any], pad_px: float = 2.0) -> int:
+    """Move annotation ``labels`` (offset-points annotations of one figure) down, one at a time, until none
+    overlaps another, with a thin leader line to its point when moved. Returns how many moved.
+
+    The labels are placed in the order given; each is pushed below every earlier label it would
+    overprint (at most 40 steps), so no two labels share a pixel; their leader lines (``arrowprops``)
+    follow them back to their points.
+    """
+    if len(labels) < 2:
+        return 0
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    placed: list = []
+    moved = 0
+    for lab in labels:
+        bb = Text.get_window_extent(lab, renderer)  # the text alone, not its leader line
+        shift_px = 0.0
+        for _ in range(40):
+            hit = next((p for p in placed if bb.overlaps(p)), None)
+            if hit is None:
+                break
+            step = bb.y1 - hit.y0 + pad_px  # just below the label it hits
+            shift_px += step
+            bb = bb.translated(0.0, -step)
+        if shift_px:
+            x, y = lab.xyann
+            lab.xyann = (x, y - shift_px * 72.0 / fig.dpi)
+            moved += 1
+        placed.append(bb)
+    return moved
 
 
 def save_png(fig: Any, path: str | os.PathLike) -> int:
@@ -274,4 +341,4 @@ def save_png(fig: Any, path: str | os.PathLike) -> int:
     try:
         return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"), suffix=".png.tmp")
     finally:
-        _pyplot().close(fig)
+        pyplot().close(fig)

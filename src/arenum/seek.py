@@ -28,6 +28,7 @@ from ._validate import CountMode, check_count_mode, exact_int, finite_float
 from .index import ExactIndex
 from .quantize import LN2, Quantizer
 from ._arrays import seg_first_below
+from .budget import BUDGET_HINT, position_beyond_message, position_floor
 from .results import BudgetExceeded
 from .tree import HIST_BINS_PER_BIT, PrefixTree
 
@@ -238,7 +239,7 @@ class SeekIndex:
             if known > lim:
                 raise BudgetExceeded(
                     f"an exact answer at {-T / LN2:.3f} bits needs at least {known} live prefixes "
-                    f"> max_prefixes={lim}"
+                    f"> max_prefixes={lim}; {BUDGET_HINT}"
                 )
         self.tree.deepen(T, keep, max_prefixes=lim, max_bytes=self.limits.max_bytes)
 
@@ -262,7 +263,7 @@ class SeekIndex:
         return self._index_above(t)
 
     @locked
-    def ensure_count(self, n: int) -> ExactIndex:
+    def ensure_count(self, n: int, *, fail_fast: bool = False) -> ExactIndex:
         """Deepen until at least ``n`` sequences are indexed, or the support (within caps) is exhausted.
 
         Rounds: the budget where the completions already seen reach ``n`` is read off the tree's
@@ -272,6 +273,8 @@ class SeekIndex:
         known. The index is rebuilt only when the histogram says the built budget holds ``n``;
         when the histogram bin straddling the budget leaves that in doubt, the items are counted
         first (the index's first phase) and the buckets are built only if the count suffices.
+        ``fail_fast``: raise :class:`BudgetExceeded` as soon as :func:`~arenum.budget.position_floor`
+        proves that ``n`` sequences need more than ``max_prefixes`` (else: build up to the cap).
         """
         tree = self.tree
         if self._index is not None and self._index.T == tree.built and self._index.N >= n:
@@ -285,6 +288,12 @@ class SeekIndex:
                 continue
             if tree.built == -math.inf:  # the whole support is built
                 return self.index()
+            lim = self.limits.max_prefixes
+            if fail_fast and lim is not None and tree.branch_cap is None:
+                floor = position_floor(n, terminating=tree.support.is_terminating,
+                                       known_prefixes=tree.known_prefixes)
+                if floor > lim:
+                    raise BudgetExceeded(position_beyond_message(n, floor, lim))
             cur = self.built_bits
             cum = np.cumsum(tree.completions_hist)
             at_built = int(cum[max(0, min(len(cum) - 1, int(round(cur * HIST_BINS_PER_BIT)) - 1))])
@@ -359,7 +368,7 @@ class SeekIndex:
         i = exact_int("i", i)
         if i < 0:
             raise IndexError(f"rank must be >= 0, got {i}")
-        idx = self.ensure_count(i + 1)
+        idx = self.ensure_count(i + 1, fail_fast=True)
         if i >= idx.N:
             raise IndexError(self._exhausted_msg(i, idx.N))
         p, x = idx.item(i)
@@ -378,7 +387,7 @@ class SeekIndex:
         k = exact_int("k", k, minimum=0)
         if k == 0:
             return []
-        idx = self.ensure_count(start + k)
+        idx = self.ensure_count(start + k, fail_fast=True)
         P, xs = idx.items(start, start + k)
         return list(zip(self._seq(idx, P), xs.tolist()))
 

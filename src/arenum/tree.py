@@ -17,13 +17,12 @@ float64 (every entry with ``score + lp >= floor`` is stored; ``-inf`` when the w
 completion's score ``score + eos_lp`` from two aligned columns instead of gathering from the pool.
 
 Whole tables are stored while their entries fit ``table_bytes`` (12 bytes an entry), for tables up
-to ``WHOLE_WIDTH`` entries wide or wider ones when sorting a table costs less than the model's mean
-forward: no prefix is then ever scored twice. Past it, stored heads keep the entries that can matter for a budget a little
-below the one asked for (``keep_margin_bits``); a deeper budget re-scores a prefix whose head is
-too short (counted in ``stats.refetches``), and each re-score at least doubles how far below the
-prefix's own score its head reaches, so a prefix is scored at most ``1 + log2(range / margin)`` times. A level's pool holds its stored heads back to back:
-``pool_lp`` float64 and ``pool_tok`` (int32, widened to int64 if a token id needs it); large
-arrays grow in place in anonymous memory maps (see :class:`~arenum._arrays.Grow`).
+to ``WHOLE_WIDTH`` entries wide or wider ones when sorting one costs less than the model's mean
+forward: no prefix is then ever scored twice. Past it, stored heads keep the entries that can
+matter a little below the budget asked for (``keep_margin_bits``); a deeper budget re-scores a prefix
+whose head is too short (``stats.refetches``), and each re-score at least doubles how far below the
+prefix's score its head reaches. A level's pool holds its stored heads back to back: ``pool_lp``
+float64 and ``pool_tok`` (int32, widened to int64 if needed), growing in place (``_arrays.Grow``).
 
 This module does not answer queries: ``arenum.index`` builds the exact index from a tree.
 """
@@ -36,6 +35,7 @@ from typing import Callable
 
 import numpy as np
 
+from .budget import BUDGET_HINT
 from ._arrays import seg_first_below
 from ._guard import deferred_interrupts
 from .levels import Level, LevelView, read_only
@@ -96,9 +96,10 @@ class PrefixTree:
         self._key_cache: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
         self._tuples: dict = {}  # deep levels: prefix tuples of the level fetched last and the one above
         self.progress: Callable[[dict], None] | None = None  # called after every fetched chunk
-        # called with every commit ("fetch", "expand", "built" and its record) before it is applied,
-        # inside its critical section; replaying them through _commit_* rebuilds the tree (arenum.store)
+        # every commit ("fetch", "expand", "built", its record) before it is applied, in its critical
+        # section; replaying them through _commit_* rebuilds the tree (arenum.store)
         self.journal: Callable[[str, dict], None] | None = None
+        self._goal_bits = math.inf  # the budget the current deepen() is heading for (progress reports)
         self.lock = threading.RLock()  # held by every reader and writer above: one build at a time
 
     # ------------------------------------------------------------------ paths
@@ -233,8 +234,10 @@ class PrefixTree:
                     self.journal("fetch", rec)
                 self._commit_fetch(**rec)
             if self.progress is not None:
+                goal = self._goal_bits
                 self.progress({"prefixes": self.fetched_nodes, "forwards": o.stats.forwards, "level": d,
-                               "level_done": a + m, "level_todo": nodes.shape[0], "keep_bits": -keep / LN2})
+                               "level_done": a + m, "level_todo": nodes.shape[0], "keep_bits": -keep / LN2,
+                               "target_bits": goal, "known_prefixes": self.known_prefixes(goal)})
             a += m
             if chunk < full_chunk and time.perf_counter() - t_chunk < _JOURNAL_SECONDS:
                 chunk = min(full_chunk, 2 * chunk)
@@ -376,6 +379,7 @@ class PrefixTree:
         if keep is None:
             keep = T - self.keep_margin_bits * LN2
         keep = min(keep, T)
+        self._goal_bits = -T / LN2 if T > -math.inf else math.inf  # for the progress callback only
         for d in range(self.leaf_level + 1):
             if d >= len(self.levels):
                 break
@@ -386,7 +390,7 @@ class PrefixTree:
             if max_prefixes is not None and self.fetched_nodes + need.size > max_prefixes:
                 raise BudgetExceeded(
                     f"an exact answer at {-T / LN2:.3f} bits needs more than max_prefixes={max_prefixes} "
-                    f"live prefixes (at least {self.fetched_nodes + need.size})"
+                    f"live prefixes (at least {self.fetched_nodes + need.size}); {BUDGET_HINT}"
                 )
             if need.size:
                 self._fetch(d, need, keep, max_bytes)
@@ -403,8 +407,7 @@ class PrefixTree:
 
     def _commit_built(self, T: float, truncated: bool) -> None:
         """The tree is complete for threshold ``T`` (journaled)."""
-        self.depth_truncated = truncated
-        self.built = T
+        self.depth_truncated, self.built = truncated, T
 
     def _depth_truncation(self, T: float) -> bool:
         """Whether a leaf-level prefix has a non-eos child within ``T`` (or one had before)."""
@@ -459,8 +462,7 @@ class PrefixTree:
         self._pool_entries = int(scalars["pool_entries"])
         self._widest = int(scalars["widest"])
         self._used_bytes = int(scalars["used_bytes"])
-        self._key_cache.clear()
-        self._tuples.clear()
+        self._key_cache.clear(), self._tuples.clear()
 
     # ------------------------------------------------------------------ read API
     @property

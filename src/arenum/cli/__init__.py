@@ -3,11 +3,14 @@
 Subcommands (``arenum <command> --help`` for each; ``docs/cli.md`` has examples and outputs):
 
     fit FILE -o MODEL        character (or ``--tokens``) n-gram from a text file, one item per line
+                             (``--weighted`` frequency lists, ``--encoding``, ``--errors replace|skip``)
     count / mass             ``--min-log-prob X`` or ``--bits B``: exact count / mass at that threshold
     threshold K              log-prob of the K-th most likely sequence (1-based) and the sequence
-    unrank I / slice START K sequences at 0-based ranks
+    unrank I / slice START K sequences at 0-based ranks (``slice --jsonl``: JSON lines, streamed)
     top K                    the K most likely sequences
-    rank STRING... | - | --file F    rank, guess number and cumulative mass of each string
+    guesses MODEL            raw candidates in exact order, one per line, streamed (``| hashcat``)
+    rank STRING... | - | --file F    rank, guess number (rank + 1) and cumulative mass of each string
+    eval MODEL TEST [MODEL]  fraction of a test set guessed at 10**k guesses; PNG, CSV, JSON
     nucleus P                how many of the most likely sequences hold mass P
     plot                     guessing curve and cumulative mass, PNG
     demo                     all of the above on a 4-gram fitted on 30,000 real passwords
@@ -20,7 +23,8 @@ answer reports the forwards (model evaluations, one per live prefix) it cost. ``
 JSON document per command; ``rank`` prints one JSON object per line (JSON lines), one per string.
 
 Errors (bad numbers, unreadable or malformed files, strings the model cannot produce) print ONE
-line ``arenum: error: ...`` on stderr and exit with status 2; files are written to a temporary name
+line ``arenum: error: ...`` on stderr and exit with status 2 (a ``rank`` batch answers its other
+strings and exits with status 1); files are written to a temporary name
 in the target folder and renamed only on success, so a failed command leaves nothing behind.
 """
 from __future__ import annotations
@@ -40,8 +44,14 @@ __all__ = ["main", "build_parser", "demo_model_path", "fit_demo_model", "make_pr
 
 
 def _run(args: argparse.Namespace) -> Output:
-    if args.command in ("fit", "demo"):
+    if args.command in ("fit", "demo", "eval"):
         return args.run(args)
+    if args.command == "guesses":
+        if args.model is not None and args.model_pos is not None:
+            raise CLIError("give the model once: arenum guesses MODEL (or -m MODEL)")
+        args.model = args.model or args.model_pos
+        if args.model is None:
+            raise CLIError("guesses needs a model: arenum guesses MODEL [--start I] [--count N]")
     m = load_model(args)
     bar = make_progress(args.quiet)
     m.enum.progress = bar
@@ -65,7 +75,8 @@ def _emit(out: Output, as_json: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``arenum`` console script; returns the exit status (0, or 2 on error)."""
+    """Entry point of the ``arenum`` console script; returns the exit status (0; 1 when part of a
+    ``rank`` batch failed; 2 on error; 130 on Ctrl-C)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     from ..results import BudgetExceeded
@@ -73,20 +84,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         out = _run(args)
         _emit(out, args.json)
-        return 0
+        for line in out.errors:
+            sys.stderr.write(f"arenum: error: {line}\n")
+        for line in out.notes:
+            sys.stderr.write(f"arenum: note: {line}\n")
+        return out.status
     except CLIError as exc:
         msg = str(exc)
     except BudgetExceeded as exc:
+        from ..budget import BUDGET_HINT
+
         cap = getattr(args, "max_forwards", DEMO_MAX_FORWARDS)
-        msg = f"{one_line(exc)} (past --max-forwards {cap:,}; raise it to go deeper)"
+        msg = one_line(exc).replace(f"; {BUDGET_HINT}", "")
+        msg = (f"{msg} (past --max-forwards {cap:,}: raise it to go deeper, or pass --exact-limit N for an "
+               f"estimate with a confidence interval)")
     except IndexError as exc:
         msg = f"out of range: {one_line(exc)}"
-    except BrokenPipeError:  # the reader went away (e.g. '| head'): stop quietly
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
+    except BrokenPipeError:  # the reader went away (e.g. '| head'): stop quietly, status 0
+        try:  # point fd 1 at /dev/null so that the flush at exit cannot fail again
+            fd = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(fd, sys.stdout.fileno())
+            os.close(fd)
+        except (OSError, ValueError):
             pass
-        return 1
+        return 0
     except (ValueError, TypeError, OSError) as exc:
         msg = one_line(exc)
     except KeyboardInterrupt:

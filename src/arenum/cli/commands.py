@@ -4,13 +4,15 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .common import (
     LN2,
     CLIError,
     read_lines,
+    read_bytes,
+    decode_lines,
     check_writable,
     checked_atomic_write,
     fmt_count,
@@ -29,6 +31,9 @@ class Output:
     doc: Any
     text: list[str]
     json_lines: bool = False
+    errors: list[str] = field(default_factory=list)  # one ``arenum: error:`` line each on stderr
+    status: int = 0  # the exit status once printed: 1 when part of a batch failed
+    notes: list[str] = field(default_factory=list)  # one ``arenum: note:`` line each on stderr
 
 
 def _header(m: Loaded) -> dict:
@@ -42,30 +47,74 @@ def _cost(m: Loaded, before: int, t0: float) -> tuple[dict, str]:
             f"{f - before:,} forwards ({secs:.2f} s)")
 
 
+def read_corpus(args: argparse.Namespace) -> tuple[list[str], list[int] | None, dict[str, int], int]:
+    """The lines ``fit`` learns from, their counts (``--weighted``), what was skipped (by reason) and
+    how many kept lines had undecodable bytes replaced (``--errors replace``)."""
+    from ..models.ngram.fit import parse_weighted_line
+
+    where = "stdin" if args.input == "-" else repr(args.input)
+    lines, bad = decode_lines(read_bytes(args.input), where, encoding=args.encoding, errors=args.errors)
+    skipped = {"undecodable": bad if args.errors == "skip" else 0, "blank": 0, "malformed": 0, "zero_count": 0}
+    replaced = bad if args.errors == "replace" else 0
+    items: list[str] = []
+    counts: list[int] | None = [] if args.weighted else None
+    for ln in lines:
+        if not ln.strip():  # empty or whitespace-only: not a sequence anyone would type as one
+            skipped["blank"] += 1
+            continue
+        if counts is not None:
+            parsed = parse_weighted_line(ln)
+            if parsed is None:
+                skipped["malformed"] += 1
+                continue
+            c, ln = parsed
+            if c == 0:
+                skipped["zero_count"] += 1
+                continue
+        if not ln.strip():  # empty or whitespace-only: not a sequence anyone would type as one
+            skipped["blank"] += 1
+            continue
+        items.append(ln)
+        if counts is not None:
+            counts.append(c)
+    return items, counts, skipped, replaced
+
+
+def _skip_text(skipped: dict[str, int]) -> str:
+    words = {"blank": "blank or whitespace-only", "undecodable": "undecodable (--errors skip)",
+             "malformed": "not 'count<TAB>item' / 'count item'", "zero_count": "count 0"}
+    parts = [f"{n:,} {words[k]}" for k, n in skipped.items() if n]
+    return ", ".join(parts) if parts else "no"
+
+
 def cmd_fit(args: argparse.Namespace) -> Output:
     from ..models.ngram import NGramModel
 
     if not 1 <= args.order <= 8:
         raise CLIError(f"--order must be in 1..8, got {args.order}")
     check_writable(args.output)
-    lines = read_lines(args.input, skip_empty=True)
+    lines, counts, skipped, replaced = read_corpus(args)
     if not lines:
-        raise CLIError(f"{'stdin' if args.input == '-' else repr(args.input)} has no non-empty lines to fit")
+        raise CLIError(f"{'stdin' if args.input == '-' else repr(args.input)} has no non-empty lines to fit "
+                       f"(skipped: {_skip_text(skipped)} lines)")
     corpus = [ln.split() for ln in lines] if args.tokens else lines
-    if args.tokens and not all(corpus):
-        corpus = [c for c in corpus if c]
     t0 = time.perf_counter()
-    model = NGramModel.fit(corpus, order=args.order, smoothing=args.smoothing, unknown=args.unknown)
+    model = NGramModel.fit(corpus, order=args.order, smoothing=args.smoothing, unknown=args.unknown, weights=counts)
     secs = time.perf_counter() - t0
     size = checked_atomic_write(args.output, model.save)
     doc = {"command": "fit", "output": args.output, "bytes": size, "kind": model.kind, "order": model.order,
            "smoothing": model.smoothing, "unknown": model.unknown, "vocab_size": model.vocab_size,
            "n_sequences": model.n_sequences, "n_tokens": model.n_tokens, "contexts": model.num_contexts,
-           "seconds": round(secs, 4)}
+           "lines_used": len(lines), "weighted": counts is not None, "encoding": args.encoding,
+           "skipped": skipped, "replaced": replaced, "seconds": round(secs, 4)}
+    fitted = f"{model.n_sequences:,} sequences, {model.n_tokens:,} tokens in {secs:.2f} s"
+    if counts is not None:
+        fitted = f"{len(lines):,} distinct lines weighted to {fitted}"
     text = kv([("wrote", f"{args.output} ({size:,} bytes)"),
                 ("model", f"{model.kind} {model.order}-gram, smoothing {model.smoothing}, unknown {model.unknown}"),
                 ("vocabulary", f"{model.vocab_size} tokens (EOS included)"),
-                ("fitted on", f"{model.n_sequences:,} sequences, {model.n_tokens:,} tokens in {secs:.2f} s")])
+                ("fitted on", fitted), ("skipped", _skip_text(skipped) + " lines")]
+               + ([("replaced", f"undecodable bytes by U+FFFD in {replaced:,} lines")] if replaced else []))
     return Output(doc, text)
 
 
@@ -165,6 +214,12 @@ def _list_output(command: str, m: Loaded, pairs: list, first: int, before: int, 
 
 
 def cmd_slice(args: argparse.Namespace, m: Loaded) -> Output:
+    if args.jsonl:
+        from .stream import stream_jsonl
+
+        head = {"command": "slice", **_header(m)}
+        stream_jsonl(m, args.start, args.k, lambda r, seq, lp: {**head, **item(m, r, seq, lp), "exact": True})
+        return Output(None, [])
     before, t0 = m.forwards(), time.perf_counter()
     pairs = m.enum.slice(args.start, args.k)
     return _list_output("slice", m, pairs, args.start, before, t0, start=args.start, k=args.k)
@@ -176,16 +231,34 @@ def cmd_top(args: argparse.Namespace, m: Loaded) -> Output:
     return _list_output("top", m, pairs, 0, before, t0, k=args.k)
 
 
-def rank_strings(m: Loaded, strings: Sequence[str]) -> list[dict]:
-    """Rank records of ``strings`` in input order. All are encoded and scored first (any failure
-    raises before a rank is computed); ranks are then computed from the most probable string to the
-    least, so each deepening reuses the forwards of the one before and ``forwards`` is incremental."""
-    enc, scores = score_strings(m, strings)
-    order = sorted(range(len(strings)), key=lambda j: -scores[j])
+def rank_strings(m: Loaded, strings: Sequence[str], *, per_string_errors: bool = False) -> list[dict]:
+    """Rank records of ``strings`` in input order. All are encoded and scored first; ranks are then
+    computed from the most probable string to the least, so each deepening reuses the forwards of the
+    one before and ``forwards`` is incremental.
+
+    A string the model cannot produce raises :class:`CLIError`, or with ``per_string_errors`` gets a
+    record ``{"string": s, "error": why}`` of its own (so does a rank that fails on its own).
+    """
+    enc, scores, errors = score_strings(m, strings)
+    if not per_string_errors:
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise CLIError(first)
+    ok = [j for j in range(len(strings)) if errors[j] is None]
+    order = sorted(ok, key=lambda j: -scores[j])
     out: list[dict | None] = [None] * len(strings)
+    for j in range(len(strings)):
+        if errors[j] is not None:
+            out[j] = {"string": strings[j], "error": errors[j]}
     for j in order:
         before, t0 = m.forwards(), time.perf_counter()
-        r = m.enum.rank(enc[j])
+        try:
+            r = m.enum.rank(enc[j])
+        except (ValueError, IndexError, ArithmeticError) as exc:
+            if not per_string_errors:
+                raise
+            out[j] = {"string": strings[j], "error": one_line(exc)}
+            continue
         f = m.forwards()
         out[j] = {"string": strings[j], "tokens": list(enc[j]), **rank_record(r), "forwards": f - before,
                   "forwards_total": f, "seconds": round(time.perf_counter() - t0, 4)}
@@ -206,6 +279,9 @@ def rank_record(r: Any) -> dict:
 def rank_table(recs: list[dict]) -> list[str]:
     rows = []
     for d in recs:
+        if "error" in d:
+            rows.append((repr(d["string"]), "-", "-", "-", "-", "-", "error", "-"))
+            continue
         if d["exact"]:
             g, rk, cum = f"{d['guess_number']:,}", f"{d['rank']:,}", f"{d['cumulative']:.6f}"
         elif d.get("confidence") is not None:
@@ -229,17 +305,22 @@ def rank_table(recs: list[dict]) -> list[str]:
 def cmd_rank(args: argparse.Namespace, m: Loaded) -> Output:
     strings: list[str] = []
     for s in args.strings:
-        strings.extend(read_lines("-") if s == "-" else [s])
+        strings.extend(read_lines("-", skip_blank=True) if s == "-" else [s])
     if args.file is not None:
-        strings.extend(read_lines(args.file))
+        strings.extend(read_lines(args.file, skip_blank=True))
     if not strings:
-        raise CLIError("rank needs at least one string: arguments, '-' for stdin, or --file FILE")
+        raise CLIError("rank needs at least one string: arguments, '-' for stdin, or --file FILE "
+                       "(blank lines are skipped)")
     t0 = time.perf_counter()
-    recs = rank_strings(m, strings)
-    foot = (f"cost: {sum(d['forwards'] for d in recs):,} forwards ({time.perf_counter() - t0:.2f} s); "
+    recs = rank_strings(m, strings, per_string_errors=True)
+    failed = [d for d in recs if "error" in d]
+    foot = (f"cost: {sum(d.get('forwards', 0) for d in recs):,} forwards ({time.perf_counter() - t0:.2f} s); "
             "guess# = rank + 1 (rank = number of strictly more probable sequences)")
-    return Output([{"command": "rank", **_header(m), **d} for d in recs],
-                  rank_table(recs) + [foot], json_lines=True)
+    if failed:
+        foot += f"; {len(failed)} of {len(recs)} strings failed (errors on stderr)"
+    text = rank_table(recs) + [foot] if len(failed) < len(recs) else []
+    return Output([{"command": "rank", **_header(m), **d} for d in recs], text, json_lines=True,
+                  errors=[d['error'] for d in failed], status=1 if failed else 0)
 
 
 def cmd_mass(args: argparse.Namespace, m: Loaded) -> Output:
@@ -309,32 +390,73 @@ def estimates(m: Loaded, exact: list, to_bits: float, samples: int, seed: int,
         return None
 
 
+def plot_marks(m: Loaded, strings: Sequence[str], boundary: float, *, exact_marks: bool, samples: int,
+               seed: int) -> tuple[list[dict], list[str]]:
+    """Rank records of the ``--mark`` strings and notes on how they were ranked.
+
+    A mark inside the exact region (``log p >= boundary``) is ranked exactly at no extra cost. A deeper
+    one gets a Monte Carlo estimate with its interval from draws beyond the exact head (no deeper
+    build), unless ``exact_marks``: then it is ranked exactly (deepening the build up to
+    ``--max-forwards``) and the note says how deep that went."""
+    from .. import plot
+
+    if not strings:
+        return [], []
+    enc, scores, errors = score_strings(m, strings)
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise CLIError(first)
+    deep = [j for j in range(len(strings)) if scores[j] < boundary]
+    notes: list[str] = []
+    if exact_marks or not deep or not plot.estimator_available(m.enum):
+        recs = rank_strings(m, strings)
+        for d in recs:
+            if d["forwards"]:
+                notes.append(f"mark {d['string']!r} deepened the exact build to {d['bits']:.1f} bits "
+                             f"({d['forwards']:,} forwards)")
+        return recs, notes
+    shallow = [strings[j] for j in range(len(strings)) if j not in deep]
+    by = {d["string"]: d for d in rank_strings(m, shallow)} if shallow else {}
+    est = m.enum.monte_carlo(samples, seed=seed)
+    head = m.enum.exact_head() if est.head is not None else None
+    for j in deep:
+        r = est.rank(scores[j], head=head)
+        by[strings[j]] = {"string": strings[j], "tokens": list(enc[j]), **rank_record(r), "forwards": 0,
+                          "forwards_total": m.forwards(), "seconds": 0.0}
+    notes.append(f"{len(deep)} mark(s) past the exact region estimated ({samples:,} draws beyond the exact head; "
+                 f"--exact-marks ranks them exactly)")
+    return [by[s] for s in strings], notes
+
+
 def cmd_plot(args: argparse.Namespace, m: Loaded) -> Output:
     need_matplotlib()
     check_writable(args.out)
     from .. import plot
 
     before, t0 = m.forwards(), time.perf_counter()
-    recs = rank_strings(m, args.mark) if args.mark else []
     try:
         exact = plot.exact_curve(m.enum, args.max_rank, args.points)
     except IndexError:  # the support is smaller than --max-rank: plot all of it
         exact = plot.exact_curve(m.enum, int(m.enum.count_bracket(-math.inf).lo), args.points)
+    recs, notes = plot_marks(m, args.mark, exact[-1].log_prob, exact_marks=args.exact_marks,
+                             samples=args.samples, seed=args.seed)
     warnings: list[str] = []
     b0 = -exact[-1].log_prob / LN2
     to_bits = args.estimate_bits if args.estimate_bits is not None else b0 + 16.0
     est = estimates(m, exact, to_bits, args.samples, args.seed, warnings.append)
+    deepened = [n for n in notes if "deepened" in n]
     fig = plot.draw_curves(exact, est, marks(recs), title=f"arenum: {m.name}",
                            subtitle=f"{m.info.get('support', '')}, exact index to rank {exact[-1].count:,}"
-                                    + (f", Monte Carlo estimate to {to_bits:.0f} bits" if est else ""))
+                                    + (f", Monte Carlo estimate to {to_bits:.0f} bits" if est else "")
+                                    + (f"; {len(deepened)} mark(s) deepened the exact build" if deepened else ""))
     size = plot.save_png(fig, args.out)
     cost, cline = _cost(m, before, t0)
     doc = {"command": "plot", **_header(m), "out": args.out, "bytes": size,
            "points": [p.__dict__ for p in exact], "estimated": [e.__dict__ for e in est] if est else None,
-           "marks": recs, **cost}
+           "marks": recs, "notes": notes, **cost}
     if est:
         band = (f"{len(est)} points to {to_bits:.1f} bits, {getattr(m.enum, 'confidence', 0.95):.0%} intervals "
-                f"({args.samples:,} draws beyond the exact head)")
+                f"({args.samples:,} draws beyond the exact head), both panels")
     elif not plot.estimator_available(m.enum):
         band = "none (no Monte Carlo estimator installed)"
     else:
@@ -342,5 +464,5 @@ def cmd_plot(args: argparse.Namespace, m: Loaded) -> Output:
     text = kv([("wrote", f"{args.out} ({size:,} bytes)"),
                 ("exact", f"{len(exact)} points, ranks 1..{exact[-1].count:,}, down to {b0:.2f} bits; "
                           f"the top {exact[-1].count:,} hold mass {exact[-1].mass_lo:.6f}"),
-                ("estimate", band), ("cost", cline)]) + warnings
+                ("estimate", band)] + [("marks", n) for n in notes] + [("cost", cline)]) + warnings
     return Output(doc, text)

@@ -2,6 +2,7 @@
 writing files, formatting numbers and tables, and the progress bar."""
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import os
@@ -24,26 +25,64 @@ class CLIError(Exception):
 
 
 # --------------------------------------------------------------------------------- input/output
-def read_lines(path: str, *, skip_empty: bool = False) -> list[str]:
-    """Lines of a UTF-8 file (``'-'``: stdin), without their ``\\n`` / ``\\r\\n``."""
+def read_bytes(path: str) -> bytes:
+    """The bytes of ``path`` (``'-'``: stdin), or a one-line :class:`CLIError`."""
     where = "stdin" if path == "-" else repr(path)
     try:
         if path == "-":
-            data = sys.stdin.buffer.read()
-        else:
-            with open(path, "rb") as fh:
-                data = fh.read()
+            return sys.stdin.buffer.read()
+        with open(path, "rb") as fh:
+            return fh.read()
     except OSError as exc:
         raise CLIError(f"cannot read {where}: {exc.strerror or exc}") from None
+
+
+DECODE_ERRORS = ("strict", "replace", "skip")
+
+
+def decode_lines(data: bytes, where: str, *, encoding: str = "utf-8", errors: str = "strict") -> tuple[list[str], int]:
+    """``(lines, bad)``: ``data`` decoded with ``encoding``, split into lines without ``\n``/``\r\n``.
+
+    ``errors``: ``strict`` (an undecodable byte is a :class:`CLIError` naming its offset), ``replace``
+    (each undecodable byte becomes U+FFFD) or ``skip`` (a line holding an undecodable byte is dropped).
+    ``bad``: the lines that held an undecodable byte (replaced or dropped).
+    """
+    if errors not in DECODE_ERRORS:
+        raise CLIError(f"--errors must be one of {', '.join(DECODE_ERRORS)}, got {errors!r}")
     try:
-        text = data.decode("utf-8")
+        canon = codecs.lookup(encoding).name
+    except LookupError:
+        raise CLIError(f"unknown --encoding {encoding!r} (e.g. utf-8, latin-1, cp1252)") from None
+    name = "UTF-8" if canon == "utf-8" else encoding
+    if canon == "utf-8" and data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    try:
+        text = data.decode(encoding, "strict" if errors == "strict" else "surrogateescape")
     except UnicodeDecodeError as exc:
-        raise CLIError(f"{where} is not UTF-8 text (byte {exc.start})") from None
+        raise CLIError(f"{where} is not {name} text (byte {exc.start}; try --encoding latin-1, "
+                       f"or --errors replace|skip)") from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     lines = [s[:-1] if s.endswith("\r") else s for s in lines]
-    return [s for s in lines if s] if skip_empty else lines
+    if errors == "strict":
+        return lines, 0
+    out, bad = [], 0
+    for s in lines:
+        if any("\udc80" <= c <= "\udcff" for c in s):
+            bad += 1
+            if errors == "skip":
+                continue
+            s = "".join("\ufffd" if "\udc80" <= c <= "\udcff" else c for c in s)
+        out.append(s)
+    return out, bad
+
+
+def read_lines(path: str, *, skip_blank: bool = False) -> list[str]:
+    """Lines of a UTF-8 file (``'-'``: stdin), without their ``\n`` / ``\r\n``; with ``skip_blank``,
+    without empty and whitespace-only lines."""
+    lines, _ = decode_lines(read_bytes(path), "stdin" if path == "-" else repr(path))
+    return [s for s in lines if s.strip()] if skip_blank else lines
 
 
 def check_writable(path: str) -> None:
@@ -112,9 +151,49 @@ def kv(pairs: Sequence[tuple[str, Any]]) -> list[str]:
 
 
 # -------------------------------------------------------------------------------------- progress
-def _bar_text(d: dict) -> str:
-    return (f"level {d.get('level', 0)} {int(d.get('level_done', 0)):,}/{int(d.get('level_todo', 0)):,}, "
-            f"budget {float(d.get('keep_bits', 0.0)):.1f} bits")
+def _bar_text(d: dict, rate: float | None = None) -> str:
+    """``level 4 1,024/8,000, target budget 20.6 bits (>= 398,000 prefixes), ETA 3 s``: the level being
+    expanded, the budget this build is heading for, the live prefixes known to lie within it so far (a
+    lower bound: more are found as it goes) and the time left for those at the current rate."""
+    text = f"level {d.get('level', 0)} {int(d.get('level_done', 0)):,}/{int(d.get('level_todo', 0)):,}"
+    goal = float(d.get("target_bits", d.get("keep_bits", 0.0)))
+    if math.isfinite(goal):
+        text += f", target budget {goal:.1f} bits"
+    known, done = d.get("known_prefixes"), int(d.get("prefixes", 0))
+    if known is not None and int(known) > done:
+        text += f" (>= {int(known):,} prefixes)"
+        if rate:
+            text += f", ETA {fmt_seconds((int(known) - done) / rate)}"
+    return text
+
+
+def fmt_seconds(s: float) -> str:
+    """``42 s``, ``3 min 5 s``, ``2 h 10 min``."""
+    s = max(0.0, float(s))
+    if s < 60:
+        return f"{s:.0f} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60)} s"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
+
+
+class _Rate:
+    """Prefixes per second over the current build (for the ETA)."""
+
+    def __init__(self) -> None:
+        self.t0: float | None = None
+        self.p0 = 0
+
+    def __call__(self, d: dict) -> float | None:
+        now, p = time.monotonic(), int(d.get("prefixes", 0))
+        if self.t0 is None:
+            self.t0, self.p0 = now, p
+            return None
+        dt = now - self.t0
+        return (p - self.p0) / dt if dt > 0.2 and p > self.p0 else None
+
+    def reset(self) -> None:
+        self.t0 = None
 
 
 class _LineBar:
@@ -127,15 +206,17 @@ class _LineBar:
         self.start: float | None = None
         self.last = 0.0
         self.delay = delay
+        self.rate = _Rate()
 
     def __call__(self, d: dict) -> None:
         now = time.monotonic()
         if self.start is None:
             self.start = now
+        rate = self.rate(d)
         if now - self.start < self.delay or now - self.last < 0.1:
             return
         self.last = now
-        line = f"arenum: {int(d.get('forwards', 0)):,} forwards ({now - self.start:.1f} s), {_bar_text(d)}"
+        line = f"arenum: {int(d.get('forwards', 0)):,} forwards ({now - self.start:.1f} s), {_bar_text(d, rate)}"
         self.stream.write("\r" + line + " " * max(0, self.width - len(line)))
         self.stream.flush()
         self.width = len(line)
@@ -146,6 +227,7 @@ class _LineBar:
             self.stream.flush()
         self.width = 0
         self.start = None
+        self.rate.reset()
 
 
 class _TqdmBar:
@@ -155,21 +237,24 @@ class _TqdmBar:
         self.stream = stream
         self.delay = delay
         self.bar = None
+        self.rate = _Rate()
 
     def __call__(self, d: dict) -> None:
         from tqdm import tqdm
 
+        rate = self.rate(d)
         f = int(d.get("forwards", 0))
         if self.bar is None:
             self.bar = tqdm(total=None, initial=f, desc="arenum", unit=" forwards", unit_scale=True, leave=False,
                             file=self.stream, dynamic_ncols=True, mininterval=0.1, delay=self.delay)
-        self.bar.set_postfix_str(_bar_text(d), refresh=False)
+        self.bar.set_postfix_str(_bar_text(d, rate), refresh=False)
         self.bar.update(max(0, f - self.bar.n))
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+        self.rate.reset()
 
 
 def make_progress(quiet: bool, stream: Any = None) -> Any:

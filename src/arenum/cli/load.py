@@ -149,14 +149,26 @@ def load_model(args: argparse.Namespace) -> Loaded:
                          extra=_estimate_kwargs(args))
 
 
-def score_strings(m: Loaded, strings: Sequence[str]) -> tuple[list[tuple], list[float]]:
-    """Encode and score every string (one batched scoring call); any that cannot be produced fails."""
-    enc = []
-    for j, s in enumerate(strings):
-        enc.append(m.encode(s))
-    scores = [float(v) for v in m.enum.score_sequences(enc)] if enc else []
+def score_strings(m: Loaded, strings: Sequence[str]) -> tuple[list[tuple], list[float], list[str | None]]:
+    """Encode and score every string (one batched scoring call): ``(token ids, log-probs, errors)``,
+    where ``errors[j]`` says why string ``j`` cannot be produced (``None`` when it can)."""
+    enc: list[tuple] = []
+    errors: list[str | None] = []
+    for s in strings:
+        try:
+            enc.append(m.encode(s))
+            errors.append(None)
+        except CLIError as exc:
+            enc.append(())
+            errors.append(str(exc))
+    good = [j for j, e in enumerate(errors) if e is None]
+    scores = [-math.inf] * len(strings)
+    if good:
+        for j, v in zip(good, m.enum.score_sequences([enc[j] for j in good])):
+            scores[j] = float(v)
     enum = m.enum
-    for s, ids, lp in zip(strings, enc, scores):
+    for j in good:
+        ids, lp = enc[j], scores[j]
         if lp == -math.inf:
             if enum.terminating and len(ids) > enum.cap:
                 why = f"is {len(ids)} tokens long with EOS, past the length cap {enum.cap}"
@@ -164,8 +176,8 @@ def score_strings(m: Loaded, strings: Sequence[str]) -> tuple[list[tuple], list[
                 why = f"is {len(ids)} tokens long, but the enumeration is fixed-length {enum.max_len}"
             else:
                 why = "has probability 0 under the model"
-            raise CLIError(f"string {s!r} {why}")
-    return enc, scores
+            errors[j] = f"string {strings[j]!r} {why}"
+    return enc, scores, errors
 
 
 def threshold_arg(args: argparse.Namespace) -> float:

@@ -20,6 +20,8 @@ from .commands import (
     cmd_plot,
 )
 from .demo import cmd_demo
+from .stream import cmd_guesses
+from .evalcmd import cmd_eval
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,17 +90,47 @@ def _eos_type(text: str) -> str | int | None:
     return v
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``arenum`` argument parser (subcommands and their options)."""
-    out_opts = _Parser(add_help=False)
-    out_opts.add_argument("--json", action="store_true",
-                          help="machine-readable output: one JSON document (rank: one JSON object per line)")
-    out_opts.add_argument("-q", "--quiet", action="store_true", help="no progress bar on stderr")
+EXAMPLES = {
+    "fit": ["arenum fit passwords.txt -o pw4.npz --order 4",
+            "arenum fit rockyou-counts.txt -o pw4.npz --weighted --encoding latin-1 --errors replace"],
+    "count": ["arenum count -m pw4.npz --bits 20", "arenum count -m pw4.npz --bits 30 --exact-limit 1e6"],
+    "threshold": ["arenum threshold 100000 -m pw4.npz"],
+    "unrank": ["arenum unrank 123456 -m pw4.npz"],
+    "slice": ["arenum slice 1000000 5 -m pw4.npz", "arenum slice 0 1000 -m pw4.npz --jsonl | jq -r .sequence"],
+    "top": ["arenum top 10 -m pw4.npz"],
+    "guesses": ["arenum guesses pw4.npz --count 1000000 | hashcat -m 0 hashes.txt",
+                "arenum guesses pw4.npz --start 1000000 | head"],
+    "rank": ["arenum rank password1 dragon -m pw4.npz", "arenum rank --file test.txt -m pw4.npz --json"],
+    "eval": ["arenum eval pw4.npz test.txt -o curve.png --csv curve.csv",
+             "arenum eval pw4.npz test.txt pw3.npz --json   # two models on one plot"],
+    "mass": ["arenum mass -m pw4.npz --bits 20"],
+    "nucleus": ["arenum nucleus 0.5 -m pw4.npz"],
+    "plot": ["arenum plot -m pw4.npz -o curve.png --mark password1 --mark iloveyou2"],
+    "demo": ["arenum demo", "arenum demo --json -o demo.png"],
+}
 
+
+def _epilog(name: str) -> str:
+    return "examples:\n" + "\n".join("  " + e for e in EXAMPLES[name])
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version("arenum")
+    except (ImportError, PackageNotFoundError):  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _model_opts(model: str) -> argparse.ArgumentParser:
+    """The model and estimate options; ``model``: ``-m`` is ``"required"``, ``"optional"`` (a
+    positional MODEL is the other way) or ``"none"`` (models are positional only)."""
     model_opts = _Parser(add_help=False)
     g = model_opts.add_argument_group("model")
-    g.add_argument("-m", "--model", required=True, metavar="MODEL",
-                   help="n-gram file written by 'arenum fit', or hf:<local dir> for a Hugging Face causal LM")
+    if model != "none":
+        g.add_argument("-m", "--model", required=model == "required", metavar="MODEL",
+                       help="n-gram file written by 'arenum fit', or hf:<local dir> for a Hugging Face causal LM")
     g.add_argument("--max-len", type=_int_type("--max-len", 1), metavar="N",
                    help="terminating: at most N tokens, EOS included; with --eos none: exactly N tokens")
     g.add_argument("--eos", type=_eos_type, default="auto", metavar="auto|none|ID",
@@ -117,6 +149,19 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--confidence", type=_float_type("--confidence", 0.0, 1.0, lo_open=True), default=0.95,
                    metavar="C", help="confidence level of estimate intervals (default 0.95)")
     e.add_argument("--seed", type=_int_type("--seed", 0), default=0, help="seed of the draws (default 0)")
+    return model_opts
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``arenum`` argument parser (subcommands and their options)."""
+    out_opts = _Parser(add_help=False)
+    out_opts.add_argument("--json", action="store_true",
+                          help="machine-readable output: one JSON document (rank: one JSON object per line)")
+    out_opts.add_argument("-q", "--quiet", action="store_true", help="no progress bar on stderr")
+
+    model_opts = _model_opts("required")
+    free_model_opts = _model_opts("optional")
+    eval_model_opts = _model_opts("none")
 
     thr_opts = _Parser(add_help=False)
     t = thr_opts.add_mutually_exclusive_group(required=True)
@@ -126,13 +171,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="threshold in bits: min_log_prob = -B ln 2 (p >= 2^-B)")
 
     p = _Parser(prog="arenum", description="Count, rank and randomly access the sequences of an "
-                "autoregressive model, exactly. Every answer states its guarantee and its cost in forwards.")
+                "autoregressive model, exactly. Every answer states its guarantee and its cost in forwards.",
+                epilog="examples:\n  arenum demo\n  arenum fit passwords.txt -o pw4.npz\n"
+                       "  arenum rank password1 -m pw4.npz\n  arenum COMMAND --help",
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"arenum {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    f = sub.add_parser("fit", parents=[out_opts], help="fit an n-gram model on a text file, one item per line")
-    f.add_argument("input", metavar="FILE", help="UTF-8 text, one sequence per line ('-' for stdin); "
-                   "empty lines are skipped")
+    def add(name: str, parents: list, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=parents, help=help, description=help, epilog=_epilog(name),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    f = add("fit", [out_opts], "fit an n-gram model on a text file, one item per line")
+    f.add_argument("input", metavar="FILE", help="text, one sequence per line ('-' for stdin); empty and "
+                   "whitespace-only lines are skipped")
     f.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write")
     f.add_argument("--order", type=_int_type("--order", 1), default=4, help="n (1..8, default 4)")
     f.add_argument("--smoothing", choices=("kn", "wb", "addk"), default="kn",
@@ -140,61 +193,91 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--unknown", choices=("error", "unk"), default="error",
                    help="unseen symbols: refuse (default) or map to <unk>")
     f.add_argument("--tokens", action="store_true", help="one token per whitespace-separated word, not per character")
+    f.add_argument("--weighted", action="store_true",
+                   help="each line is 'COUNT<TAB>ITEM' or 'COUNT ITEM' (a frequency list, e.g. 'uniq -c' "
+                        "output): ITEM counts COUNT times; other lines are skipped and reported")
+    f.add_argument("--encoding", default="utf-8", metavar="ENC",
+                   help="the file's encoding (default utf-8; latin-1 reads any bytes)")
+    f.add_argument("--errors", choices=("strict", "replace", "skip"), default="strict",
+                   help="undecodable bytes: stop with an error (default), replace each by U+FFFD, or skip "
+                        "the line; replaced and skipped lines are reported")
     f.set_defaults(run=cmd_fit)
 
-    c = sub.add_parser("count", parents=[thr_opts, model_opts, out_opts],
-                       help="how many sequences have log p >= X (exact)")
+    c = add("count", [thr_opts, model_opts, out_opts], "how many sequences have log p >= X (exact)")
     c.set_defaults(run=cmd_count)
 
-    c = sub.add_parser("threshold", parents=[model_opts, out_opts],
-                       help="log-prob of the K-th most likely sequence (1-based), and the sequence")
-    c.add_argument("k", type=_int_type("K", 1), metavar="K")
+    c = add("threshold", [model_opts, out_opts], "log-prob of the K-th most likely sequence (1-based), and the sequence")
+    c.add_argument("k", type=_int_type("K", 1), metavar="K", help="1-based position (guess number); 1e6 is accepted")
     c.set_defaults(run=cmd_threshold)
 
-    c = sub.add_parser("unrank", parents=[model_opts, out_opts], help="the sequence at 0-based rank I")
-    c.add_argument("i", type=_int_type("I", 0), metavar="I")
+    c = add("unrank", [model_opts, out_opts], "the sequence at 0-based rank I (guess number I + 1)")
+    c.add_argument("i", type=_int_type("I", 0), metavar="I", help="0-based rank")
     c.set_defaults(run=cmd_unrank)
 
-    c = sub.add_parser("slice", parents=[model_opts, out_opts], help="sequences at ranks START .. START+K-1")
-    c.add_argument("start", type=_int_type("START", 0), metavar="START")
-    c.add_argument("k", type=_int_type("K", 1), metavar="K")
+    c = add("slice", [model_opts, out_opts], "sequences at ranks START .. START+K-1")
+    c.add_argument("start", type=_int_type("START", 0), metavar="START", help="0-based rank of the first")
+    c.add_argument("k", type=_int_type("K", 1), metavar="K", help="how many")
+    c.add_argument("--jsonl", action="store_true", help="one JSON object per sequence, one per line, streamed")
     c.set_defaults(run=cmd_slice)
 
-    c = sub.add_parser("top", parents=[model_opts, out_opts], help="the K most likely sequences")
-    c.add_argument("k", type=_int_type("K", 1), metavar="K")
+    c = add("top", [model_opts, out_opts], "the K most likely sequences")
+    c.add_argument("k", type=_int_type("K", 1), metavar="K", help="how many")
     c.set_defaults(run=cmd_top)
 
-    c = sub.add_parser("rank", parents=[model_opts, out_opts],
-                       help="rank, guess number and cumulative mass of strings")
+    c = add("guesses", [free_model_opts],
+            "raw candidates in exact order, one per line, streamed (for hashcat/john --stdin)")
+    c.add_argument("model_pos", nargs="?", metavar="MODEL", help="the model (or -m MODEL)")
+    c.add_argument("--start", type=_int_type("--start", 0), default=0, metavar="I",
+                   help="0-based rank of the first candidate (default 0)")
+    c.add_argument("--count", type=_int_type("--count", 1), metavar="N",
+                   help="how many (default: all, until the support or --max-forwards ends)")
+    c.add_argument("--encoding", default="utf-8", metavar="ENC",
+                   help="bytes of each candidate (default utf-8; latin-1 for hashes of latin-1 passwords); "
+                        "candidates it cannot write are left out and counted on stderr")
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress bar on stderr")
+    c.set_defaults(run=cmd_guesses, json=False)
+
+    c = add("rank", [model_opts, out_opts], "rank, guess number and cumulative mass of strings")
     c.add_argument("strings", nargs="*", metavar="STRING",
                    help="strings to rank; '-' reads one string per line from stdin (use -- before "
-                        "strings that start with '-')")
-    c.add_argument("--file", metavar="FILE", help="also rank every line of FILE")
+                        "strings that start with '-'); blank lines are skipped")
+    c.add_argument("--file", metavar="FILE", help="also rank every non-blank line of FILE")
     c.set_defaults(run=cmd_rank)
 
-    c = sub.add_parser("mass", parents=[thr_opts, model_opts, out_opts],
-                       help="probability mass of the sequences with log p >= X (bracket to float rounding)")
+    c = add("eval", [eval_model_opts, out_opts],
+            "guessing curve of a test set: the fraction guessed at 10**k guesses, PNG/JSON/CSV")
+    c.add_argument("model", metavar="MODEL", help="n-gram file written by 'arenum fit', or hf:<local dir>")
+    c.add_argument("test", metavar="TEST", help="the test set: one string per line (blank lines skipped)")
+    c.add_argument("more", nargs="*", metavar="MODEL", help="more models, compared on the same plot and table")
+    c.add_argument("-o", "--out", metavar="PNG", help="write the curve as a PNG")
+    c.add_argument("--csv", metavar="CSV", help="write the curve as CSV (model, guesses, fraction, lo, hi, exact)")
+    c.add_argument("--max-guesses", type=_float_type("--max-guesses", 1.0), default=1e14, metavar="G",
+                   help="report and plot up to G guesses (default 1e14)")
+    c.set_defaults(run=cmd_eval)
+
+    c = add("mass", [thr_opts, model_opts, out_opts],
+            "probability mass of the sequences with log p >= X (bracket to float rounding)")
     c.set_defaults(run=cmd_mass)
 
-    c = sub.add_parser("nucleus", parents=[model_opts, out_opts],
-                       help="size of the smallest set of most likely sequences with mass >= P")
-    c.add_argument("p", type=_float_type("P", 0.0, 1.0, lo_open=True), metavar="P")
+    c = add("nucleus", [model_opts, out_opts], "size of the smallest set of most likely sequences with mass >= P")
+    c.add_argument("p", type=_float_type("P", 0.0, 1.0, lo_open=True), metavar="P", help="a mass in (0, 1]")
     c.set_defaults(run=cmd_nucleus)
 
-    c = sub.add_parser("plot", parents=[model_opts, out_opts],
-                       help="guessing curve and cumulative-mass curve, PNG")
+    c = add("plot", [model_opts, out_opts], "guessing curve and cumulative-mass curve, PNG")
     c.add_argument("-o", "--out", default="arenum-plot.png", help="PNG to write (default arenum-plot.png)")
     c.add_argument("--max-rank", type=_int_type("--max-rank", 1), default=100_000, metavar="K",
                    help="exact region: ranks 1..K (default 100,000)")
     c.add_argument("--points", type=_int_type("--points", 2), default=40, help="points on the curve (default 40)")
-    c.add_argument("--mark", action="append", default=[], metavar="STRING", help="mark a string (repeatable)")
+    c.add_argument("--mark", action="append", default=[], metavar="STRING",
+                   help="mark a string (repeatable); past the exact region it is estimated, with its interval")
+    c.add_argument("--exact-marks", action="store_true",
+                   help="rank marks past the exact region exactly (deepening the build, up to --max-forwards)")
     c.add_argument("--estimate-bits", type=_float_type("--estimate-bits", 0.0), metavar="B",
                    help="Monte Carlo estimated region (with its confidence band) down to B bits "
                         "(default: 16 bits past the exact region; drawn when an estimator is installed)")
     c.set_defaults(run=cmd_plot)
 
-    d = sub.add_parser("demo", parents=[out_opts],
-                       help="a 4-gram on 30,000 real passwords: count, threshold, unrank, top, rank, plot")
+    d = add("demo", [out_opts], "a 4-gram on 30,000 real passwords: count, threshold, unrank, top, rank, plot")
     d.add_argument("-o", "--out", default="arenum-demo.png", help="PNG to write (default arenum-demo.png)")
     d.set_defaults(run=cmd_demo)
     return p

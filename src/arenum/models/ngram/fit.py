@@ -14,7 +14,8 @@ import numpy as np
 
 from ..._validate import exact_int
 
-__all__ = ["KINDS", "MAX_ORDER", "SMOOTHINGS", "UNKNOWN_MODES", "check_params", "fit_tables"]
+__all__ = ["KINDS", "MAX_ORDER", "SMOOTHINGS", "UNKNOWN_MODES", "check_params", "check_weights", "fit_tables",
+           "parse_weighted_line"]
 
 SMOOTHINGS = ("kn", "wb", "addk")
 UNKNOWN_MODES = ("error", "unk")
@@ -56,13 +57,59 @@ def check_params(
 
 
 # ------------------------------------------------------------------------------------- fitting
+def check_weights(weights: Any, n: int) -> np.ndarray:
+    """``weights`` as an ``(n,)`` int64 array of counts ``>= 1``; ``TypeError``/``ValueError`` naming the
+    first bad one. A weight of ``c`` counts its item as if it appeared ``c`` times in the corpus."""
+    if isinstance(weights, (str, bytes)):
+        raise TypeError(f"weights must be a sequence of integer counts, got {type(weights).__name__}")
+    try:
+        w = list(weights)
+    except TypeError:
+        raise TypeError(f"weights must be a sequence of integer counts, got {type(weights).__name__}") from None
+    if len(w) != n:
+        raise ValueError(f"weights has {len(w)} entries but the corpus has {n} items")
+    out = np.empty(n, dtype=np.int64)
+    for i, c in enumerate(w):
+        out[i] = exact_int(f"weights[{i}]", c, minimum=1)
+    if n and float(out.sum(dtype=np.float64)) > 2.0**53:
+        raise ValueError("weights add up to more than 2**53; the counts would lose precision")
+    return out
+
+
+def parse_weighted_line(line: str) -> tuple[int, str] | None:
+    """``(count, item)`` of a frequency-list line, or ``None`` when it is not one.
+
+    Two forms: ``count<TAB>item`` (the item is everything after the first tab) and ``count item``
+    with optional leading blanks, as ``uniq -c`` writes it (the item is everything after the one
+    space that follows the count, so items may hold spaces). ``count`` is a decimal integer.
+
+    >>> parse_weighted_line("12\tpass word"), parse_weighted_line("   7 123456"), parse_weighted_line("x 1")
+    ((12, 'pass word'), (7, '123456'), None)
+    """
+    if "\t" in line:
+        head, _, item = line.partition("\t")
+        head = head.strip()
+    else:
+        stripped = line.lstrip(" ")
+        head, sep, item = stripped.partition(" ")
+        if not sep:
+            return None
+    if not head.isascii() or not head.isdigit():
+        return None
+    return int(head), item
+
+
 def fit_tables(
-    corpus: Iterable[str] | Iterable[Sequence[Hashable]], *, order: int, smoothing: str, unknown: str
+    corpus: Iterable[str] | Iterable[Sequence[Hashable]], *, order: int, smoothing: str, unknown: str,
+    weights: Iterable[int] | None = None,
 ) -> dict[str, Any]:
     """Encode ``corpus`` and count it: the keyword arguments of the model's constructor that
     depend on the corpus (``kind``, ``symbols``, ``n_sequences``, ``n_tokens`` and the tables).
 
-    The parameters must already have been through :func:`check_params`.
+    ``weights`` (optional, one integer count ``>= 1`` per item): the same tables as a corpus in which
+    item ``i`` appears ``weights[i]`` times (a frequency list), computed without repeating it;
+    ``n_sequences`` and ``n_tokens`` are then weighted totals. The parameters must already have been
+    through :func:`check_params`.
     """
     if isinstance(corpus, (str, bytes)):
         raise TypeError(
@@ -78,6 +125,7 @@ def fit_tables(
         ) from None
     if not items:
         raise ValueError("corpus is empty: need at least one sequence to fit")
+    wts = None if weights is None else check_weights(weights, len(items))
 
     if isinstance(items[0], str):
         kind = "char"
@@ -88,12 +136,12 @@ def fit_tables(
 
     n_sym = len(symbols)
     V = n_sym + (2 if unknown == "unk" else 1)
-    tables = _count(ids, lengths, order=order, V=V, eos=n_sym, smoothing=smoothing)
+    tables = _count(ids, lengths, order=order, V=V, eos=n_sym, smoothing=smoothing, weights=wts)
     return {
         "kind": kind,
         "symbols": symbols,
-        "n_sequences": len(lengths),
-        "n_tokens": int(lengths.sum()),
+        "n_sequences": len(lengths) if wts is None else int(wts.sum()),
+        "n_tokens": int(lengths.sum()) if wts is None else int((lengths * wts).sum()),
         **tables,
     }
 
@@ -153,10 +201,24 @@ def _encode_token_corpus(items: list) -> tuple[list, np.ndarray, np.ndarray]:
     return symbols, ids, lengths
 
 
+def _unique_weighted(key: np.ndarray, wt: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct ``key`` values and, per value, the sum of ``wt`` (int64, exact) or the count."""
+    if wt is None:
+        return np.unique(key, return_counts=True)
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    if len(ks) == 0:
+        return ks, np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+    return ks[starts], np.add.reduceat(wt[order], starts)
+
+
 def _count(
-    ids: np.ndarray, lengths: np.ndarray, *, order: int, V: int, eos: int, smoothing: str
+    ids: np.ndarray, lengths: np.ndarray, *, order: int, V: int, eos: int, smoothing: str,
+    weights: np.ndarray | None = None,
 ) -> dict[str, list[np.ndarray]]:
-    """Count tables for every level (context length 0..order-1), fully vectorized."""
+    """Count tables for every level (context length 0..order-1), fully vectorized; ``weights``: the
+    count of each line ((n_lines,) int64), or ``None`` for one each."""
     n1 = order - 1
     B = V + 1
     bos = V
@@ -172,6 +234,8 @@ def _count(
     flat[eos_pos] = eos
     tgt = np.concatenate([tok_pos, eos_pos])
     w = flat[tgt].astype(np.int64)
+    # (len(tgt),) int64: the weight of the line of each prediction (tokens first, then the EOS)
+    wt = None if weights is None else np.concatenate([np.repeat(weights, lengths), weights])
     del tok_pos, eos_pos
 
     # Context ids per level: the level-L context extends its level-(L-1) parent by the token L
@@ -190,8 +254,8 @@ def _count(
         key *= V
         key += w
         del flat, tgt, w
-        uk, raw = np.unique(key, return_counts=True)  # (U,) int64 each
-        del key
+        uk, raw = _unique_weighted(key, wt)  # (U,) int64 each
+        del key, wt
         w_top = uk % V
         rest = uk // V
         X = np.empty((len(uk), n1), dtype=np.int64)  # X[:, j]: context token j+1 back
@@ -215,8 +279,8 @@ def _count(
             keys, cid = np.unique(cid * B + flat[tgt - j], return_inverse=True)
             cid = cid.reshape(-1)
             ctx_keys.append(keys)
-        g, raw = np.unique(cid * V + w, return_counts=True)
-        del flat, tgt, w, cid
+        g, raw = _unique_weighted(cid * V + w, wt)
+        del flat, tgt, w, cid, wt
     raw = raw.astype(np.int64)
 
     ptr: list = [None] * order

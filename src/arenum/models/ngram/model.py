@@ -190,6 +190,7 @@ class NGramModel:
         discount: float = 0.75,
         k: float = 1.0,
         unknown: str = "error",
+        weights: Iterable[int] | None = None,
     ) -> "NGramModel":
         """Fit a model to ``corpus``.
 
@@ -206,9 +207,11 @@ class NGramModel:
             k: add-k pseudo-count, > 0.
             unknown: ``"error"`` (``encode`` raises on unseen symbols) or ``"unk"`` (reserve an
                 ``unk`` id that receives smoothed probability mass).
+            weights: optional integer counts ``>= 1``, one per item (a frequency list): the same
+                model as the corpus with item ``i`` repeated ``weights[i]`` times, without repeating it.
         """
         order, smoothing, discount, k, unknown = check_params(order, smoothing, discount, k, unknown)
-        fitted = fit_tables(corpus, order=order, smoothing=smoothing, unknown=unknown)
+        fitted = fit_tables(corpus, order=order, smoothing=smoothing, unknown=unknown, weights=weights)
         return cls(order=order, smoothing=smoothing, discount=discount, k=k, unknown=unknown, **fitted)
 
     # ---------------------------------------------------------------------- encode / decode

@@ -1,0 +1,47 @@
+"""Lower bounds on the forwards an exact answer needs, so that a query that cannot fit under
+``max_prefixes`` fails at once instead of after building up to the cap, and the one hint every budget
+error gives (how to go deeper, or how to get an estimate instead).
+
+Only bounds that are proofs, from what the tree has seen so far (it does not fetch anything):
+
+- the ``n``-th most probable sequence has probability ``<= 1/n``, so a position query needing ``n``
+  sequences needs the budget ``log2(n)`` bits at least, hence every prefix known within ``log2(n)``
+  bits, and, when the support is smaller than ``n``, the whole support (every prefix known at all);
+- in a terminating support every complete sequence is the EOS child of its own live prefix, so ``n``
+  sequences need ``n`` distinct fetched prefixes (or, again, the whole support when it has fewer).
+
+What it does not do: estimate (extrapolated growth is the seek index's job, and not a proof).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+__all__ = ["BUDGET_HINT", "position_floor", "position_beyond_message"]
+
+BUDGET_HINT = ("raise max_prefixes (command line: --max-forwards) to build deeper, or set exact_limit "
+               "(--exact-limit) for a Monte Carlo estimate with a confidence interval")
+"""Appended to every budget error of a position query: what to change (API and command-line names)."""
+
+
+def position_floor(n: int, *, terminating: bool, known_prefixes: Callable[[float], int]) -> int:
+    """Forwards (live prefixes) an exact answer holding the ``n`` most probable sequences needs, at
+    least: ``known_prefixes(bits)`` is the number of prefixes of ``bits`` or fewer seen so far.
+
+    >>> seen = lambda bits: 10 if bits == math.inf else 4
+    >>> position_floor(1000, terminating=True, known_prefixes=seen), position_floor(1000, terminating=False, known_prefixes=seen)
+    (10, 4)
+    """
+    if n <= 1:
+        return 1
+    floor = int(known_prefixes(math.log2(n)))
+    if terminating:
+        floor = max(floor, min(int(n), int(known_prefixes(math.inf))))
+    return floor
+
+
+def position_beyond_message(n: int, floor: int, cap: int) -> str:
+    """The error of a position query that provably needs more than ``cap`` live prefixes."""
+    count = f"{n:,}" if n < 10**15 else f"{float(n):.4g}"
+    return (f"the {count} most probable sequences need at least {floor:,} live prefixes (forwards) "
+            f"> max_prefixes={cap:,}, known before building them; {BUDGET_HINT}")

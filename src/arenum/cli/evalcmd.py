@@ -1,0 +1,110 @@
+"""``arenum eval MODEL TEST [MODEL ...]``: the guessing curve of a test set under one or more models.
+
+Every line of TEST (blank lines skipped) is ranked by :func:`arenum.evaluate.guessing_curve`: exact
+where ``--max-forwards`` allows, past it a certified bracket plus a Monte Carlo estimate (flagged),
+or the estimate ``--exact-limit`` asks for. Prints the fraction guessed at 10**k guesses, and
+writes the curve as a PNG (``-o``), CSV (``--csv``) and JSON (``--json``).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import math
+import time
+
+from .common import CLIError, check_writable, checked_atomic_write, make_progress, read_lines, table
+from .load import load_model
+
+
+def _pct(p) -> str:
+    if p.exact:
+        return f"{100 * p.fraction:.2f}%"
+    return f"~{100 * p.fraction:.2f}% [{100 * p.lo:.2f}, {100 * p.hi:.2f}]"
+
+
+def _fmt_g(g: float) -> str:
+    return f"{int(g):,}" if g < 1e7 else f"1e{round(math.log10(g))}"
+
+
+def cmd_eval(args: argparse.Namespace) -> "object":
+    from .. import evaluate
+    from .commands import Output, need_matplotlib
+
+    specs = [args.model] + list(args.more)
+    test = args.test
+    for path in (args.out, args.csv):
+        if path is not None:
+            check_writable(path)
+    if args.out is not None:
+        need_matplotlib()
+    raw = read_lines(test)
+    lines = [s for s in raw if s.strip()]
+    if not lines:
+        raise CLIError(f"test file {test!r} has no non-blank lines")
+    curves = []
+    t0 = time.perf_counter()
+    for spec in specs:
+        ns = argparse.Namespace(**{**vars(args), "model": spec})
+        m = load_model(ns)
+        m.enum.progress = bar = make_progress(args.quiet)
+        try:
+            seqs, errs = [], []
+            for s in lines:
+                try:
+                    seqs.append(m.encode(s))
+                    errs.append(None)
+                except CLIError as exc:
+                    seqs.append(None)
+                    errs.append(str(exc))
+            curves.append(evaluate.guessing_curve(m.enum, seqs, labels=lines, name=spec, errors=errs,
+                                                  samples=args.samples, seed=args.seed))
+        finally:
+            if bar is not None:
+                bar.close()
+    secs = time.perf_counter() - t0
+    size = None
+    if args.out is not None:
+        from .. import plot
+
+        fig = evaluate.draw_guessing_curves(curves, max_guesses=args.max_guesses,
+                                            title=f"arenum eval: {test} ({len(lines):,} lines)")
+        size = plot.save_png(fig, args.out)
+    if args.csv is not None:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["model", "guesses", "fraction", "lo", "hi", "exact"])
+        for cur in curves:
+            for p in cur.points(args.max_guesses):
+                w.writerow([cur.name, f"{p.guesses:.6g}", f"{p.fraction:.6f}", f"{p.lo:.6f}", f"{p.hi:.6f}",
+                            int(p.exact)])
+        data = buf.getvalue().encode("utf-8")
+
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+
+        checked_atomic_write(args.csv, write)
+    doc = {"command": "eval", "test": test, "lines": len(lines), "blank_skipped": len(raw) - len(lines),
+           "max_guesses": args.max_guesses, "out": args.out, "bytes": size, "csv": args.csv,
+           "models": [c.as_dict(args.max_guesses) for c in curves], "seconds": round(secs, 4)}
+    text = [f"test set  {test}: {len(lines):,} lines ({len(raw) - len(lines):,} blank skipped)"]
+    for c in curves:
+        est = sum(it.count for it in c.items if not it.exact)
+        eu = c.exact_until()
+        text.append(f"{c.name}: {c.exact_lines - c.unrankable:,} lines ranked exactly, {est:,} past the exact "
+                    f"budget (bracket/estimate), {c.unrankable:,} unrankable (never guessed); exact up to "
+                    f"{'every guess count' if math.isinf(eu) else f'{eu:.4g} guesses'}; "
+                    f"{c.forwards:,} forwards ({c.seconds:.1f} s)")
+    rows = []
+    decs = [c.decades(args.max_guesses) for c in curves]
+    for k in range(len(decs[0])):
+        rows.append([_fmt_g(decs[0][k].guesses)] + [_pct(d[k]) for d in decs])
+    text += [""] + table(["guesses"] + [c.name for c in curves], rows, [True] * (1 + len(curves)))
+    text.append("fraction of the test set guessed within that many guesses (guess number = rank + 1); "
+                "~x% [lo, hi]: past the exact budget, a Monte Carlo estimate with its band")
+    if args.out is not None:
+        text.append(f"wrote {args.out} ({size:,} bytes)")
+    if args.csv is not None:
+        text.append(f"wrote {args.csv}")
+    return Output(doc, text)

@@ -1,0 +1,464 @@
+"""The password researcher's workflow end to end (issue 16): fit on real-looking data (weighted,
+latin-1, dirty lines), rank a batch with bad strings in it, stream guesses, evaluate a test set, and
+the caps on ``top``. Every answer is checked against brute force on a tiny model; nothing is
+downloaded (the word lists are written here).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from arenum import BudgetExceeded
+from arenum.evaluate import GuessCurve, guessing_curve
+from arenum.models import NGramModel
+from arenum.models.ngram.fit import parse_weighted_line
+
+CORPUS = ["abc", "ab", "a", "bca", "cab", "abc", "b", "ca", "aab", "bb", "cc", "abca", "bac", "ab"]
+PNG_SIG = b"\x89PNG\r\n\x1a\n"
+
+
+def run(*args, stdin: str | bytes | None = None, **kw):
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    env = {k: v for k, v in os.environ.items() if k != "ARENUM_DEBUG"}
+    return subprocess.run([sys.executable, "-m", "arenum.cli", *map(str, args)], input=data, capture_output=True,
+                          env=env, timeout=120, **kw)
+
+
+def ok(*args, **kw) -> str:
+    p = run(*args, **kw)
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stderr == b"", p.stderr.decode()
+    return p.stdout.decode()
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    d = tmp_path_factory.mktemp("wf")
+    (d / "corpus.txt").write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    out = d / "m.npz"
+    ok("fit", d / "corpus.txt", "-o", out, "--order", "3")
+    return out
+
+
+def brute(model: NGramModel, max_len: int = 4) -> list[tuple[str, float]]:
+    """Every string of the ``--max-len`` support (EOS included), most probable first."""
+    strings = ["".join(t) for n in range(max_len) for t in itertools.product("abc", repeat=n)]
+    return sorted(((s, model.logprob(s)) for s in strings), key=lambda x: -x[1])
+
+
+# ------------------------------------------------------------------ 2. caps apply to top / top_k
+def test_top_k_obeys_max_prefixes_at_once():
+    m = NGramModel.fit(CORPUS, order=3)
+    e = m.enumerable(max_prefixes=50)
+    t0 = time.perf_counter()
+    with pytest.raises(BudgetExceeded, match="max_prefixes=50"):
+        e.top_k(10**12)
+    assert time.perf_counter() - t0 < 5 and e.stats["forwards"] <= 200
+    assert e.top_k(3) == m.enumerable().slice(0, 3)  # small K still answers, through the same index
+
+
+def test_cli_top_obeys_max_forwards(model_path):
+    t0 = time.perf_counter()
+    p = run("top", "1000000000000", "-m", model_path, "--max-forwards", "1000")
+    assert p.returncode == 2 and b"--max-forwards 1,000" in p.stderr and p.stdout == b""
+    assert time.perf_counter() - t0 < 30
+
+
+# ------------------------------------------------------------------ 4. one bad string does not abort a batch
+def test_rank_batch_with_bad_strings(model_path):
+    model = NGramModel.load(model_path)
+    bf = brute(model, 4)
+    p = run("rank", "-", "-m", model_path, "--max-len", "4", "--json", stdin="abc\nxyz\n\n   \nabcabc\ncab\n\t\n")
+    assert p.returncode == 1  # some failed
+    recs = [json.loads(ln) for ln in p.stdout.decode().splitlines()]
+    assert [r["string"] for r in recs] == ["abc", "xyz", "abcabc", "cab"]  # blank lines skipped
+    assert "unknown symbol 'x'" in recs[1]["error"] and "past the length cap 4" in recs[2]["error"]
+    for r in (recs[0], recs[3]):
+        assert "error" not in r and r["exact"]
+        assert r["rank"] == sum(1 for _, s in bf if s > model.logprob(r["string"]))
+    err = p.stderr.decode().splitlines()
+    assert len(err) == 2 and all(ln.startswith("arenum: error: ") for ln in err)
+    text = run("rank", "abc", "zz", "-m", model_path)
+    assert text.returncode == 1 and "'zz'" in text.stdout.decode() and "error" in text.stdout.decode()
+    assert "1 of 2 strings failed" in text.stdout.decode()
+    only_bad = run("rank", "zz", "-m", model_path)
+    assert only_bad.returncode == 1 and only_bad.stdout == b"" and b"cannot encode 'zz'" in only_bad.stderr
+
+
+def test_rank_file_skips_blank_lines(tmp_path, model_path):
+    (tmp_path / "t.txt").write_text("abc\n\n  \n\t\ncab\n", encoding="utf-8")
+    recs = [json.loads(ln) for ln in ok("rank", "--file", tmp_path / "t.txt", "-m", model_path, "--json").splitlines()]
+    assert [r["string"] for r in recs] == ["abc", "cab"]
+    (tmp_path / "blank.txt").write_text("\n \n", encoding="utf-8")
+    p = run("rank", "--file", tmp_path / "blank.txt", "-m", model_path)
+    assert p.returncode == 2 and b"at least one string" in p.stderr
+
+
+def test_fit_skips_whitespace_only_lines(tmp_path):
+    (tmp_path / "c.txt").write_text("abc\n   \n\t\nab\n\n", encoding="utf-8")
+    doc = json.loads(ok("fit", tmp_path / "c.txt", "-o", tmp_path / "m.npz", "--order", "2", "--json"))
+    assert doc["n_sequences"] == 2 and doc["skipped"]["blank"] == 3
+    m = NGramModel.load(tmp_path / "m.npz")
+    assert " " not in m.vocab and m.logprob("abc") == NGramModel.fit(["abc", "ab"], order=2).logprob("abc")
+
+
+# ------------------------------------------------------------------ 7. real training data
+def test_weighted_fit_equals_repeated_corpus():
+    items, w = ["abc", "ab", "a b", "bca", "", "xyz"], [3, 1, 2, 5, 1, 2]
+    rep = [s for s, c in zip(items, w) for _ in range(c)]
+    for smoothing in ("kn", "wb", "addk"):
+        for order in (1, 2, 4):
+            a = NGramModel.fit(items, order=order, smoothing=smoothing, weights=w)
+            b = NGramModel.fit(rep, order=order, smoothing=smoothing)
+            assert (a.n_sequences, a.n_tokens) == (b.n_sequences, b.n_tokens) == (14, 38)
+            for s in ("abc", "", "xyz", "cba", "a b", "zz"):
+                assert a.logprob(s) == b.logprob(s)
+    tok = NGramModel.fit([["x", "y"], ["y"]], order=2, weights=[2, 1])
+    assert tok.logprob(["x", "y"]) == NGramModel.fit([["x", "y"], ["x", "y"], ["y"]], order=2).logprob(["x", "y"])
+
+
+@pytest.mark.parametrize("weights,exc,words", [
+    ([1, 2], ValueError, "weights has 2 entries"),
+    ([1, 0, 1], ValueError, r"weights\[1\] must be >= 1"),
+    ([1, 1.5, 1], ValueError, r"weights\[1\] must be an exact integer"),
+    ([1, True, 1], TypeError, r"weights\[1\]"),
+    ("abc", TypeError, "weights must be a sequence"),
+])
+def test_weighted_fit_bad_weights(weights, exc, words):
+    with pytest.raises(exc, match=words):
+        NGramModel.fit(["a", "b", "c"], order=2, weights=weights)
+
+
+def test_parse_weighted_line():
+    assert parse_weighted_line("12\tpass word") == (12, "pass word")
+    assert parse_weighted_line("     7 123456") == (7, "123456")
+    assert parse_weighted_line("3  lead") == (3, " lead")
+    assert parse_weighted_line("password") is None and parse_weighted_line("x\t1") is None
+
+
+def test_fit_weighted_latin1_file_with_dirty_lines(tmp_path):
+    data = ("3\tcaf\xe9\n" "  2 abc\n" "5 a b\n" "garbage\n" "0\tzero\n" "4\t   \n" "   \n").encode("latin-1")
+    (tmp_path / "w.txt").write_bytes(data)
+    p = run("fit", tmp_path / "w.txt", "-o", tmp_path / "m.npz", "--weighted")  # not UTF-8
+    assert p.returncode == 2 and b"not UTF-8" in p.stderr and b"--encoding latin-1" in p.stderr
+    doc = json.loads(ok("fit", tmp_path / "w.txt", "-o", tmp_path / "m.npz", "--weighted", "--encoding", "latin-1",
+                        "--json", "--order", "2"))
+    assert doc["n_sequences"] == 10 and doc["lines_used"] == 3
+    assert doc["skipped"] == {"undecodable": 0, "blank": 2, "malformed": 1, "zero_count": 1}
+    m = NGramModel.load(tmp_path / "m.npz")
+    ref = NGramModel.fit(["café", "abc", "a b"], order=2, weights=[3, 2, 5])
+    assert "é" in m.vocab and m.logprob("café") == ref.logprob("café")
+    text = ok("fit", tmp_path / "w.txt", "-o", tmp_path / "m2.npz", "--weighted", "--errors", "skip")
+    assert "1 undecodable" in text and "2 blank" in text and "1 count 0" in text
+    assert "é" not in NGramModel.load(tmp_path / "m2.npz").vocab
+    doc = json.loads(ok("fit", tmp_path / "w.txt", "-o", tmp_path / "m3.npz", "--weighted", "--errors", "replace",
+                        "--json"))
+    assert doc["replaced"] == 1 and "\ufffd" in NGramModel.load(tmp_path / "m3.npz").vocab
+
+
+# ------------------------------------------------------------------ 8. the guess stream
+def test_guesses_stream_in_exact_order(model_path):
+    model = NGramModel.load(model_path)
+    bf = brute(model, 4)
+    out = ok("guesses", model_path, "--max-len", "4")
+    assert out.split("\n")[:-1] == [s for s, _ in bf]  # raw, one per line, every one, exact order
+    out = ok("guesses", "-m", model_path, "--max-len", "4", "--start", "5", "--count", "7")
+    assert out.split("\n")[:-1] == [s for s, _ in bf[5:12]]
+    p = run("guesses", model_path, "-m", model_path)
+    assert p.returncode == 2 and b"give the model once" in p.stderr
+
+
+def test_guesses_head_returns_at_once_and_quietly(tmp_path):
+    """A big support streamed into a reader that stops after 3 lines: it returns at once, status 0,
+    nothing on stderr (the reader going away is not an error)."""
+    (tmp_path / "c.txt").write_text("\n".join(["password", "dragon", "monkey", "123456", "qwerty"]) + "\n")
+    ok("fit", tmp_path / "c.txt", "-o", tmp_path / "m.npz", "--order", "2")
+    t0 = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-m", "arenum.cli", "guesses", str(tmp_path / "m.npz")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lines = [p.stdout.readline() for _ in range(3)]
+    p.stdout.close()
+    rc = p.wait(timeout=60)
+    assert time.perf_counter() - t0 < 30 and all(ln.endswith(b"\n") for ln in lines)
+    assert rc == 0 and p.stderr.read() == b""
+    p.stderr.close()
+
+
+def test_slice_jsonl(model_path):
+    model = NGramModel.load(model_path)
+    bf = brute(model, 4)
+    recs = [json.loads(ln) for ln in ok("slice", "2", "5", "-m", model_path, "--max-len", "4", "--jsonl").splitlines()]
+    assert [(r["rank"], r["sequence"]) for r in recs] == [(2 + j, s) for j, (s, _) in enumerate(bf[2:7])]
+    assert all(r["exact"] and r["command"] == "slice" for r in recs)
+    assert [r["log_prob"] for r in recs] == pytest.approx([lp for _, lp in bf[2:7]], abs=1e-12)
+
+
+# ------------------------------------------------------------------ 6. the guessing curve of a test set
+def _test_set():
+    return ["abc", "ab", "abc", "cab", "ccc", "zz", "a", "bbb", "cba"]
+
+
+def test_guessing_curve_exact_against_brute_force():
+    model = NGramModel.fit(CORPUS, order=3)
+    e = model.enumerable(max_len=4)
+    bf = brute(model, 4)
+    rank = {s: sum(1 for _, x in bf if x > lp) for s, lp in bf}
+    test = _test_set()
+    seqs = [model.encode(s) if set(s) <= set("abc") else None for s in test]
+    cur = guessing_curve(e, seqs, labels=test, name="m")
+    assert isinstance(cur, GuessCurve) and cur.n == len(test) and cur.unrankable == 1 and len(cur.items) == 8
+    for g in (1, 2, 3, 5, 10, 20, 39, 40, 1e6):
+        want = sum(1 for s in test if s in rank and rank[s] + 1 <= g) / len(test)
+        p = cur.at(g)
+        assert p.exact and p.fraction == p.lo == p.hi == pytest.approx(want, abs=1e-15), g
+    assert [p.guesses for p in cur.decades(1000)] == [1, 10, 100, 1000]
+    assert math.isinf(cur.exact_until())
+    doc = cur.as_dict(100)
+    assert doc["lines"] == 9 and doc["unrankable"] == 1 and "error" in doc["items"][4]
+    assert json.dumps(doc, allow_nan=True)
+
+
+def test_guessing_curve_past_the_cap_is_flagged_and_bounded():
+    model = NGramModel.fit(CORPUS, order=3)
+    full = model.enumerable(max_len=6)
+    capped = model.enumerable(max_len=6, max_prefixes=30)
+    strings = ["".join(t) for n in range(6) for t in itertools.product("abc", repeat=n)]
+    scores = {s: model.logprob(s) for s in strings}
+    rank = {s: sum(1 for x in scores.values() if x > lp) for s, lp in scores.items()}
+    test = ["abc", "ab", "ccccc", "bacba", "cabca", "a"]
+    seqs = [model.encode(s) for s in test]
+    exact = guessing_curve(full, seqs, labels=test)
+    cur = guessing_curve(capped, seqs, labels=test, samples=2000, seed=1)
+    assert any(not it.exact for it in cur.items) and any(it.exact for it in cur.items)
+    for it in cur.items:
+        true = rank[it.label]
+        assert it.cert_lo <= true <= it.cert_hi  # certified
+        assert it.rank_lo <= it.rank <= it.rank_hi and it.cert_lo <= it.rank_lo and it.rank_hi <= it.cert_hi
+        if not it.exact:
+            assert it.method != "exact"
+    assert cur.exact_until() < math.inf
+    for g in np.logspace(0, 4, 30):
+        p, q = cur.at(g), exact.at(g)
+        if p.exact:
+            assert p.fraction == q.fraction
+        assert p.lo <= p.fraction <= p.hi
+
+
+def test_cli_eval_two_models(tmp_path, model_path):
+    (tmp_path / "test.txt").write_text("\n".join(_test_set()) + "\n\n", encoding="utf-8")
+    ok("fit", tmp_path / "test.txt", "-o", tmp_path / "m2.npz", "--order", "2")
+    png, csv_path = tmp_path / "curve.png", tmp_path / "curve.csv"
+    doc = json.loads(ok("eval", model_path, tmp_path / "test.txt", tmp_path / "m2.npz", "--max-len", "4",
+                        "-o", png, "--csv", csv_path, "--max-guesses", "1000", "--json"))
+    assert doc["lines"] == 9 and doc["blank_skipped"] == 1 and len(doc["models"]) == 2
+    model = NGramModel.load(model_path)
+    bf = brute(model, 4)
+    rank = {s: sum(1 for _, x in bf if x > lp) for s, lp in bf}
+    d0 = doc["models"][0]
+    assert d0["unrankable"] == 1 and [p["guesses"] for p in d0["decades"]] == [1, 10, 100, 1000]
+    for p in d0["decades"]:
+        assert p["exact"] and p["fraction"] == sum(1 for s in _test_set() if s in rank and rank[s] < p["guesses"]) / 9
+    assert png.read_bytes()[:8] == PNG_SIG and png.stat().st_size > 5000
+    rows = csv_path.read_text().splitlines()
+    assert rows[0] == "model,guesses,fraction,lo,hi,exact" and len(rows) > 40
+    text = ok("eval", model_path, tmp_path / "test.txt", "--max-len", "4", "--max-guesses", "100")
+    assert "guesses" in text and "100" in text and "unrankable" in text
+    p = run("eval", model_path)
+    assert p.returncode == 2 and b"the following arguments are required: TEST" in p.stderr
+
+
+# ------------------------------------------------------------------ 10. version and help
+def test_version_and_help_examples():
+    out = ok("--version")
+    assert out.startswith("arenum ")
+    for cmd in ("fit", "rank", "guesses", "eval", "threshold", "slice"):
+        h = ok(cmd, "--help")
+        assert "examples:" in h and f"arenum {cmd}" in h, cmd
+    h = ok("threshold", "--help")
+    assert "1-based position" in h
+
+
+def test_progress_shows_target_budget_and_eta():
+    import io
+
+    from arenum import cli
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    s = Tty()
+    bar = cli.common._LineBar(s, delay=0.0)
+    d = {"forwards": 1000, "prefixes": 1000, "level": 3, "level_done": 5, "level_todo": 10, "keep_bits": 22.5,
+         "target_bits": 20.5, "known_prefixes": 50_000}
+    bar(d)
+    time.sleep(0.35)
+    bar({**d, "forwards": 11_000, "prefixes": 11_000})
+    out = s.getvalue()
+    assert "target budget 20.5 bits" in out and ">= 50,000 prefixes" in out and "ETA " in out
+    bar.close()
+    # the tree reports the budget it is heading for
+    m = NGramModel.fit(CORPUS * 50, order=3)
+    seen = []
+    e = m.enumerable(max_len=8, progress=seen.append)
+    e.count(-12.0)
+    assert seen and all(x["target_bits"] == pytest.approx(12.0 / math.log(2)) for x in seen)
+    assert all(x["known_prefixes"] >= 1 for x in seen)
+
+
+# ------------------------------------------------------------------ 3. position queries provably past the cap fail early
+@pytest.mark.parametrize("term", [False, True])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_position_floor_is_a_lower_bound(term, seed):
+    """Whatever the tree has seen, position_floor(n) never exceeds the forwards n positions really need."""
+    from arenum import AutoregressiveEnumerable
+    from arenum.budget import position_floor
+    from arenum.testing import RandomModel
+
+    m = RandomModel(5, seed=seed, eos=0 if term else None, eos_boost=1.5)
+    L = 6
+    probe = AutoregressiveEnumerable(m, max_len=L, eos=0 if term else None)
+    total = len(probe.slice(0, 10**9))
+    full_forwards = probe.stats["forwards"]
+    for n in (2, 10, 50, 300, total, total + 1, 10**6):
+        fresh = AutoregressiveEnumerable(m, max_len=L, eos=0 if term else None)
+        fresh.slice(0, n)
+        need = fresh.stats["forwards"]
+        tree = probe.seek_index().tree  # everything seen: the strongest the bound gets
+        floor = position_floor(n, terminating=term, known_prefixes=tree.known_prefixes)
+        assert floor <= need <= full_forwards, (n, floor, need)
+
+
+def test_position_query_past_the_cap_fails_early_naming_the_fix():
+    from arenum import AutoregressiveEnumerable
+    from arenum.testing import RandomModel
+
+    m = RandomModel(12, seed=4, eos=0, eos_boost=1.0)
+    e = AutoregressiveEnumerable(m, max_len=8, eos=0, max_prefixes=2000)
+    with pytest.raises(BudgetExceeded) as ex:
+        e.unrank(10**20)
+    msg = str(ex.value)
+    assert "max_prefixes=2,000" in msg and "exact_limit" in msg and "--max-forwards" in msg
+    assert e.stats["forwards"] <= 2000
+    # the same query with an estimate allowed answers
+    est = AutoregressiveEnumerable(m, max_len=8, eos=0, max_prefixes=2000, exact_limit=2000, estimate_samples=500)
+    r = est.threshold(10**6)
+    assert not r.exact and r.method != "exact"
+
+
+def test_cli_budget_errors_name_both_options(model_path):
+    for args in (["threshold", "1e30"], ["unrank", "99999999999999999999"], ["count", "--bits", "40"]):
+        p = run(*args, "-m", model_path, "--max-forwards", "20", "--max-len", "12")
+        err = p.stderr.decode()
+        if args[0] in ("count", "threshold"):
+            assert p.returncode == 0  # an n-gram's count and threshold are certified brackets past the cap
+            continue
+        assert p.returncode == 2 and "--max-forwards 20" in err and "--exact-limit" in err, err
+        assert "max_prefixes (command line" not in err  # the API hint is not repeated on the command line
+
+
+# ------------------------------------------------------------------ 9. plot: marks
+def test_plot_labels_never_overprint(tmp_path):
+    from arenum import plot
+
+    m = NGramModel.fit(CORPUS, order=2)
+    e = m.enumerable(max_len=6)
+    ex = plot.exact_curve(e, 200, 12)
+    marks = []
+    for s in ["ab", "abc", "ba", "bc", "ca", "cab", "a", "b", "c"]:  # close together: labels would collide
+        r = e.rank(m.encode(s))
+        marks.append(plot.Mark(s, r.log_prob, r.rank_lo, r.rank_hi, r.cumulative_lo, r.cumulative_hi))
+    from matplotlib.text import Text
+
+    fig = plot.draw_curves(ex, None, marks)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for axis in fig.axes:
+        boxes = [Text.get_window_extent(t, renderer) for t in axis.texts]
+        assert len(boxes) == len(marks)
+        for i, j in itertools.combinations(range(len(boxes)), 2):
+            assert not boxes[i].overlaps(boxes[j]), (axis.get_title(), axis.texts[i].get_text(), axis.texts[j].get_text())
+    plot.save_png(fig, tmp_path / "marks.png")
+
+
+def test_plot_deep_mark_is_estimated_not_built(tmp_path, model_path):
+    pytest.importorskip("matplotlib")
+    common = ("-m", model_path, "--max-len", "10", "--max-rank", "30", "--points", "6", "--samples", "800")
+    plain = json.loads(ok("plot", *common, "-o", tmp_path / "a.png", "--json"))
+    deep = json.loads(ok("plot", *common, "-o", tmp_path / "b.png", "--mark", "ccccccccc", "--mark", "ab", "--json"))
+    mk = {d["string"]: d for d in deep["marks"]}
+    assert mk["ab"]["exact"] and not mk["ccccccccc"]["exact"] and mk["ccccccccc"]["confidence"] == 0.95
+    assert deep["forwards_total"] <= plain["forwards_total"] + 9 * 800  # the draws only, no deeper exact build
+    assert any("estimated" in n for n in deep["notes"])
+    assert all(p["mass"] is not None and p["mass_lo"] <= p["mass"] <= p["mass_hi"] for p in deep["estimated"])
+    exact = json.loads(ok("plot", *common, "-o", tmp_path / "c.png", "--mark", "ccccc", "--exact-marks", "--json"))
+    assert exact["marks"][0]["exact"] and any("deepened the exact build" in n for n in exact["notes"])
+
+
+def test_guessing_curve_with_exact_limit_estimates_keeps_certified_ends():
+    model = NGramModel.fit(CORPUS, order=3)
+    strings = ["".join(t) for n in range(6) for t in itertools.product("abc", repeat=n)]
+    scores = {s: model.logprob(s) for s in strings}
+    rank = {s: sum(1 for x in scores.values() if x > lp) for s, lp in scores.items()}
+    # without its finite-state tables (which would certify every rank), the estimate path
+    e = model.enumerable(max_len=6, exact_limit=30, estimate_samples=2000, finite_state=None)
+    test = ["abc", "ab", "ccccc", "bacba", "cabca", "a"]
+    cur = guessing_curve(e, [model.encode(s) for s in test], labels=test)
+    assert any(it.method.startswith("monte_carlo") for it in cur.items)
+    for it in cur.items:
+        assert it.cert_lo <= rank[it.label] <= it.cert_hi
+        assert it.cert_lo <= it.rank_lo <= it.rank <= it.rank_hi <= it.cert_hi
+    for g in (1, 3, 10, 30):
+        p = cur.at(g)
+        truth = sum(1 for s in test if rank[s] + 1 <= g) / len(test)
+        if p.exact:
+            assert p.fraction == truth
+
+
+def test_guesses_in_latin1(tmp_path):
+    (tmp_path / "c.txt").write_bytes("caf\xe9\nab\n\u0101b\n".encode("utf-8"))
+    ok("fit", tmp_path / "c.txt", "-o", tmp_path / "m.npz", "--order", "2")
+    model = NGramModel.load(tmp_path / "m.npz")
+    want = [model.decode(s) for s, _ in model.enumerable(max_len=4).slice(0, 10**6)]
+    p = run("guesses", tmp_path / "m.npz", "--max-len", "4", "--encoding", "latin-1")
+    assert p.returncode == 0
+    got = p.stdout.split(b"\n")[:-1]
+    keep = [s for s in want if "\u0101" not in s]
+    assert got == [s.encode("latin-1") for s in keep] and b"\xe9" in got and len(keep) < len(want)
+    assert p.stderr.decode() == f"arenum: note: {len(want) - len(keep):,} candidates left out: not encodable in latin-1\n"
+
+
+# ------------------------------------------------------------------ 11. set-up
+def test_make_refuses_old_python_before_anything(tmp_path):
+    """``make demo`` with a Python older than 3.11 stops at the check: no venv, nothing downloaded."""
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shutil.copy(os.path.join(root, "Makefile"), tmp_path / "Makefile")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.version_info = (3, 10, 4, 'final', 0)\n")
+    fake = tmp_path / "python3.10"
+    fake.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    fake.chmod(0o755)
+    for target in ("demo", "test"):
+        p = subprocess.run(["make", "-C", str(tmp_path), target, f"PY={fake}"], capture_output=True, timeout=60)
+        err = p.stderr.decode()
+        assert p.returncode != 0 and "arenum needs Python >= 3.11" in err and "is 3.10" in err, err
+        assert not (tmp_path / ".venv").exists()
+    ok_ = subprocess.run(["make", "-C", str(tmp_path), "check-python", f"PY={sys.executable}"], capture_output=True)
+    assert ok_.returncode == 0
+    # the demo's extra holds only what the demo needs: no torch, no transformers
+    text = open(os.path.join(root, "pyproject.toml")).read()
+    demo = next(ln for ln in text.splitlines() if ln.startswith("demo = "))
+    assert "torch" not in demo and "transformers" not in demo and "matplotlib" in demo
