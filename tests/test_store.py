@@ -335,3 +335,65 @@ def test_a_full_disk_mid_build_commits_nothing_and_the_build_resumes(tmp_path, m
     # forwards lost to failed writes were paid again, but every saved prefix once
     assert ar2.stats["store_forwards"] == clean.stats["forwards"]
     ar2.close()
+
+
+# ------------------------------------------------------------------ the command line
+def _cli(*args, timeout=120):
+    env = {k: v for k, v in os.environ.items() if k != "ARENUM_DEBUG"}
+    return subprocess.run([sys.executable, "-m", "arenum.cli", *map(str, args)], capture_output=True, env=env,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def pw_model(tmp_path_factory):
+    from arenum.models.ngram import NGramModel
+
+    d = tmp_path_factory.mktemp("cli-store")
+    words = ["password", "letmein", "dragon", "monkey", "pass", "word", "shadow", "master", "abc123"] * 2
+    NGramModel.fit(words, order=3).save(d / "pw.npz")
+    return d / "pw.npz"
+
+
+def test_cli_build_is_resumable_and_queries_answer_from_the_store(tmp_path, pw_model):
+    st = tmp_path / "st"
+    p = _cli("build", "-m", pw_model, "--budget", "2e4", "--store", st, "--json", "-q")
+    assert p.returncode == 0, p.stderr.decode()
+    first = json.loads(p.stdout)
+    assert first["forwards"] > 0 and not first["resumed"]
+    p = _cli("build", "-m", pw_model, "--budget", "2e4", "--store", st, "--json", "-q")
+    again = json.loads(p.stdout)
+    assert again["forwards"] == 0 and again["resumed"] and again["threshold_log_prob"] == first["threshold_log_prob"]
+    p = _cli("rank", "dragon", "shadow", "-m", pw_model, "--store", st, "--json", "-q")
+    assert p.returncode == 0
+    rows = [json.loads(x) for x in p.stdout.decode().splitlines()]
+    plain = [json.loads(x) for x in _cli("rank", "dragon", "shadow", "-m", pw_model, "--json", "-q").stdout.decode().splitlines()]
+    assert [r["rank"] for r in rows] == [r["rank"] for r in plain]
+    assert all(r["forwards"] == 0 for r in rows)
+    info = _cli("info", st)
+    assert info.returncode == 0 and "ngram:" in info.stdout.decode() and "prefixes" in info.stdout.decode()
+    assert json.loads(_cli("info", st, "--json").stdout)["forwards"] == first["forwards"]
+    bad = _cli("count", "-m", pw_model, "--bits", "5", "--max-len", "6", "--store", st)
+    err = bad.stderr.decode()
+    assert bad.returncode == 2 and "max_len" in err and err.count("\n") == 1
+    assert _cli("info", tmp_path).returncode == 2  # not a store: one line
+
+
+def test_cli_build_killed_then_rerun_resumes(tmp_path, pw_model):
+    st = tmp_path / "st"
+    clean = json.loads(_cli("build", "-m", pw_model, "--budget", "3e5", "--store", tmp_path / "clean", "--json",
+                            "-q").stdout)
+    env = {k: v for k, v in os.environ.items() if k != "ARENUM_DEBUG"}
+    proc = subprocess.Popen([sys.executable, "-m", "arenum.cli", "build", "-m", str(pw_model), "--budget", "3e5",
+                             "--store", str(st), "-q"], env=env)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (st / "manifest.json").exists():
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    p = _cli("build", "-m", pw_model, "--budget", "3e5", "--store", st, "--json", "-q")
+    assert p.returncode == 0, p.stderr.decode()
+    r = json.loads(p.stdout)
+    assert r["threshold_log_prob"] == clean["threshold_log_prob"]
+    assert r["forwards_before"] + r["forwards"] == r["store_forwards"]
+    assert r["store_forwards"] <= clean["forwards"] * 1.01 + 1024

@@ -44,7 +44,7 @@ __all__ = ["main", "build_parser", "demo_model_path", "fit_demo_model", "make_pr
 
 
 def _run(args: argparse.Namespace) -> Output:
-    if args.command in ("fit", "demo", "eval"):
+    if args.command in ("fit", "demo", "eval", "info"):
         return args.run(args)
     if args.command == "guesses":
         if args.model is not None and args.model_pos is not None:
@@ -60,6 +60,7 @@ def _run(args: argparse.Namespace) -> Output:
     finally:
         if bar is not None:
             bar.close()
+        m.enum.close()  # a store: snapshot and release its lock
 
 
 def _emit(out: Output, as_json: bool) -> None:

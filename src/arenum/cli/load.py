@@ -25,13 +25,16 @@ class Loaded:
 
 
 def _estimate_kwargs(args: argparse.Namespace | None) -> dict:
-    """Enumerable keywords for estimates past ``--exact-limit`` (none when it is not given)."""
-    if args is None or getattr(args, "exact_limit", None) is None:
+    """Enumerable keywords for estimates past ``--exact-limit`` and for ``--store``."""
+    if args is None:
         return {}
+    store = {"store": args.store} if getattr(args, "store", None) else {}
+    if getattr(args, "exact_limit", None) is None:
+        return store
     if args.confidence >= 1.0:
         raise CLIError(f"--confidence must be < 1, got {args.confidence:g}")
     return {"exact_limit": args.exact_limit, "estimate_samples": args.samples, "estimate_seed": args.seed,
-            "confidence": args.confidence}
+            "confidence": args.confidence, **store}
 
 
 def ngram_loaded(model: Any, name: str, *, max_len: int | None, eos: Any, max_forwards: int,

@@ -7,6 +7,7 @@ import sys
 from typing import Callable
 
 from .common import DEFAULT_MAX_FORWARDS
+from .storecmd import cmd_build, cmd_info
 from .commands import (
     cmd_fit,
     cmd_count,
@@ -107,6 +108,9 @@ EXAMPLES = {
     "nucleus": ["arenum nucleus 0.5 -m pw4.npz"],
     "plot": ["arenum plot -m pw4.npz -o curve.png --mark password1 --mark iloveyou2"],
     "demo": ["arenum demo", "arenum demo --json -o demo.png"],
+    "build": ["arenum build -m pw4.npz --budget 1e8 --store pw4.store",
+              "arenum rank password1 -m pw4.npz --store pw4.store   # answers from the store"],
+    "info": ["arenum info pw4.store", "arenum info pw4.store --json"],
 }
 
 
@@ -137,6 +141,9 @@ def _model_opts(model: str) -> argparse.ArgumentParser:
                    help="'auto' (default): sequences end with the model's EOS; 'none': fixed length "
                         "--max-len; an integer: that token id ends sequences (hf models)")
     g.add_argument("--prompt", metavar="TEXT", help="hf models: the text every sequence continues")
+    g.add_argument("--store", metavar="DIR",
+                   help="keep the exact tree in DIR: later runs answer from it without re-scoring, deeper "
+                        "queries extend it, a killed build resumes (see 'arenum build', 'arenum info')")
     g.add_argument("--max-forwards", type=_int_type("--max-forwards", 1), default=DEFAULT_MAX_FORWARDS,
                    metavar="N", help=f"cap on model evaluations for exact answers; past it answers are "
                                      f"brackets or errors (default {DEFAULT_MAX_FORWARDS:,})")
@@ -205,6 +212,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = add("count", [thr_opts, model_opts, out_opts], "how many sequences have log p >= X (exact)")
     c.set_defaults(run=cmd_count)
+
+    c = add("build", [model_opts, out_opts], "build the exact index of the BUDGET most likely sequences into a "
+            "store (resumable: run it again after a crash)")
+    c.add_argument("--budget", type=_int_type("--budget", 1), required=True, metavar="N",
+                   help="sequences to index (1e8 is accepted)")
+    c.set_defaults(run=cmd_build)
+
+    c = add("info", [out_opts], "describe a store: settings, model fingerprint, budget built, size")
+    c.add_argument("store_dir", metavar="DIR", help="the store's folder")
+    c.set_defaults(run=cmd_info)
 
     c = add("threshold", [model_opts, out_opts], "log-prob of the K-th most likely sequence (1-based), and the sequence")
     c.add_argument("k", type=_int_type("K", 1), metavar="K", help="1-based position (guess number); 1e6 is accepted")
