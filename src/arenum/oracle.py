@@ -35,8 +35,8 @@ from .tables import (
     build_heads,
     check_cardinality,
     collect_rows,
-    dense_heads,
     parse_dense_batch,
+    parse_dense_heads,
     parse_heads,
     parse_table,
     rows_of_dense,
@@ -217,8 +217,9 @@ class StepOracle:
         self.stats.parse_seconds += time.perf_counter() - t1
         return out
 
-    def _call_batch(self, prefixes: list[tuple]) -> Any:
-        """One batched call: a validated ``(rows, column ids)`` dense pair or a list of tables."""
+    def _call_batch(self, prefixes: list[tuple], floors: np.ndarray | None = None) -> Any:
+        """One batched call: a validated ``(rows, column ids)`` dense pair or a list of tables; with
+        ``floors``, a dense result comes back as its cut heads ``(row, ids, lps)`` (one sweep)."""
         assert self._batch is not None
         t0 = time.perf_counter()
         raw = self._batch(list(prefixes))
@@ -228,7 +229,12 @@ class StepOracle:
         self.stats.batch_calls += 1
         check_cardinality("batch_next_logprobs", raw, len(prefixes), "for a batch of {n} prefixes", "prefix")
         if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype.kind == "f":
-            out: Any = self._parse_dense_batch(raw, prefixes)
+            if floors is not None:
+                out: Any = parse_dense_heads(raw, prefixes, floors, intern=self.token_id, int_tokens=self._int_tokens,
+                                             token=self.token, norm_tol=self.norm_tol, scratch=self._scratch)
+                out = (*out, raw.shape[1])
+            else:
+                out = self._parse_dense_batch(raw, prefixes)
         else:
             out = [self._parse_one(r, p) for r, p in zip(raw, prefixes)]
         self.stats.parse_seconds += time.perf_counter() - t1
@@ -280,12 +286,14 @@ class StepOracle:
             bs = self.batch_size
             for a in range(0, len(todo), bs):
                 chunk = np.array(todo[a : a + bs], np.int64)
-                res = self._call_batch([prefixes[i] for i in chunk])
+                res = self._call_batch([prefixes[i] for i in chunk], floors[chunk])
                 t0 = time.perf_counter()
                 if isinstance(res, tuple):
-                    arr, ids_all = res
-                    dense_heads(arr, ids_all, chunk, floors[chunk], parts_row, parts_ids, parts_lp)
-                    full[chunk] = arr.shape[1]  # -inf entries count as present: at worst a needless re-score
+                    r, ids, lps, V = res  # whole rows, each sorted, in order
+                    parts_row.append(chunk[r])
+                    parts_ids.append(ids)
+                    parts_lp.append(lps)
+                    full[chunk] = V  # -inf entries count as present: at worst a needless re-score
                 else:
                     presorted = False
                     collect_rows(res, chunk, floors, parts_row, parts_ids, parts_lp, full)
