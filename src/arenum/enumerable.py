@@ -28,6 +28,7 @@ from .answers import Answers
 from .best_first import best_first
 from .count_index import CountIndex, build_count_index
 
+from .finite_state import FiniteStateTables
 from .oracle import NORM_TOL, StepOracle
 from .quantize import Quantizer
 from .estimate import INTERVALS, ExactHead, Interval, MonteCarloEstimator
@@ -91,6 +92,9 @@ class AutoregressiveEnumerable:
     first estimate deepens the exact head as far as ``exact_limit`` allows, then draws
     ``estimate_samples`` sequences from the tail beyond it (seeded by ``estimate_seed``), once; every
     later estimate reuses them. See :meth:`monte_carlo` and ``docs/estimates.md``.
+    ``finite_state``: the model's :class:`arenum.finite_state.FiniteStateTables` (or a callable
+    returning them, called when first needed) for certified brackets past the exact budget
+    (``docs/certified.md``); ``NGramModel.enumerable()`` passes its own.
 
     >>> import math
     >>> def model(prefix):  # two tokens, p(0) = 0.75
@@ -126,6 +130,7 @@ class AutoregressiveEnumerable:
         estimate_samples: int = 10_000,
         estimate_seed: int | None = 0,
         confidence: float = 0.95,
+        finite_state: FiniteStateTables | Callable[[], FiniteStateTables] | None = None,
     ) -> None:
         if not callable(next_logprobs):
             raise TypeError(f"next_logprobs must be callable, got {type(next_logprobs).__name__}")
@@ -168,8 +173,25 @@ class AutoregressiveEnumerable:
         self.progress = progress
         self._seek: SeekIndex | None = None
         self._answers_obj: Answers | None = None
+        if finite_state is not None and not (callable(finite_state) or isinstance(finite_state, FiniteStateTables)):
+            raise TypeError(f"finite_state must be FiniteStateTables, a callable or None, got {type(finite_state).__name__}")
+        self._finite_state, self._finite_state_ok = finite_state, False
 
     # ------------------------------------------------------------------ plumbing
+    @locked
+    def finite_state_tables(self) -> FiniteStateTables | None:
+        """The model's finite-state tables (``finite_state=``; a callable is called once), validated; else None."""
+        fs = self._finite_state
+        if fs is None or self._finite_state_ok:
+            return fs
+        if not isinstance(fs, FiniteStateTables):
+            fs = fs()
+            if not isinstance(fs, FiniteStateTables):
+                raise TypeError(f"finite_state() must return FiniteStateTables, got {type(fs).__name__}")
+        self._finite_state = fs.validate(norm_tol=self.settings.norm_tol)
+        self._finite_state_ok = True
+        return fs
+
     @property
     def progress(self) -> Callable[[dict], None] | None:
         """Callback receiving ``{"prefixes", "forwards", "level", "level_done", "level_todo",

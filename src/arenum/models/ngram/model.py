@@ -19,6 +19,7 @@ from ..._validate import exact_int
 from .cache import RowCache
 from .fit import check_params, fit_tables
 from .io import load_model, save_model
+from .states import ngram_finite_state
 from .tables import CountTables
 
 __all__ = ["NGramModel"]
@@ -94,6 +95,7 @@ class NGramModel:
         if cache_size is None:
             cache_size = int(min(1 << 16, max(256, (1 << 27) // (8 * self._V))))
         self._cache = RowCache(self._tables, cache_size)
+        self._finite_state = None
 
     # ------------------------------------------------------------------------------ properties
     @property
@@ -326,6 +328,17 @@ class NGramModel:
         """Natural-log probability of a string or token sequence (EOS included if ``eos``)."""
         return float(self.score_sequences([self.encode(text_or_tokens, eos=eos)])[0])
 
+    def finite_state(self) -> Any:
+        """The model's :class:`arenum.finite_state.FiniteStateTables` (computed once, cached).
+
+        A state is the longest suffix of the BOS-padded context observed in training (reachable
+        states only); its row is bit-identical to :meth:`next_logprobs` of every prefix in it, for
+        every smoothing (``docs/certified.md`` has the proof). Memory: ``12 * S * V`` bytes.
+        """
+        if self._finite_state is None:
+            self._finite_state = ngram_finite_state(self._tables, eos=self._eos)
+        return self._finite_state
+
     def enumerable(self, *, max_len: int | None = None, terminating: bool = True, **kwargs: Any):
         """An :class:`arenum.AutoregressiveEnumerable` over this model's sequences.
 
@@ -349,7 +362,7 @@ class NGramModel:
             batch_next_logprobs=self.batch_next_logprobs,
             batch_score_sequences=self.score_sequences,
             all_position_logprobs=self.all_position_logprobs,
-            **kwargs,
+            **{"finite_state": self.finite_state, **kwargs},
         )
 
     # -------------------------------------------------------------------------- save / load
