@@ -36,6 +36,7 @@ from .results import (
     CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult, SequenceList,
     SequenceResult, ThresholdResult,
 )
+from .draws import FiniteStateSampler
 from .sampling import ARSampler, draw_samples
 from .seek import INDEX_BYTES_PER_SEQUENCE, Limits, SeekIndex
 from .settings import Settings
@@ -151,6 +152,7 @@ class AutoregressiveEnumerable:
         self.estimate_samples, self.estimate_seed = cfg.estimate_samples, cfg.estimate_seed
         self._limits = cfg.limits()
         self._mc: dict[tuple, MonteCarloEstimator] = {}
+        self._fs_sampler: FiniteStateSampler | None = None
         self._envelopes: dict[tuple, Any] = {}
         self._oracle = StepOracle(
             next_logprobs,
@@ -522,10 +524,23 @@ class AutoregressiveEnumerable:
             self._oracle, n, self.support, seed=seed,
             tree=self._tree if h is not None else None, head_T=h.T if h is not None else math.inf,
             head_count=h.count if h is not None else 0,
+            finite_state=self._state_sampler() if h is None else None,
         )
         est = MonteCarloEstimator(samples, confidence=self.confidence, interval=interval, head=h)
         self._mc[key] = est
         return est
+
+    def _state_sampler(self) -> FiniteStateSampler | None:
+        """Cumulative step tables by state for plain draws (built once), when the model gave
+        finite-state tables that fit this support (``docs/estimates.md``)."""
+        if self._fs_sampler is None:
+            fs = self.finite_state_tables()
+            term = self.support.eos_id is not None
+            if fs is None or (term and (fs.eos is None or not self._oracle.int_mode
+                                        or fs.eos != self.support.eos_id)):
+                return None
+            self._fs_sampler = FiniteStateSampler.build(fs, term, self.support.eos_id)
+        return self._fs_sampler
 
     @locked
     def envelope_index(self, *, n_paths: int = 64, seed: int | None = 0,

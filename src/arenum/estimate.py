@@ -69,11 +69,12 @@ def _z(confidence: float) -> float:
     return NormalDist().inv_cdf(0.5 + confidence / 2.0)
 
 
-def _mean_se(w: np.ndarray, n: int) -> tuple[float, float]:
-    m = float(w.sum()) / n
+def _mean_se_sums(s1: float, s2: float, n: int) -> tuple[float, float]:
+    """:func:`_mean_se` from the sums of the weights and of their squares."""
+    m = s1 / n
     if n < 2:
         return m, math.inf
-    var = (float((w * w).sum()) - n * m * m) / (n - 1)
+    var = (s2 - n * m * m) / (n - 1)
     return m, math.sqrt(max(var, 0.0) / n)
 
 
@@ -157,6 +158,20 @@ class MonteCarloEstimator:
         order = np.argsort(-np.where(ok, s.score, -math.inf), kind="stable")
         self._order = order[ok[order]]  # complete draws by descending score
         self._sorted = s.score[self._order]
+        self._neg = -self._sorted  # ascending: searched by every query
+        # every query's region is a run of that order (scores in [t, top)): prefix sums answer it
+        # in O(log n). Copies of one sequence share its score, hence lie in one run together; a
+        # draw counts as distinct where its key first appears in the order.
+        w, r = self._w[self._order], self._r[self._order]
+        zero = np.zeros(1)
+        self._cw, self._cw2, self._cr, self._cr2 = (np.concatenate((zero, np.cumsum(x))) for x in (w, w * w, r, r * r))
+        self._rbar = float(self._r.sum()) / samples.n
+        keys = s.keys[self._order] if s.keys is not None else np.array(
+            [hash(s.seqs[i]) for i in self._order.tolist()], np.int64)
+        first = np.zeros(keys.shape[0], np.int64)
+        first[np.unique(keys, return_index=True)[1]] = 1
+        self._cdistinct = np.concatenate(([0], np.cumsum(first)))
+        self._r_median = float(np.median(self._r[ok])) if ok.any() else 1.0
 
     @property
     def method(self) -> str:
@@ -174,10 +189,16 @@ class MonteCarloEstimator:
             return h
         return None  # plain draws are never combined with a head (that can raise the variance)
 
-    def _region(self, lo: float, strict: bool, hi: float) -> np.ndarray:
-        s = self.samples.score
-        above = s > lo if strict else s >= lo
-        return self.samples.complete & above & (s < hi)
+    def _region(self, lo: float, strict: bool, hi: float) -> tuple[int, int]:
+        """``[a, b)`` in the descending order of complete draws: the draws with ``lo <= s < hi``
+        (``lo < s`` when ``strict``)."""
+        neg = self._neg
+        a = int(np.searchsorted(neg, -hi, side="right"))
+        b = int(np.searchsorted(neg, -lo, side="left" if strict else "right"))
+        return a, max(a, b)
+
+    def _sums(self, c: np.ndarray, a: int, b: int) -> float:
+        return float(c[b] - c[a])
 
     def _extra(self, head: ExactHead | None, hits: int) -> dict[str, Any]:
         return {"hits": hits, "interval": self.interval, "head_count": head.count if head else 0,
@@ -192,8 +213,9 @@ class MonteCarloEstimator:
         f = 1.0 if self.samples.head_T == math.inf else max(0.0, 1.0 - self.samples.head_mass) * (1 + 1e-9)
         return math.exp(-t) * f
 
-    def _distinct(self, sel: np.ndarray) -> int:
-        return len({self.samples.seqs[i] for i in np.flatnonzero(sel)})
+    def _distinct(self, a: int, b: int) -> int:
+        """Distinct sequences among the draws ``[a, b)`` of the order (a lower bound: keys may collide)."""
+        return int(self._cdistinct[b] - self._cdistinct[a])
 
     # ------------------------------------------------------------------ counts
     def count(self, min_log_prob: float, *, head: ExactHead | None = None) -> CountResult:
@@ -207,15 +229,16 @@ class MonteCarloEstimator:
             c = h.index.count_gt(t) if strict else h.index.count_ge(t)
             return CountResult(c)
         top = h.T if h is not None else math.inf
-        sel = self._region(t, strict, top)
+        a, b = self._region(t, strict, top)
         n = self.n
-        m, se = _mean_se(self._w[sel], n)
-        hits = int(sel.sum())
+        m, se = _mean_se_sums(self._sums(self._cw, a, b), self._sums(self._cw2, a, b), n)
+        hits = b - a
         base = h.count if h is not None else 0
         lo, hi = _count_interval(m, se, self._z, self.interval, n, self._wmax(t, h), 1 - self.confidence)
         # certified lower end: the distinct sampled sequences in the region are real (the point
         # value is held to it too, so it never falls outside its own interval)
-        distinct = float(self._distinct(sel))
+        distinct = float(self._distinct(a, b))
+        unbiased = base + m  # the plain importance-sampling mean (the point value below is held up)
         lo = max(lo, distinct)
         m = max(m, distinct)
         # upper end from the mass: each counted sequence has p >= e^t; the region's mass is at most
@@ -223,14 +246,13 @@ class MonteCarloEstimator:
         if hits == 0:
             # nothing sampled in the region: each counted sequence has p >= e^t, and the region's
             # mass is at most the Wilson upper end of zero hits (scaled by the mean p/q)
-            rbar = float(self._r.sum()) / n
-            mass_hi = _wilson(0, n, self._z)[1] * max(rbar, 1e-300)
+            mass_hi = _wilson(0, n, self._z)[1] * max(self._rbar, 1e-300)
             hi = mass_hi * math.exp(-t) if t > -math.inf and -t < 700 else math.inf
         est = base + m
         return CountResult(
             float(est), exact=False, method=self.method, estimate=float(est), stderr=se,
             ci_lo=base + lo, ci_hi=base + max(hi, lo), confidence=self.confidence, samples=n,
-            forwards=self.samples.forwards, extra=self._extra(h, hits),
+            forwards=self.samples.forwards, extra={**self._extra(h, hits), "unbiased": float(unbiased)},
         )
 
     # ------------------------------------------------------------------ masses
@@ -246,12 +268,12 @@ class MonteCarloEstimator:
             mb = h.index.mass_ge(t)
             return Estimate(mb.mid, 0.0, mb.lo, mb.hi, self.confidence, "exact", 0, 0)
         top = h.T if h is not None else math.inf
-        sel = self._region(t, False, top)
-        hits = int(sel.sum())
-        m, se = _mean_se(self._r[sel], n)
+        a, b = self._region(t, False, top)
+        hits = b - a
+        m, se = _mean_se_sums(self._sums(self._cr, a, b), self._sums(self._cr2, a, b), n)
         base = h.mass if h is not None else 0.0
-        # the ratio p/q is constant (1 - P_head) on the tail up to float floors: Wilson on the hits
-        c = float(np.median(self._r[self.samples.complete])) if self.samples.complete.any() else 1.0
+        # the ratio p/q is constant (1 - P_head) on the tail up to the quantization: Wilson on the hits
+        c = self._r_median
         lo, hi = _wilson(hits, n, self._z)
         return Estimate(base + m, se, min(1.0, base + c * lo), min(1.0, base + c * hi), self.confidence,
                         self.method, n, hits, self.samples.forwards, self._extra(h, hits))

@@ -332,6 +332,49 @@ class StepOracle:
         st.parse_seconds += time.perf_counter() - t1
         return row, ids, lps, widths
 
+    def fetch_rows(self, prefixes: list[tuple], *, remember: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Full validated tables of ``prefixes`` as padded rows, in the model's column order (unsorted):
+        ``(lps, ids)`` with ``lps`` ``(m, W)`` float64 (``-inf`` where a row has no entry) and ``ids``
+        ``(W,)`` int64 shared by every row (a dense batch) or ``(m, W)``.
+
+        One forward per prefix not in the cache, in one ``batch_next_logprobs`` call when available
+        (the caller sizes ``prefixes``); cached tables are reused but, unless ``remember``, nothing
+        is added to the cache (Monte Carlo draws visit each prefix about once).
+        """
+        m = len(prefixes)
+        hit = [self._cache.get(p) for p in prefixes] if self._cache else [None] * m
+        todo = [i for i in range(m) if hit[i] is None]
+        tabs: list[Any] = list(hit)
+        dense = None
+        if todo and self._batch is not None:
+            res = self._call_batch([prefixes[i] for i in todo])
+            if isinstance(res, tuple) and len(todo) == m:
+                dense = (res[0].copy(), res[1])
+            else:
+                res = rows_of_dense(res[0].copy(), res[1]) if isinstance(res, tuple) else res
+                for i, tab in zip(todo, res):
+                    tabs[i] = tab
+        else:
+            for i in todo:
+                tabs[i] = self._call_single(prefixes[i])
+        self.stats.forwards += len(todo)
+        if dense is not None:
+            lps, ids = dense
+            if remember:
+                for p, tab in zip(prefixes, rows_of_dense(lps, ids)):
+                    self._remember(p, sort_table(*tab))
+            return lps, ids
+        W = max(1, max(t[0].shape[0] for t in tabs))
+        lps = np.full((m, W), -np.inf)
+        ids = np.zeros((m, W), np.int64)
+        for i, (a, b) in enumerate(tabs):
+            ids[i, : a.shape[0]] = a
+            lps[i, : b.shape[0]] = b
+        if remember:
+            for i in todo:
+                self._remember(prefixes[i], sort_table(*tabs[i]))
+        return lps, ids
+
     def table(self, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
         """Full sorted table for one prefix, memoized (LRU of ``cache_size`` prefixes)."""
         hit = self._cache.get(prefix)

@@ -1,0 +1,114 @@
+"""Exact integer step widths, the row searches, and finite-state draws against brute force."""
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from arenum.draws import K_BITS, FiniteStateSampler, quantize_rows, row_search, scan_search, uniform_ints
+from arenum.estimate import MonteCarloEstimator
+from arenum.models import NGramModel
+from arenum.testing import brute_force
+
+
+def test_quantized_widths_are_exact_and_keep_every_entry():
+    rng = np.random.default_rng(0)
+    p = rng.gamma(0.2, size=(50, 13))
+    p[p < 1e-3] = 0.0
+    p[:, 0] = 1e-30  # tiny but positive: still drawable
+    p[3] *= 1e-200  # any scale per row
+    w, lq = quantize_rows(p)
+    assert (w.sum(axis=1) == 1 << K_BITS).all()
+    assert ((w >= 1) == (p > 0)).all()
+    q = p / p.sum(axis=1, keepdims=True)
+    assert np.allclose(np.exp(lq), q, atol=4 * 13 * 2.0 ** -52, rtol=0)  # the remainder goes to the largest
+    with np.errstate(divide="ignore"):
+        assert np.array_equal(lq, np.log(w.astype(float)) - K_BITS * math.log(2))
+    with pytest.raises(ValueError, match="no entry of positive weight"):
+        quantize_rows(np.zeros((1, 3)))
+
+
+def test_row_searches_find_the_first_column_past_the_key():
+    rng = np.random.default_rng(1)
+    S, C = 40, 9
+    p = rng.gamma(0.3, size=(S, C))
+    p = -np.sort(-p, axis=1)
+    p[:, -2:] = 0.0  # zero-width columns are never found
+    w, _ = quantize_rows(p)
+    cum = np.cumsum(w, axis=1)
+    state = rng.integers(0, S, size=5000)
+    key = uniform_ints(rng, 5000)
+    key[:S] = cum[np.arange(S), 0] - 1  # edges: the last integer of the first column
+    key[S : 2 * S] = cum[np.arange(S), 0]  # and the first of the next one
+    state[: 2 * S] = np.tile(np.arange(S), 2)
+    want = np.array([int(np.searchsorted(cum[s], k, side="right")) for s, k in zip(state, key)])
+    base = state * C
+    assert np.array_equal(row_search(cum.reshape(-1), base, C, key), want)
+    for scans in (0, 1, 3, 20):
+        assert np.array_equal(scan_search(cum.reshape(-1), base, C, key, scans=scans), want)
+    assert (w.reshape(-1)[base + want] > 0).all()
+
+
+def _model(term: bool):
+    corpus = ["abba", "abc", "cab", "bca", "aab", "c", "bb", "acca"]
+    return NGramModel.fit(corpus, order=3)
+
+
+@pytest.mark.parametrize("term", [True, False])
+def test_finite_state_draws_match_brute_force(term):
+    """Draws walked by state ids: exact scores, q within 2**-52 per step of p, frequencies of p."""
+    m = _model(term)
+    L = 5 if term else 3
+    ar = m.enumerable(max_len=L, terminating=term)
+    table = lambda p: ar._oracle.table(p)  # noqa: E731
+    bf = dict(brute_force(table, eos=m.eos if term else None, fixed_len=None if term else L, cap=L))
+    n = 40_000
+    est = ar.monte_carlo(n, head=False, seed=3)
+    s = est.samples
+    assert s.extra["sampler"] == "finite_state" and s.forwards == 0 and s.seqs is None
+    assert np.abs(s.log_q - s.score).max() < 1e-12 * L
+    from arenum.draws import walk_finite_state
+
+    smp = ar._state_sampler()
+    sc, lq, ok, length, keys, toks = walk_finite_state(smp, 3000, L, None if term else L, np.random.default_rng(5), True)
+    freq = Counter()
+    for row, k, x, good in zip(toks, length, sc, ok):
+        seq = tuple(row[:k].tolist())
+        if good:
+            assert bf[seq] == x  # the exact left-to-right score of the drawn sequence
+            freq[seq] += 1
+        else:
+            assert term and k == L and m.eos not in seq
+    mass_ok = 0.0
+    for seq, lp in bf.items():
+        p = math.exp(lp)
+        mass_ok += p
+        if p * 3000 > 30:
+            assert abs(freq[seq] / 3000 - p) < 5 * math.sqrt(p * (1 - p) / 3000), seq
+    assert abs(ok.mean() - mass_ok) < 5 * math.sqrt(mass_ok * (1 - mass_ok) / 3000) + 1e-9
+    # estimates from these draws cover the truth
+    scores = np.array(sorted(bf.values(), reverse=True))
+    for k in (3, 10, len(scores) // 2):
+        t = float(scores[k])
+        c = est.count(t)
+        true = int((scores >= t).sum())
+        assert c.ci_lo <= true <= c.ci_hi
+
+
+def test_finite_state_and_callback_draws_estimate_alike():
+    """The finite-state walk and level-wise draws through the model's callback: same distribution
+    (their count estimates agree within their standard errors)."""
+    m = _model(True)
+    fast = m.enumerable(max_len=6)
+    from arenum import AutoregressiveEnumerable
+
+    slow = AutoregressiveEnumerable(m.next_logprobs, batch_next_logprobs=m.batch_next_logprobs, eos=m.eos, max_len=6)
+    a, b = fast.monte_carlo(20_000, head=False), slow.monte_carlo(20_000, head=False)
+    assert b.samples.extra["sampler"] == "levels" and b.samples.forwards > 0
+    assert slow._oracle.cache_bytes == 0
+    for t in (-2.0, -4.0, -6.0):
+        x, y = a.count(t), b.count(t)
+        assert abs(x.extra["unbiased"] - y.extra["unbiased"]) <= 5 * math.hypot(x.stderr, y.stderr) + 1e-9
+    assert isinstance(a, MonteCarloEstimator)
