@@ -10,7 +10,8 @@ float64 batches from a model that costs nothing (the rows are precomputed), and
   row (the single-prefix path: parse, sort the whole row, memoize): its overhead per call.
 
 Rows: V=2000 (``--V``), Zipf(1.4) over a per-row permutation (as ``bench_core``), normalized to
-float64 precision. Reported: the best of ``--repeat`` runs (the machine is shared), microseconds per row; the model's own time
+float64 precision. Reported: the best of ``--repeat`` runs in CPU seconds of this process (``time.process_time``: the
+machine is shared, and wall time would count other work), microseconds per row; the model's own time
 is excluded (its callback returns a slice of a prebuilt array). Memory bandwidth reference: one
 read of the row (``row.sum()``).
 
@@ -38,9 +39,9 @@ def _rows(n: int, V: int, seed: int = 0) -> np.ndarray:
 def _median_time(fn, repeat: int) -> float:
     ts = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         fn()
-        ts.append(time.perf_counter() - t0)
+        ts.append(time.process_time() - t0)
     return float(np.min(ts))
 
 

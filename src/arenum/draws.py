@@ -32,7 +32,7 @@ import numpy as np
 
 from .finite_state import FiniteStateTables
 
-__all__ = ["K_BITS", "quantize_rows", "row_search", "scan_search", "uniform_ints", "mix_keys", "FiniteStateSampler",
+__all__ = ["K_BITS", "quantize_rows", "log_width", "row_search", "scan_search", "uniform_ints", "mix_keys", "FiniteStateSampler",
            "walk_finite_state"]
 
 K_BITS = 52
@@ -42,10 +42,10 @@ _LOG_ONE = K_BITS * math.log(2.0)
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
-def quantize_rows(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def quantize_rows(p: np.ndarray) -> np.ndarray:
     """Integer widths ``(m, V)`` int64 of nonnegative weight rows ``p`` ``(m, V)`` (any positive
-    scale per row), each row summing to exactly ``2**K_BITS``, and ``log_q`` ``(m, V)`` float64, the
-    exact log-probability ``log(w / 2**K_BITS)`` of each entry (``-inf`` for width 0).
+    scale per row), each row summing to exactly ``2**K_BITS``: the proposal probability of entry
+    ``j`` is ``w_j / 2**K_BITS`` exactly (:func:`log_width`).
 
     Zero weights get width 0; positive ones width ``>= 1``; the remainder of the rounding goes to
     the largest entry of the row. A row of zero total weight is refused (``ValueError``).
@@ -57,11 +57,15 @@ def quantize_rows(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     w = x.astype(np.int64)  # floor: x >= 0
     w[(w == 0) & (p > 0)] = 1
     top = np.argmax(w, axis=1)
-    rows = np.arange(w.shape[0])
-    w[rows, top] += _ONE - w.sum(axis=1)
+    w[np.arange(w.shape[0]), top] += _ONE - w.sum(axis=1)
+    return w
+
+
+def log_width(w: np.ndarray) -> np.ndarray:
+    """The exact log-probability ``log(w / 2**K_BITS)`` of entries of integer width ``w`` (float64;
+    ``-inf`` for width 0)."""
     with np.errstate(divide="ignore"):
-        lq = np.log(w.astype(np.float64)) - _LOG_ONE
-    return w, lq
+        return np.log(w.astype(np.float64)) - _LOG_ONE
 
 
 def uniform_ints(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -145,8 +149,8 @@ class FiniteStateSampler:
             ends = np.append(ends, True)
         perm = np.argsort(-lps, axis=1, kind="stable")
         lps = np.take_along_axis(lps, perm, axis=1)
-        w, lq = quantize_rows(np.exp(lps))
-        return cls(np.cumsum(w, axis=1), lq, lps, tokens[perm], np.take_along_axis(nxt, perm, axis=1).astype(np.int32),
+        w = quantize_rows(np.exp(lps))
+        return cls(np.cumsum(w, axis=1), log_width(w), lps, tokens[perm], np.take_along_axis(nxt, perm, axis=1).astype(np.int32),
                    ends[perm], int(fs.start))
 
     @property

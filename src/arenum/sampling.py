@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._validate import exact_int
-from .draws import FiniteStateSampler, mix_keys, quantize_rows, row_search, uniform_ints, walk_finite_state
+from .draws import FiniteStateSampler, log_width, mix_keys, quantize_rows, row_search, uniform_ints, walk_finite_state
 from .support import Support
 
 if TYPE_CHECKING:
@@ -186,12 +186,16 @@ def draw_samples(
         lq = np.empty(na)
         nxt_node = np.full(na, -1, np.int64)
         terminal_level = fixed_len is not None and d == fixed_len - 1
-        order = np.argsort(pid, kind="stable")
-        spid = pid[order]
-        bounds = np.searchsorted(spid, np.arange(m + 1))
+        step = max(1, _ENTRY_CHUNK // v_seen)
+        if m > step:  # several chunks of rows: group the draws by prefix
+            order = np.argsort(pid, kind="stable")
+            spid = pid[order]
+            bounds = np.searchsorted(spid, np.arange(m + 1))
+        else:
+            order, spid, bounds = None, pid, np.array([0, na])
         a = 0
         while a < m:
-            b = min(m, a + max(1, _ENTRY_CHUNK // v_seen))
+            b = min(m, a + step)
             chunk = prefixes[a:b]
             lps, ids = oracle.fetch_rows([oracle.tokens(p) for p in chunk] if convert else chunk, remember=remember)
             k, W = lps.shape
@@ -202,14 +206,19 @@ def draw_samples(
             nodes = node_of[a:b]
             if use_head and (nodes >= 0).any():
                 child = _tail_weights(tree, H, head_T, d, nodes, lps, ids, w, eos_id, terminal_level)
-            wq, lq2 = quantize_rows(w)
+            wq = quantize_rows(w)
             cum = np.cumsum(wq, axis=1).reshape(-1)
-            idx = order[bounds[a] : bounds[b]]  # positions in `alive` of the draws in rows a..b
-            base = (spid[bounds[a] : bounds[b]] - a) * W
-            g = base + row_search(cum, base, W, uniform_ints(rng, idx.shape[0]))
+            if order is None:
+                idx = slice(None)
+                base = pid * W
+            else:
+                c0, c1 = (bounds[a], bounds[b]) if order is not None else (0, na)
+                idx = order[c0:c1]  # positions in `alive` of the draws in rows a..b
+                base = (spid[c0:c1] - a) * W
+            g = base + row_search(cum, base, W, uniform_ints(rng, base.shape[0]))
             tok[idx] = ids.reshape(-1)[g] if ids.ndim == 2 else ids[g - base]
             lp[idx] = lps.reshape(-1)[g]
-            lq[idx] = lq2.reshape(-1)[g]
+            lq[idx] = log_width(wq.reshape(-1)[g])
             if child is not None:
                 nxt_node[idx] = child.reshape(-1)[g]
             a = b
@@ -224,24 +233,31 @@ def draw_samples(
             ended[:] = True
             complete[who] = True
         last = d == L - 1  # depth cap reached: the remaining draws are incomplete
-        # new prefixes: (old prefix id, token) pairs
-        pair = np.stack([pid, tok], axis=1)
-        upair, inv = np.unique(pair, axis=0, return_inverse=True)
+        # the next level's distinct prefixes: distinct (prefix id, token) pairs, as one int64 key
+        tmin = int(tok.min())
+        span = int(tok.max()) - tmin + 1
+        if m * span < 2**62:
+            upair, inv = np.unique(pid * span + (tok - tmin), return_inverse=True)
+            up, ut = np.divmod(upair, span)
+            ut += tmin
+        else:
+            pairs, inv = np.unique(np.stack([pid, tok], axis=1), axis=0, return_inverse=True)
+            up, ut = pairs[:, 0], pairs[:, 1]
         inv = inv.reshape(-1)
-        new_prefixes = [prefixes[p] + (t,) for p, t in upair.tolist()]
         if seqs is not None:
-            for i in np.flatnonzero(ended | last).tolist():
-                seqs[int(who[i])] = new_prefixes[int(inv[i])]
+            fin = np.flatnonzero(ended | last)
+            for i, (p_, t_) in zip(fin.tolist(), zip(up[inv[fin]].tolist(), ut[inv[fin]].tolist())):
+                seqs[int(who[i])] = prefixes[p_] + (t_,)
         if last:
             break
-        new_node = np.full(upair.shape[0], -1, np.int64)
+        new_node = np.full(up.shape[0], -1, np.int64)
         new_node[inv] = nxt_node
         keep = ~ended
         alive = alive[keep]
         # renumber the prefixes the live draws hold (ended draws' prefixes are dropped)
         live_p, pid = np.unique(inv[keep], return_inverse=True)
         pid = pid.reshape(-1).astype(np.int64)
-        prefixes = [new_prefixes[i] for i in live_p.tolist()]
+        prefixes = [prefixes[p_] + (t_,) for p_, t_ in zip(up[live_p].tolist(), ut[live_p].tolist())]
         node_of = new_node[live_p]
     head_mass = float(H[0][0]) if use_head and H and H[0].size else 0.0
     return SampleSet(

