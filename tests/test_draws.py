@@ -113,3 +113,27 @@ def test_finite_state_and_callback_draws_estimate_alike():
         x, y = a.count(t), b.count(t)
         assert abs(x.extra["unbiased"] - y.extra["unbiased"]) <= 5 * math.hypot(x.stderr, y.stderr) + 1e-9
     assert isinstance(a, MonteCarloEstimator)
+
+
+def test_level_draws_call_the_model_in_batch_size_chunks_of_any_form():
+    """fetch_rows: batch_size respected; dense and list results mixed in one level give one answer."""
+    from arenum import AutoregressiveEnumerable
+    from arenum.testing import RandomModel
+
+    m = RandomModel(5, seed=3, peak=1.0, eos=0, eos_boost=1.5, form="dense")
+    sizes, calls = [], [0]
+
+    def batch(prefixes):
+        sizes.append(len(prefixes))
+        calls[0] += 1
+        rows = np.stack([m.logprobs(p) for p in prefixes])
+        if calls[0] % 2:  # every other call answers with (tokens, log_probs) pairs
+            return [(np.arange(5), r) for r in rows]
+        return rows
+
+    ar = AutoregressiveEnumerable(m, eos=0, max_len=5, batch_next_logprobs=batch, batch_size=7)
+    ref = AutoregressiveEnumerable(m, eos=0, max_len=5, batch_next_logprobs=m.batch, batch_size=1000)
+    a, b = ar.monte_carlo(500, head=False, seed=1), ref.monte_carlo(500, head=False, seed=1)
+    assert max(sizes) <= 7
+    assert np.array_equal(a.samples.score, b.samples.score) and np.array_equal(a.samples.keys, b.samples.keys)
+    assert a.samples.forwards == b.samples.forwards

@@ -12,7 +12,10 @@ Estimators (``n`` draws ``x_i ~ q``, ``q = p`` without a head):
 - ``threshold(k)``: the largest sampled score whose count estimate reaches ``k`` (inverting the
   count estimate), with the interval obtained by inverting the count's interval band.
 
-All are unbiased for ``n`` fixed (``threshold`` only consistent). A draw of a terminating model that
+All are unbiased for ``n`` fixed (``threshold`` only consistent; a count's point value is held up to
+the distinct sampled sequences of its region, its unbiased mean is ``extra["unbiased"]``). Every
+query's region is a run of the draws sorted by score, so each costs ``O(log n)`` from prefix sums
+built once. A draw of a terminating model that
 reaches the depth cap without ``eos`` is outside the declared support: it contributes 0 but stays in
 ``n`` (dropping it would bias every estimate upward).
 

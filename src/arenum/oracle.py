@@ -337,33 +337,42 @@ class StepOracle:
         ``(lps, ids)`` with ``lps`` ``(m, W)`` float64 (``-inf`` where a row has no entry) and ``ids``
         ``(W,)`` int64 shared by every row (a dense batch) or ``(m, W)``.
 
-        One forward per prefix not in the cache, in one ``batch_next_logprobs`` call when available
-        (the caller sizes ``prefixes``); cached tables are reused but, unless ``remember``, nothing
-        is added to the cache (Monte Carlo draws visit each prefix about once).
+        One forward per prefix not in the cache, through ``batch_next_logprobs`` in ``batch_size``
+        chunks when available; cached tables are reused but, unless ``remember``, nothing is added
+        to the cache (Monte Carlo draws visit each prefix about once).
         """
         m = len(prefixes)
         hit = [self._cache.get(p) for p in prefixes] if self._cache else [None] * m
         todo = [i for i in range(m) if hit[i] is None]
         tabs: list[Any] = list(hit)
-        dense = None
-        if todo and self._batch is not None:
-            res = self._call_batch([prefixes[i] for i in todo])
-            if isinstance(res, tuple) and len(todo) == m:
-                dense = (res[0].copy(), res[1])
-            else:
-                res = rows_of_dense(res[0].copy(), res[1]) if isinstance(res, tuple) else res
-                for i, tab in zip(todo, res):
+        dense: np.ndarray | None = None  # (m, V) rows while every result so far is dense
+        ids_all = None
+        bs = self.batch_size
+        for a in range(0, len(todo) if self._batch is not None else 0, bs):
+            chunk = todo[a : a + bs]
+            res = self._call_batch([prefixes[i] for i in chunk])
+            self.stats.forwards += len(chunk)
+            if (isinstance(res, tuple) and len(todo) == m and (a == 0 or dense is not None)
+                    and (ids_all is None or np.array_equal(ids_all, res[1]))):
+                if dense is None:
+                    dense, ids_all = np.empty((m, res[0].shape[1])), res[1]
+                dense[a : a + len(chunk)] = res[0]  # todo is every row, in order
+                continue
+            if dense is not None:  # a mixed batch: back to tables
+                for i, tab in zip(todo[:a], rows_of_dense(dense[:a], ids_all)):
                     tabs[i] = tab
-        else:
+                dense = None
+            for i, tab in zip(chunk, rows_of_dense(res[0].copy(), res[1]) if isinstance(res, tuple) else res):
+                tabs[i] = tab
+        if self._batch is None:
             for i in todo:
                 tabs[i] = self._call_single(prefixes[i])
-        self.stats.forwards += len(todo)
+                self.stats.forwards += 1
         if dense is not None:
-            lps, ids = dense
             if remember:
-                for p, tab in zip(prefixes, rows_of_dense(lps, ids)):
+                for p, tab in zip(prefixes, rows_of_dense(dense, ids_all)):
                     self._remember(p, sort_table(*tab))
-            return lps, ids
+            return dense, ids_all
         W = max(1, max(t[0].shape[0] for t in tabs))
         lps = np.full((m, W), -np.inf)
         ids = np.zeros((m, W), np.int64)
