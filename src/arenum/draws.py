@@ -4,10 +4,10 @@ Every Monte Carlo draw of :mod:`arenum.sampling` picks its next token through th
 
 - :func:`quantize_rows`: each row of nonnegative weights becomes integer widths summing to exactly
   ``2**K_BITS``; the proposal probability of entry ``j`` is then ``w_j / 2**K_BITS`` EXACTLY
-  (returned as ``log_q``), every entry of positive weight keeps a width ``>= 1`` (so every sequence
+  (:func:`log_width`), every entry of positive weight keeps a width ``>= 1`` (so every sequence
   of positive probability can be drawn), and the widths differ from the weights by at most one unit
-  (plus the rounding remainder, given to the row's largest entry);
-- uniform integers in ``[0, 2**K_BITS)`` from the generator's raw 64-bit output (exactly uniform);
+  (the rounding excess is taken from the row's largest entry);
+- uniform integers in ``[0, 2**K_BITS)`` from the generator's 53-bit floats (exactly uniform);
 - :func:`row_search`: per draw, the first column whose cumulative width exceeds its integer, by a
   vectorized binary search inside its own row (``ceil(log2 V)`` gathers; no global search over
   every row, whose cache misses cost microseconds per draw).
@@ -37,27 +37,27 @@ __all__ = ["K_BITS", "quantize_rows", "log_width", "row_search", "scan_search", 
 
 K_BITS = 52
 """Integer widths of one step sum to ``2**K_BITS`` (exactly representable in float64)."""
-_ONE = np.int64(1) << K_BITS
+_ONE = float(2**K_BITS)  # widths, their sums and the draws' integers are integers below 2**53: exact in float64
 _LOG_ONE = K_BITS * math.log(2.0)
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 def quantize_rows(p: np.ndarray) -> np.ndarray:
-    """Integer widths ``(m, V)`` int64 of nonnegative weight rows ``p`` ``(m, V)`` (any positive
+    """Integer widths ``(m, V)`` (float64 holding integers) of nonnegative weight rows ``p`` ``(m, V)`` (any positive
     scale per row), each row summing to exactly ``2**K_BITS``: the proposal probability of entry
     ``j`` is ``w_j / 2**K_BITS`` exactly (:func:`log_width`).
 
-    Zero weights get width 0; positive ones width ``>= 1``; the remainder of the rounding goes to
-    the largest entry of the row. A row of zero total weight is refused (``ValueError``).
+    Widths are rounded up (zero weights get width 0, positive ones width ``>= 1``); the excess
+    (at most about ``V``) is taken from the largest entry of the row. A row of zero total weight is
+    refused (``ValueError``).
     """
     tot = p.sum(axis=1)
     if not (tot > 0).all():
         raise ValueError("a step has no entry of positive weight")
-    x = p * (float(_ONE) / tot)[:, None]
-    w = x.astype(np.int64)  # floor: x >= 0
-    w[(w == 0) & (p > 0)] = 1
+    w = p * (_ONE / tot)[:, None]
+    np.ceil(w, out=w)
     top = np.argmax(w, axis=1)
-    w[np.arange(w.shape[0]), top] += _ONE - w.sum(axis=1)
+    w[np.arange(w.shape[0]), top] -= w.sum(axis=1) - _ONE
     return w
 
 
@@ -65,12 +65,16 @@ def log_width(w: np.ndarray) -> np.ndarray:
     """The exact log-probability ``log(w / 2**K_BITS)`` of entries of integer width ``w`` (float64;
     ``-inf`` for width 0)."""
     with np.errstate(divide="ignore"):
-        return np.log(w.astype(np.float64)) - _LOG_ONE
+        return np.log(w) - _LOG_ONE
 
 
 def uniform_ints(rng: np.random.Generator, n: int) -> np.ndarray:
-    """``n`` independent integers uniform on ``[0, 2**K_BITS)`` (int64), from raw generator bits."""
-    return (rng.bit_generator.random_raw(n) >> np.uint64(64 - K_BITS)).astype(np.int64)
+    """``n`` independent integers uniform on ``[0, 2**K_BITS)``, as float64: ``random()`` is
+    ``k 2**-53`` with ``k`` uniform on ``[0, 2**53)``, so ``floor(random() 2**52)`` is ``k >> 1``
+    exactly."""
+    x = rng.random(n)
+    x *= _ONE
+    return np.floor(x, out=x)
 
 
 def row_search(cum: np.ndarray, base: np.ndarray, width: int, key: np.ndarray) -> np.ndarray:
@@ -120,7 +124,7 @@ class FiniteStateSampler:
     """Per-state integer cumulative widths of a finite-state model's steps (built once).
 
     Each state's columns are sorted by descending probability (so most draws stop at the first
-    columns, :func:`scan_search`). cum: ``(S, C)`` int64 row-wise cumulative widths (each row ends
+    columns, :func:`scan_search`). cum: ``(S, C)`` float64 row-wise cumulative integer widths (each row ends
     at ``2**K_BITS``); log_q: ``(S, C)`` float64 exact proposal log-probabilities; lp: ``(S, C)``
     float64 the model's log-probs; tok: ``(S, C)`` int64 tokens; nxt: ``(S, C)`` int32 next
     states; ends: ``(S, C)`` bool, the column ends the draw (the eos column of a terminating
