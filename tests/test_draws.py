@@ -137,3 +137,20 @@ def test_level_draws_call_the_model_in_batch_size_chunks_of_any_form():
     assert max(sizes) <= 7
     assert np.array_equal(a.samples.score, b.samples.score) and np.array_equal(a.samples.keys, b.samples.keys)
     assert a.samples.forwards == b.samples.forwards
+
+
+def test_draws_fill_the_forward_cache_only_when_asked():
+    from arenum import AutoregressiveEnumerable
+    from arenum.sampling import draw_samples
+    from arenum.testing import RandomModel
+
+    m = RandomModel(4, seed=2, peak=1.0, eos=0, eos_boost=1.5, form="dense")
+    ar = AutoregressiveEnumerable(m, eos=0, max_len=4, batch_next_logprobs=m.batch)
+    o = ar._oracle
+    a = draw_samples(o, 300, ar.support, seed=4)
+    assert o.cache_bytes == 0 and a.forwards > 0
+    b = draw_samples(o, 300, ar.support, seed=4, remember=True)
+    assert o.cache_bytes > 0 and b.forwards == a.forwards
+    c = draw_samples(o, 300, ar.support, seed=4)  # every prefix cached now: no forward
+    assert c.forwards == 0 and np.array_equal(c.score, a.score) and np.array_equal(c.keys, a.keys)
+    ar._check()

@@ -4,7 +4,7 @@ Exact answers cost one forward per live prefix; beyond an affordable budget this
 from ancestral samples instead, always as an ESTIMATE with a standard error, an interval at a stated
 confidence, and the method named.
 
-Estimators (``n`` draws ``x_i ~ q``, ``q = p`` without a head):
+Estimators (``n`` draws ``x_i ~ q``, ``q = p`` without a head, up to the exact quantization of each step):
 
 - ``count(t) = #{x : s(x) >= t}``: importance sampling, ``(1/n) sum_i 1{s(x_i) >= t} / q(x_i)``;
 - ``rank(s0) = #{x : s(x) > s0}``: the same with a strict inequality;

@@ -333,9 +333,10 @@ class StepOracle:
         return row, ids, lps, widths
 
     def fetch_rows(self, prefixes: list[tuple], *, remember: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """Full validated tables of ``prefixes`` as padded rows, in the model's column order (unsorted):
-        ``(lps, ids)`` with ``lps`` ``(m, W)`` float64 (``-inf`` where a row has no entry) and ``ids``
-        ``(W,)`` int64 shared by every row (a dense batch) or ``(m, W)``.
+        """Full validated tables of ``prefixes`` as padded rows, entries by ascending token id (dense
+        columns as they are), whether from the model or the cache, so that draws do not depend on
+        what is cached: ``(lps, ids)`` with ``lps`` ``(m, W)`` float64 (``-inf`` where a row has no
+        entry) and ``ids`` ``(W,)`` int64 shared by every row (a dense batch) or ``(m, W)``.
 
         One forward per prefix not in the cache, through ``batch_next_logprobs`` in ``batch_size``
         chunks when available; cached tables are reused but, unless ``remember``, nothing is added
@@ -377,6 +378,9 @@ class StepOracle:
         lps = np.full((m, W), -np.inf)
         ids = np.zeros((m, W), np.int64)
         for i, (a, b) in enumerate(tabs):
+            if a.shape[0] > 1 and (a[1:] < a[:-1]).any():  # one layout, whatever the source: ascending ids
+                o = np.argsort(a, kind="stable")
+                a, b = a[o], b[o]
             ids[i, : a.shape[0]] = a
             lps[i, : b.shape[0]] = b
         if remember:
