@@ -154,3 +154,15 @@ def test_draws_fill_the_forward_cache_only_when_asked():
     c = draw_samples(o, 300, ar.support, seed=4)  # every prefix cached now: no forward
     assert c.forwards == 0 and np.array_equal(c.score, a.score) and np.array_equal(c.keys, a.keys)
     ar._check()
+
+
+def test_sampler_of_a_finite_state_model_walks_states():
+    m = _model(True)
+    ar = m.enumerable(max_len=6)
+    draws = ar.sampler(seed=2).sample_n(2000)
+    assert ar.stats["forwards"] == 0
+    for seq, lp in draws[:300]:
+        if lp > -math.inf:
+            assert lp == ar.log_density(seq) and seq[-1] == m.eos
+    a, b = ar.sampler(seed=5).sample_n(40), ar.sampler(seed=5).sample_n(40)
+    assert a == b

@@ -338,7 +338,7 @@ class AutoregressiveEnumerable:
     def sampler(self, seed: int | None = None) -> ARSampler:
         """An ancestral sampler (``sample()``, ``sample_n(n)``, ``draw()``), seeded for replay."""
         seed = optional_exact_int("seed", seed, minimum=0)
-        return ARSampler(self._oracle, self.support, seed=seed, lock=self._lock)
+        return ARSampler(self._oracle, self.support, seed=seed, lock=self._lock, finite_state=self._state_sampler)
 
     # ------------------------------------------------------------------ indexes
     @locked
@@ -530,15 +530,16 @@ class AutoregressiveEnumerable:
         self._mc[key] = est
         return est
 
+    @locked
     def _state_sampler(self) -> FiniteStateSampler | None:
         """Cumulative step tables by state for plain draws (built once), when the model gave
         finite-state tables that fit this support (``docs/estimates.md``)."""
         if self._fs_sampler is None:
             fs = self.finite_state_tables()
             term = self.support.eos_id is not None
-            if fs is None or (term and (fs.eos is None or not self._oracle.int_mode
-                                        or fs.eos != self.support.eos_id)):
+            if fs is None or self._oracle.int_mode is False or (term and fs.eos != self.support.eos_id):
                 return None
+            self._oracle.token_id(int(fs.tokens[0]))  # integer tokens: the tables' ids are the model's
             self._fs_sampler = FiniteStateSampler.build(fs, term, self.support.eos_id)
         return self._fs_sampler
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -327,20 +327,26 @@ class ARSampler:
     """Draws sequences with probability ``p(x)``: a seeded view of :func:`draw_samples` (no head).
 
     Each :meth:`draw` is one level-wise draw; :meth:`sample_n` draws ``n`` at once (one batched
-    model call per level). Tables come from the oracle, memoized: a prefix is scored once.
+    model call per level). Tables come from the oracle, memoized: a prefix is scored once. With
+    ``finite_state`` (a callable returning the model's :class:`~arenum.draws.FiniteStateSampler`, or
+    None) the draws walk state ids: no model call.
     """
 
     def __init__(self, oracle: "StepOracle", support: Support, *, seed: int | None = None,
-                 lock: "threading.RLock | None" = None) -> None:
+                 lock: "threading.RLock | None" = None,
+                 finite_state: "Callable[[], FiniteStateSampler | None] | None" = None) -> None:
         self._oracle = oracle
         self._lock = lock if lock is not None else threading.RLock()
         self.support = support
         self.rng = np.random.default_rng(seed)
+        self._fs = finite_state
 
     def _draws(self, n: int) -> SampleSet:
         with self._lock:  # the oracle's memo is shared with the enumerable that made this sampler
             seed = int(self.rng.integers(0, 2**63 - 1))
-            return draw_samples(self._oracle, n, self.support, seed=seed, tokens=True)
+            fs = self._fs() if self._fs is not None else None  # built at the first draw, cached by its owner
+            return draw_samples(self._oracle, n, self.support, seed=seed, tokens=True, remember=True,
+                                finite_state=fs)
 
     def draw(self) -> Draw:
         """One draw as token ids (see :class:`Draw`)."""
