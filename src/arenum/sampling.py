@@ -192,7 +192,7 @@ def draw_samples(
             spid = pid[order]
             bounds = np.searchsorted(spid, np.arange(m + 1))
         else:
-            order, spid, bounds = None, pid, np.array([0, na])
+            order = spid = bounds = None
         a = 0
         while a < m:
             b = min(m, a + step)
@@ -212,7 +212,7 @@ def draw_samples(
                 idx = slice(None)
                 base = pid * W
             else:
-                c0, c1 = (bounds[a], bounds[b]) if order is not None else (0, na)
+                c0, c1 = bounds[a], bounds[b]
                 idx = order[c0:c1]  # positions in `alive` of the draws in rows a..b
                 base = (spid[c0:c1] - a) * W
             g = base + row_search(cum, base, W, uniform_ints(rng, base.shape[0]))
