@@ -166,3 +166,36 @@ def test_sampler_of_a_finite_state_model_walks_states():
             assert lp == ar.log_density(seq) and seq[-1] == m.eos
     a, b = ar.sampler(seed=5).sample_n(40), ar.sampler(seed=5).sample_n(40)
     assert a == b
+
+
+@pytest.mark.parametrize("head", [False, True])
+def test_levels_split_in_chunks_draw_the_same_distribution(monkeypatch, head):
+    """A level scored a few rows at a time (draws grouped by prefix) draws what one chunk does."""
+    import arenum.sampling as sampling_mod
+    from arenum import AutoregressiveEnumerable
+    from arenum.estimate import ExactHead
+    from arenum.sampling import draw_samples
+    from arenum.testing import RandomModel
+
+    monkeypatch.setattr(sampling_mod, "_ENTRY_CHUNK", 8)  # one row per chunk
+    m = RandomModel(3, seed=5, peak=1.0, eos=0, eos_boost=2.0, form="dense")
+    ar = AutoregressiveEnumerable(m, eos=0, max_len=3, batch_next_logprobs=m.batch)
+    bf = dict(brute_force(m.table, eos=0, cap=3))
+    h = None
+    if head:
+        seek = ar.seek_index()
+        seek.ensure_count(3)
+        h = ExactHead(ar._tree.built, seek.index())
+    n = 20_000
+    s = draw_samples(ar._oracle, n, ar.support, seed=1, tokens=True, tree=ar._tree if head else None,
+                     head_T=h.T if head else math.inf, head_count=h.count if head else 0)
+    freq = Counter(q for q, ok in zip(s.seqs, s.complete) if ok)
+    for q, x, ok in zip(s.seqs[:500], s.score[:500], s.complete[:500]):
+        if ok:
+            assert bf[q] == x and (not head or x < h.T)
+    for q, lp in bf.items():
+        qq = math.exp(lp) / (1 - h.mass) if head else math.exp(lp)
+        if head and lp >= h.T:
+            assert freq[q] == 0
+        elif qq * n > 50:
+            assert abs(freq[q] / n - qq) < 5 * math.sqrt(qq * (1 - qq) / n), q
