@@ -43,13 +43,17 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 def quantize_rows(p: np.ndarray) -> np.ndarray:
-    """Integer widths ``(m, V)`` (float64 holding integers) of nonnegative weight rows ``p`` ``(m, V)`` (any positive
-    scale per row), each row summing to exactly ``2**K_BITS``: the proposal probability of entry
-    ``j`` is ``w_j / 2**K_BITS`` exactly (:func:`log_width`).
+    """Integer widths ``(m, V)`` (float64 holding integers) of nonnegative weight rows ``p``
+    ``(m, V)`` (any positive scale per row), each row summing to exactly ``2**K_BITS``: the proposal
+    probability of entry ``j`` is ``w_j / 2**K_BITS`` exactly (:func:`log_width`).
 
     Widths are rounded up (zero weights get width 0, positive ones width ``>= 1``); the excess
     (at most about ``V``) is taken from the largest entry of the row. A row of zero total weight is
     refused (``ValueError``).
+
+    >>> w = quantize_rows(np.array([[0.5, 0.25, 0.25, 0.0], [1e-30, 1.0, 0.0, 0.0]]))
+    >>> [int(x) for x in w.sum(axis=1)] == [2**52, 2**52], [int(x) for x in w[1]]
+    (True, [1, 4503599627370495, 0, 0])
     """
     tot = p.sum(axis=1)
     if not (tot > 0).all():

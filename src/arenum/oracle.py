@@ -13,6 +13,9 @@ and ``batch_next_heads(prefixes, floors)`` (an ``arenum`` extension for adapters
 where the model runs, e.g. on a GPU; see :meth:`StepOracle.fetch_heads` and
 :func:`arenum.tables.parse_heads` for the contract and what is checked).
 
+Monte Carlo draws take whole rows instead (:meth:`StepOracle.fetch_rows`: unsorted, one layout
+whatever their source, not added to the cache unless asked).
+
 This module does not parse step tables: the accepted result forms, their validation,
 normalization, sort order and head cutting are in :mod:`arenum.tables`, which it calls with its
 token-id callables. It does not decide which prefixes to score: the prefix tree and the queries do.
