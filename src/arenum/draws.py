@@ -32,8 +32,8 @@ import numpy as np
 
 from .finite_state import FiniteStateTables
 
-__all__ = ["K_BITS", "quantize_rows", "log_width", "row_search", "scan_search", "uniform_ints", "mix_keys", "FiniteStateSampler",
-           "walk_finite_state"]
+__all__ = ["K_BITS", "quantize_rows", "log_width", "row_search", "scan_search", "uniform_ints", "mix_keys",
+           "FiniteStateSampler", "walk_finite_state"]
 
 K_BITS = 52
 """Integer widths of one step sum to ``2**K_BITS`` (exactly representable in float64)."""
@@ -158,8 +158,8 @@ class FiniteStateSampler:
         perm = np.argsort(-lps, axis=1, kind="stable")
         lps = np.take_along_axis(lps, perm, axis=1)
         w = quantize_rows(np.exp(lps))
-        return cls(np.cumsum(w, axis=1), log_width(w), lps, tokens[perm], np.take_along_axis(nxt, perm, axis=1).astype(np.int32),
-                   ends[perm], int(fs.start))
+        nxt = np.take_along_axis(nxt, perm, axis=1).astype(np.int32)
+        return cls(np.cumsum(w, axis=1), log_width(w), lps, tokens[perm], nxt, ends[perm], int(fs.start))
 
     @property
     def nbytes(self) -> int:
