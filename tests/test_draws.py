@@ -7,7 +7,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from arenum.draws import K_BITS, FiniteStateSampler, log_width, quantize_rows, row_search, scan_search, uniform_ints
+from arenum.draws import (K_BITS, FiniteStateSampler, guide_search, guide_tables, log_width, quantize_rows,
+                          row_search, scan_search, uniform_ints)
 from arenum.estimate import MonteCarloEstimator
 from arenum.models import NGramModel
 from arenum.testing import brute_force
@@ -49,6 +50,9 @@ def test_row_searches_find_the_first_column_past_the_key():
     assert np.array_equal(row_search(cum.reshape(-1), base, C, key), want)
     for scans in (0, 1, 3, 20):
         assert np.array_equal(scan_search(cum.reshape(-1), base, C, key, scans=scans), want)
+    guide, g = guide_tables(cum)
+    assert guide.shape == (S, 1 << g) and (1 << g) >= C
+    assert np.array_equal(guide_search(cum.reshape(-1), guide.reshape(-1), g, state, C, key), want)
     assert (w.reshape(-1)[base + want] > 0).all()
 
 

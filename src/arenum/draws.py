@@ -32,7 +32,7 @@ import numpy as np
 
 from .finite_state import FiniteStateTables
 
-__all__ = ["K_BITS", "quantize_rows", "log_width", "row_search", "scan_search", "uniform_ints", "mix_keys",
+__all__ = ["K_BITS", "quantize_rows", "log_width", "row_search", "scan_search", "guide_tables", "guide_search", "uniform_ints", "mix_keys",
            "FiniteStateSampler", "walk_finite_state"]
 
 K_BITS = 52
@@ -123,16 +123,45 @@ def scan_search(cum: np.ndarray, base: np.ndarray, width: int, key: np.ndarray, 
     return j
 
 
+def guide_tables(cum: np.ndarray) -> tuple[np.ndarray, int]:
+    """Guide tables of row-wise cumulative widths ``cum`` ``(S, C)``: ``(guide, g)`` with ``guide``
+    ``(S, 2**g)`` int32, ``2**g >= C``, and ``guide[s, u]`` the first column whose cumulative width
+    exceeds ``u 2**(K_BITS - g)`` (the answer for the smallest integer of bucket ``u``; indexed
+    search, Chen and Asau 1974)."""
+    S, C = cum.shape
+    g = max(1, int(C - 1).bit_length())
+    G = 1 << g
+    q = np.ceil(cum / 2.0 ** (K_BITS - g))  # column j answers no bucket below q_j: #{j: q_j <= u}
+    rows = np.repeat(np.arange(S, dtype=np.int64), C)
+    idx = q.reshape(-1).astype(np.int64)
+    keep = idx < G
+    counts = np.bincount(rows[keep] * (G + 1) + idx[keep], minlength=S * (G + 1)).reshape(S, G + 1)
+    return np.cumsum(counts, axis=1)[:, :G].astype(np.int32), g
+
+
+def guide_search(cum: np.ndarray, guide: np.ndarray, g: int, state: np.ndarray, C: int, key: np.ndarray) -> np.ndarray:
+    """:func:`row_search` through guide tables (:func:`guide_tables`): start at the guide of the
+    key's bucket, then step right while the cumulative width does not exceed the key (about one
+    step on average when ``2**g >= C``)."""
+    j = guide[(state << g) + np.floor(key / 2.0 ** (K_BITS - g)).astype(np.int64)].astype(np.int64)
+    base = state * C
+    act = np.flatnonzero(cum[base + j] <= key)
+    while act.size:
+        j[act] += 1
+        act = act[cum[base[act] + j[act]] <= key[act]]
+    return j
+
+
 @dataclass(frozen=True)
 class FiniteStateSampler:
     """Per-state integer cumulative widths of a finite-state model's steps (built once).
 
-    Each state's columns are sorted by descending probability (so most draws stop at the first
-    columns, :func:`scan_search`). cum: ``(S, C)`` float64 row-wise cumulative integer widths (each row ends
-    at ``2**K_BITS``); log_q: ``(S, C)`` float64 exact proposal log-probabilities; lp: ``(S, C)``
+    Each state's columns are sorted by descending probability; draws find their column through
+    guide tables (:func:`guide_search`). cum: ``(S, C)`` float64 row-wise cumulative integer widths
+    (each row ends at ``2**K_BITS``); log_q: ``(S, C)`` float64 exact proposal log-probabilities; lp: ``(S, C)``
     float64 the model's log-probs; tok: ``(S, C)`` int64 tokens; nxt: ``(S, C)`` int32 next
     states; ends: ``(S, C)`` bool, the column ends the draw (the eos column of a terminating
-    support); start: the start state.
+    support); start: the start state; guide, g: :func:`guide_tables`.
     """
 
     cum: np.ndarray
@@ -142,6 +171,8 @@ class FiniteStateSampler:
     nxt: np.ndarray
     ends: np.ndarray
     start: int
+    guide: np.ndarray
+    g: int
 
     @classmethod
     def build(cls, fs: FiniteStateTables, terminating: bool, eos_id: int | None) -> "FiniteStateSampler":
@@ -159,12 +190,13 @@ class FiniteStateSampler:
         lps = np.take_along_axis(lps, perm, axis=1)
         w = quantize_rows(np.exp(lps))
         nxt = np.take_along_axis(nxt, perm, axis=1).astype(np.int32)
-        return cls(np.cumsum(w, axis=1), log_width(w), lps, tokens[perm], nxt, ends[perm], int(fs.start))
+        cum = np.cumsum(w, axis=1)
+        return cls(cum, log_width(w), lps, tokens[perm], nxt, ends[perm], int(fs.start), *guide_tables(cum))
 
     @property
     def nbytes(self) -> int:
         return int(self.cum.nbytes + self.log_q.nbytes + self.lp.nbytes + self.nxt.nbytes + self.tok.nbytes
-                   + self.ends.nbytes)
+                   + self.ends.nbytes + self.guide.nbytes)
 
 
 def walk_finite_state(smp: FiniteStateSampler, n: int, max_steps: int, fixed_len: int | None,
@@ -194,7 +226,7 @@ def walk_finite_state(smp: FiniteStateSampler, n: int, max_steps: int, fixed_len
         if alive.size == 0:
             break
         base = state * C
-        g = base + scan_search(cum, base, C, uniform_ints(rng, alive.size))
+        g = base + guide_search(cum, smp.guide.reshape(-1), smp.g, state, C, uniform_ints(rng, alive.size))
         sc = sc + lp_t[g]
         lq = lq + lq_t[g]
         t = tok_t[g]
