@@ -203,3 +203,19 @@ def test_levels_split_in_chunks_draw_the_same_distribution(monkeypatch, head):
             assert freq[q] == 0
         elif qq * n > 50:
             assert abs(freq[q] / n - qq) < 5 * math.sqrt(qq * (1 - qq) / n), q
+
+
+def test_distinct_counts_in_runs_of_equal_scores():
+    from arenum.estimate import _first_in_run
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        n = int(rng.integers(1, 60))
+        sc = np.sort(-rng.integers(0, 6, size=n).astype(float))[::-1]  # descending, with runs
+        keys = rng.integers(0, 4, size=n).astype(np.uint64)
+        f = np.cumsum(_first_in_run(sc, keys))
+        f = np.r_[0, f]
+        for a in range(n + 1):
+            for b in range(a, n + 1):
+                if (a in (0, n) or sc[a] != sc[a - 1]) and (b == n or sc[b] != sc[b - 1]):  # whole runs
+                    assert f[b] - f[a] == len(set(zip(sc[a:b].tolist(), keys[a:b].tolist())))

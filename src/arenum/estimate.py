@@ -158,8 +158,8 @@ class MonteCarloEstimator:
         ok = s.complete
         self._w = np.where(ok, np.exp(-s.log_q), 0.0)  # 1/q(x): weight of one sequence in a count
         self._r = np.where(ok, np.exp(s.score - s.log_q), 0.0)  # p/q: weight in a mass
-        order = np.argsort(-np.where(ok, s.score, -math.inf), kind="stable")
-        self._order = order[ok[order]]  # complete draws by descending score
+        comp = np.flatnonzero(ok)
+        self._order = comp[np.argsort(-s.score[comp])]  # complete draws by descending score (ties: any order)
         self._sorted = s.score[self._order]
         self._neg = -self._sorted  # ascending: searched by every query
         # every query's region is a run of that order (scores in [t, top)): prefix sums answer it
@@ -171,9 +171,7 @@ class MonteCarloEstimator:
         self._rbar = float(self._r.sum()) / samples.n
         keys = s.keys[self._order] if s.keys is not None else np.array(
             [hash(s.seqs[i]) for i in self._order.tolist()], np.int64)
-        first = np.zeros(keys.shape[0], np.int64)
-        first[np.unique(keys, return_index=True)[1]] = 1
-        self._cdistinct = np.concatenate(([0], np.cumsum(first)))
+        self._cdistinct = np.concatenate(([0], np.cumsum(_first_in_run(self._sorted, keys))))
         self._r_median = float(np.median(self._r[ok])) if ok.any() else 1.0
 
     @property
@@ -363,6 +361,32 @@ class MonteCarloEstimator:
                                stderr=se_t, ci_lo=lo_t, ci_hi=hi_t,
                                confidence=self.confidence, samples=n, forwards=self.samples.forwards,
                                extra=extra)
+
+
+def _first_in_run(sc: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """int64 flags over draws sorted by score: 1 where a key appears for the first time in its run
+    of equal scores (a region is a union of whole runs, so its flags count its distinct keys).
+
+    A run whose keys are all equal (copies of one sequence, the common case) flags its first draw;
+    the few runs holding different keys (different sequences with one score) are sorted by
+    (run, key, position) to flag each key's first draw."""
+    n = sc.shape[0]
+    flags = np.zeros(n, np.int64)
+    if n == 0:
+        return flags
+    new_run = np.r_[True, sc[1:] != sc[:-1]]
+    flags[new_run] = 1
+    mixed_step = ~new_run[1:] & (keys[1:] != keys[:-1])  # a key change inside a run
+    if mixed_step.any():
+        run = np.cumsum(new_run) - 1
+        mixed_runs = np.zeros(int(run[-1]) + 1, np.bool_)
+        mixed_runs[run[1:][mixed_step]] = True
+        sel = np.flatnonzero(mixed_runs[run])
+        o = sel[np.lexsort((sel, keys[sel], run[sel]))]
+        head = np.r_[True, (run[o][1:] != run[o][:-1]) | (keys[o][1:] != keys[o][:-1])]
+        flags[sel] = 0
+        flags[o[head]] = 1
+    return flags
 
 
 def mass_count_bound(t: float) -> int | float:
