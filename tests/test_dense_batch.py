@@ -76,3 +76,89 @@ def test_bad_row_in_a_later_block_names_its_prefix(monkeypatch, bad, match):
     with pytest.raises(ValueError, match=match):  # nothing half-stored: it fails the same way again
         ar.slice(0, 16)
     assert ar.stats["forwards"] >= before
+
+
+# ---------------------------------------------------------------- the fused dense path vs the reference
+def _reference_heads(arr, floors, norm_tol=1e-3):
+    """The two-step path, written plainly: max, reference log-sum, checks, renormalize, cut, sort."""
+    arr = np.asarray(arr, np.float64)
+    out_r, out_c, out_lp = [], [], []
+    with np.errstate(all="ignore"):
+        m = arr.max(axis=1)
+        lse = m + np.log(np.exp(arr - m[:, None]).sum(axis=1))
+    for i, row in enumerate(arr):
+        if not m[i] <= 0 or m[i] == -math.inf:
+            return ("bad", i)
+    for i in range(arr.shape[0]):
+        if abs(math.expm1(lse[i])) > norm_tol:
+            return ("off", i)
+    for i, row in enumerate(arr):
+        if abs(lse[i]) > tables_mod.RENORM_TOL:
+            row = row - lse[i]
+        cols = np.flatnonzero(row >= floors[i])
+        o = np.argsort(-row[cols], kind="stable")
+        out_r += [i] * len(cols)
+        out_c += cols[o].tolist()
+        out_lp += row[cols[o]].tolist()
+    return np.array(out_r, np.int64), np.array(out_c, np.int64), np.array(out_lp)
+
+
+def _fused(arr, floors, prefixes=None, norm_tol=1e-3):
+    prefixes = prefixes or [(i,) for i in range(arr.shape[0])]
+    return tables_mod.parse_dense_heads(arr, prefixes, floors, intern=int, int_tokens=lambda: True, token=int,
+                                        norm_tol=norm_tol, scratch=tables_mod.Scratch())
+
+
+@pytest.mark.parametrize("block", [1, 5, 1 << 16])
+@pytest.mark.parametrize("seed", range(6))
+def test_fused_dense_heads_bit_identical_to_reference(monkeypatch, block, seed):
+    """Rows normalized to float64 precision, slightly off (renormalized), float32, with -inf entries
+    and ties: the fused sweep returns exactly the entries, order and floats of the plain path."""
+    monkeypatch.setattr(tables_mod, "_BLOCK_ENTRIES", block)
+    rng = np.random.default_rng(seed)
+    n, V = 23, 17
+    x = rng.gamma(0.3, size=(n, V)) + 1e-300
+    x /= x.sum(axis=1, keepdims=True)
+    lp = np.log(x)
+    lp[3, :5] = -np.inf
+    lp[3] -= np.log(np.exp(lp[3]).sum())
+    lp[4, 2] = lp[4, 7] = lp[4, 9]  # ties
+    lp[4] -= np.log(np.exp(lp[4]).sum())
+    lp[5] += 3e-11  # off by more than RENORM_TOL: renormalized
+    lp[6] -= 4e-4  # far off, within the tolerance: renormalized
+    floors = np.sort(lp, axis=1)[np.arange(n), rng.integers(6, V, size=n)]
+    floors[7] = -np.inf
+    floors[8] = 0.5  # above every entry: an empty head
+    for arr in (lp, lp.astype(np.float32)):
+        ref = _reference_heads(arr, floors)
+        got = _fused(arr, floors)
+        for a, b in zip(ref, got):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("what, value, match", [
+    ("nan", float("nan"), "log_prob is NaN for token 2"),
+    ("pos", 1e-15, "log_prob must be <= 0, got 1e-15 for token 2"),
+    ("inf", float("inf"), "log_prob must be <= 0, got inf for token 2"),
+    ("none", None, "no finite log_prob"),
+    ("off", 0.01, "probabilities sum to"),
+])
+def test_fused_dense_heads_errors_name_the_first_bad_row(what, value, match):
+    """The same message as the single-row parser; NaN, > 0 and empty rows come before a sum off 1."""
+    rng = np.random.default_rng(1)
+    x = rng.dirichlet(np.ones(6), size=8)
+    lp = np.log(x)
+    lp[1] += 0.01  # off 1 (a later-priority error), in an earlier row
+    lp[1] -= np.log(np.exp(lp[1]).sum()) if what != "off" else 0.0
+    r = 5
+    if what == "none":
+        lp[r] = -np.inf
+    elif what == "off":
+        r = 1
+    else:
+        lp[r, 2] = value
+    floors = np.full(8, -3.0)  # the bad entry may be above or below the floor: both are caught
+    for fl in (floors, np.full(8, -np.inf), np.full(8, -0.0)):
+        with pytest.raises(ValueError, match=match) as e:
+            _fused(lp, fl, prefixes=[("p", i) for i in range(8)])
+        assert f"('p', {r})" in str(e.value)

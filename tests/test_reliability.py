@@ -355,9 +355,9 @@ def test_monte_carlo_draws_count_against_max_bytes():
     m, _ = _setup(5, 4, True, seed=2)
     held = _fresh(m, 4, True).stats["memory_bytes"]
     ar = _fresh(m, 4, True, max_bytes=held + 2_000_000)
-    est = ar.monte_carlo(1000, head=False)  # ~0.2 MB: fits
+    est = ar.monte_carlo(1000, head=False)  # ~0.1 MB: fits
     assert est.count(-3.0).estimate >= 0
     with pytest.raises(BudgetExceeded, match="max_bytes"):
-        ar.monte_carlo(100_000, head=False)  # ~23 MB of draws: refused before drawing
+        ar.monte_carlo(100_000, head=False)  # ~10 MB of draws: refused before drawing
     assert len(ar._mc) == 1
     ar._check()

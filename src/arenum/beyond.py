@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from ._guard import locked
 from ._validate import exact_int, optional_exact_int
 from .certified import CertifiedCounter
+from .draws import FiniteStateSampler
 from .estimate import INTERVALS, ExactHead, Interval, MonteCarloEstimator
 from .finite_state import FiniteStateTables
 from .sampling import check_sample_bytes, draw_samples
@@ -45,14 +46,14 @@ class BeyondExact:
         est = self._mc.get(key)
         if est is not None:
             return est
-        L = self.settings.max_len if self.settings.max_len is not None else self.settings.max_depth
-        check_sample_bytes(n, [k[0] for k in self._mc], L, self.stats["memory_bytes"] + self._oracle.cache_bytes,
-                           self.settings.max_bytes)
+        check_sample_bytes(n, [k[0] for k in self._mc], 0, self.stats["memory_bytes"] + self._oracle.cache_bytes,
+                           self.settings.max_bytes)  # no tokens kept
         h = self.exact_head() if head else None
         samples = draw_samples(
             self._oracle, n, self.support, seed=seed,
             tree=self._tree if h is not None else None, head_T=h.T if h is not None else math.inf,
             head_count=h.count if h is not None else 0,
+            finite_state=self._state_sampler() if h is None else None,
         )
         est = MonteCarloEstimator(samples, confidence=self.confidence, interval=interval, head=h)
         self._mc[key] = est
@@ -125,3 +126,16 @@ class BeyondExact:
         self._finite_state = fs.validate(norm_tol=self.settings.norm_tol)
         self._finite_state_ok = True
         return fs
+
+    @locked
+    def _state_sampler(self) -> FiniteStateSampler | None:
+        """Cumulative step tables by state for plain draws (built once), when the model gave
+        finite-state tables that fit this support (``docs/estimates.md``)."""
+        if self._fs_sampler is None:
+            fs = self.finite_state_tables()
+            term = self.support.eos_id is not None
+            if fs is None or self._oracle.int_mode is False or (term and fs.eos != self.support.eos_id):
+                return None
+            self._oracle.token_id(int(fs.tokens[0]))  # integer tokens: the tables' ids are the model's
+            self._fs_sampler = FiniteStateSampler.build(fs, term, self.support.eos_id)
+        return self._fs_sampler

@@ -39,6 +39,7 @@ from .results import (
     CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult, SequenceList,
     SequenceResult, ThresholdResult,
 )
+from .draws import FiniteStateSampler
 from .sampling import ARSampler
 from .seek import INDEX_BYTES_PER_SEQUENCE, Limits, SeekIndex
 from .store import TreeStore, open_store
@@ -172,6 +173,7 @@ class AutoregressiveEnumerable(BeyondExact):
         self.logprob_error = cfg.logprob_error
         self._limits = cfg.limits()
         self._mc: dict[tuple, MonteCarloEstimator] = {}
+        self._fs_sampler: FiniteStateSampler | None = None
         self._envelopes: dict[tuple, Any] = {}
         self._oracle = StepOracle(
             next_logprobs,
@@ -367,7 +369,7 @@ class AutoregressiveEnumerable(BeyondExact):
     def sampler(self, seed: int | None = None) -> ARSampler:
         """An ancestral sampler (``sample()``, ``sample_n(n)``, ``draw()``), seeded for replay."""
         seed = optional_exact_int("seed", seed, minimum=0)
-        return ARSampler(self._oracle, self.support, seed=seed, lock=self._lock)
+        return ARSampler(self._oracle, self.support, seed=seed, lock=self._lock, finite_state=self._state_sampler)
 
     # ------------------------------------------------------------------ indexes
     @locked

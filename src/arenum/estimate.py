@@ -4,7 +4,7 @@ Exact answers cost one forward per live prefix; beyond an affordable budget this
 from ancestral samples instead, always as an ESTIMATE with a standard error, an interval at a stated
 confidence, and the method named.
 
-Estimators (``n`` draws ``x_i ~ q``, ``q = p`` without a head):
+Estimators (``n`` draws ``x_i ~ q``, ``q = p`` without a head, up to the exact quantization of each step):
 
 - ``count(t) = #{x : s(x) >= t}``: importance sampling, ``(1/n) sum_i 1{s(x_i) >= t} / q(x_i)``;
 - ``rank(s0) = #{x : s(x) > s0}``: the same with a strict inequality;
@@ -12,7 +12,10 @@ Estimators (``n`` draws ``x_i ~ q``, ``q = p`` without a head):
 - ``threshold(k)``: the largest sampled score whose count estimate reaches ``k`` (inverting the
   count estimate), with the interval obtained by inverting the count's interval band.
 
-All are unbiased for ``n`` fixed (``threshold`` only consistent). A draw of a terminating model that
+All are unbiased for ``n`` fixed (``threshold`` only consistent; a count's point value is held up to
+the distinct sampled sequences of its region, its unbiased mean is ``extra["unbiased"]``). Every
+query's region is a run of the draws sorted by score, so each costs ``O(log n)`` from prefix sums
+built once. A draw of a terminating model that
 reaches the depth cap without ``eos`` is outside the declared support: it contributes 0 but stays in
 ``n`` (dropping it would bias every estimate upward).
 
@@ -69,11 +72,12 @@ def _z(confidence: float) -> float:
     return NormalDist().inv_cdf(0.5 + confidence / 2.0)
 
 
-def _mean_se(w: np.ndarray, n: int) -> tuple[float, float]:
-    m = float(w.sum()) / n
+def _mean_se_sums(s1: float, s2: float, n: int) -> tuple[float, float]:
+    """:func:`_mean_se` from the sums of the weights and of their squares."""
+    m = s1 / n
     if n < 2:
         return m, math.inf
-    var = (float((w * w).sum()) - n * m * m) / (n - 1)
+    var = (s2 - n * m * m) / (n - 1)
     return m, math.sqrt(max(var, 0.0) / n)
 
 
@@ -154,9 +158,21 @@ class MonteCarloEstimator:
         ok = s.complete
         self._w = np.where(ok, np.exp(-s.log_q), 0.0)  # 1/q(x): weight of one sequence in a count
         self._r = np.where(ok, np.exp(s.score - s.log_q), 0.0)  # p/q: weight in a mass
-        order = np.argsort(-np.where(ok, s.score, -math.inf), kind="stable")
-        self._order = order[ok[order]]  # complete draws by descending score
+        comp = np.flatnonzero(ok)
+        self._order = comp[np.argsort(-s.score[comp])]  # complete draws by descending score (ties: any order)
         self._sorted = s.score[self._order]
+        self._neg = -self._sorted  # ascending: searched by every query
+        # every query's region is a run of that order (scores in [t, top)): prefix sums answer it
+        # in O(log n). Copies of one sequence share its score, hence lie in one run together; a
+        # draw counts as distinct where its key first appears in the order.
+        w, r = self._w[self._order], self._r[self._order]
+        zero = np.zeros(1)
+        self._cw, self._cw2, self._cr, self._cr2 = (np.concatenate((zero, np.cumsum(x))) for x in (w, w * w, r, r * r))
+        self._rbar = float(self._r.sum()) / samples.n
+        keys = s.keys[self._order] if s.keys is not None else np.array(
+            [hash(s.seqs[i]) for i in self._order.tolist()], np.int64)
+        self._cdistinct = np.concatenate(([0], np.cumsum(_first_in_run(self._sorted, keys))))
+        self._r_median = float(np.median(self._r[ok])) if ok.any() else 1.0
 
     @property
     def method(self) -> str:
@@ -174,10 +190,16 @@ class MonteCarloEstimator:
             return h
         return None  # plain draws are never combined with a head (that can raise the variance)
 
-    def _region(self, lo: float, strict: bool, hi: float) -> np.ndarray:
-        s = self.samples.score
-        above = s > lo if strict else s >= lo
-        return self.samples.complete & above & (s < hi)
+    def _region(self, lo: float, strict: bool, hi: float) -> tuple[int, int]:
+        """``[a, b)`` in the descending order of complete draws: the draws with ``lo <= s < hi``
+        (``lo < s`` when ``strict``)."""
+        neg = self._neg
+        a = int(np.searchsorted(neg, -hi, side="right"))
+        b = int(np.searchsorted(neg, -lo, side="left" if strict else "right"))
+        return a, max(a, b)
+
+    def _sums(self, c: np.ndarray, a: int, b: int) -> float:
+        return float(c[b] - c[a])
 
     def _extra(self, head: ExactHead | None, hits: int) -> dict[str, Any]:
         return {"hits": hits, "interval": self.interval, "head_count": head.count if head else 0,
@@ -192,8 +214,9 @@ class MonteCarloEstimator:
         f = 1.0 if self.samples.head_T == math.inf else max(0.0, 1.0 - self.samples.head_mass) * (1 + 1e-9)
         return math.exp(-t) * f
 
-    def _distinct(self, sel: np.ndarray) -> int:
-        return len({self.samples.seqs[i] for i in np.flatnonzero(sel)})
+    def _distinct(self, a: int, b: int) -> int:
+        """Distinct sequences among the draws ``[a, b)`` of the order (a lower bound: keys may collide)."""
+        return int(self._cdistinct[b] - self._cdistinct[a])
 
     # ------------------------------------------------------------------ counts
     def count(self, min_log_prob: float, *, head: ExactHead | None = None) -> CountResult:
@@ -207,15 +230,16 @@ class MonteCarloEstimator:
             c = h.index.count_gt(t) if strict else h.index.count_ge(t)
             return CountResult(c)
         top = h.T if h is not None else math.inf
-        sel = self._region(t, strict, top)
+        a, b = self._region(t, strict, top)
         n = self.n
-        m, se = _mean_se(self._w[sel], n)
-        hits = int(sel.sum())
+        m, se = _mean_se_sums(self._sums(self._cw, a, b), self._sums(self._cw2, a, b), n)
+        hits = b - a
         base = h.count if h is not None else 0
         lo, hi = _count_interval(m, se, self._z, self.interval, n, self._wmax(t, h), 1 - self.confidence)
         # certified lower end: the distinct sampled sequences in the region are real (the point
         # value is held to it too, so it never falls outside its own interval)
-        distinct = float(self._distinct(sel))
+        distinct = float(self._distinct(a, b))
+        unbiased = base + m  # the plain importance-sampling mean (the point value below is held up)
         lo = max(lo, distinct)
         m = max(m, distinct)
         # upper end from the mass: each counted sequence has p >= e^t; the region's mass is at most
@@ -223,14 +247,13 @@ class MonteCarloEstimator:
         if hits == 0:
             # nothing sampled in the region: each counted sequence has p >= e^t, and the region's
             # mass is at most the Wilson upper end of zero hits (scaled by the mean p/q)
-            rbar = float(self._r.sum()) / n
-            mass_hi = _wilson(0, n, self._z)[1] * max(rbar, 1e-300)
+            mass_hi = _wilson(0, n, self._z)[1] * max(self._rbar, 1e-300)
             hi = mass_hi * math.exp(-t) if t > -math.inf and -t < 700 else math.inf
         est = base + m
         return CountResult(
             float(est), exact=False, method=self.method, estimate=float(est), stderr=se,
             ci_lo=base + lo, ci_hi=base + max(hi, lo), confidence=self.confidence, samples=n,
-            forwards=self.samples.forwards, extra=self._extra(h, hits),
+            forwards=self.samples.forwards, extra={**self._extra(h, hits), "unbiased": float(unbiased)},
         )
 
     # ------------------------------------------------------------------ masses
@@ -246,12 +269,12 @@ class MonteCarloEstimator:
             mb = h.index.mass_ge(t)
             return Estimate(mb.mid, 0.0, mb.lo, mb.hi, self.confidence, "exact", 0, 0)
         top = h.T if h is not None else math.inf
-        sel = self._region(t, False, top)
-        hits = int(sel.sum())
-        m, se = _mean_se(self._r[sel], n)
+        a, b = self._region(t, False, top)
+        hits = b - a
+        m, se = _mean_se_sums(self._sums(self._cr, a, b), self._sums(self._cr2, a, b), n)
         base = h.mass if h is not None else 0.0
-        # the ratio p/q is constant (1 - P_head) on the tail up to float floors: Wilson on the hits
-        c = float(np.median(self._r[self.samples.complete])) if self.samples.complete.any() else 1.0
+        # the ratio p/q is constant (1 - P_head) on the tail up to the quantization: Wilson on the hits
+        c = self._r_median
         lo, hi = _wilson(hits, n, self._z)
         return Estimate(base + m, se, min(1.0, base + c * lo), min(1.0, base + c * hi), self.confidence,
                         self.method, n, hits, self.samples.forwards, self._extra(h, hits))
@@ -338,6 +361,32 @@ class MonteCarloEstimator:
                                stderr=se_t, ci_lo=lo_t, ci_hi=hi_t,
                                confidence=self.confidence, samples=n, forwards=self.samples.forwards,
                                extra=extra)
+
+
+def _first_in_run(sc: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """int64 flags over draws sorted by score: 1 where a key appears for the first time in its run
+    of equal scores (a region is a union of whole runs, so its flags count its distinct keys).
+
+    A run whose keys are all equal (copies of one sequence, the common case) flags its first draw;
+    the few runs holding different keys (different sequences with one score) are sorted by
+    (run, key, position) to flag each key's first draw."""
+    n = sc.shape[0]
+    flags = np.zeros(n, np.int64)
+    if n == 0:
+        return flags
+    new_run = np.r_[True, sc[1:] != sc[:-1]]
+    flags[new_run] = 1
+    mixed_step = ~new_run[1:] & (keys[1:] != keys[:-1])  # a key change inside a run
+    if mixed_step.any():
+        run = np.cumsum(new_run) - 1
+        mixed_runs = np.zeros(int(run[-1]) + 1, np.bool_)
+        mixed_runs[run[1:][mixed_step]] = True
+        sel = np.flatnonzero(mixed_runs[run])
+        o = sel[np.lexsort((sel, keys[sel], run[sel]))]
+        head = np.r_[True, (run[o][1:] != run[o][:-1]) | (keys[o][1:] != keys[o][:-1])]
+        flags[sel] = 0
+        flags[o[head]] = 1
+    return flags
 
 
 def mass_count_bound(t: float) -> int | float:

@@ -13,6 +13,9 @@ and ``batch_next_heads(prefixes, floors)`` (an ``arenum`` extension for adapters
 where the model runs, e.g. on a GPU; see :meth:`StepOracle.fetch_heads` and
 :func:`arenum.tables.parse_heads` for the contract and what is checked).
 
+Monte Carlo draws take whole rows instead (:meth:`StepOracle.fetch_rows`: unsorted, one layout
+whatever their source, not added to the cache unless asked).
+
 This module does not parse step tables: the accepted result forms, their validation,
 normalization, sort order and head cutting are in :mod:`arenum.tables`, which it calls with its
 token-id callables. It does not decide which prefixes to score: the prefix tree and the queries do.
@@ -35,8 +38,8 @@ from .tables import (
     build_heads,
     check_cardinality,
     collect_rows,
-    dense_heads,
     parse_dense_batch,
+    parse_dense_heads,
     parse_heads,
     parse_table,
     rows_of_dense,
@@ -247,8 +250,9 @@ class StepOracle:
         self.stats.parse_seconds += time.perf_counter() - t1
         return out
 
-    def _call_batch(self, prefixes: list[tuple]) -> Any:
-        """One batched call: a validated ``(rows, column ids)`` dense pair or a list of tables."""
+    def _call_batch(self, prefixes: list[tuple], floors: np.ndarray | None = None) -> Any:
+        """One batched call: a validated ``(rows, column ids)`` dense pair or a list of tables; with
+        ``floors``, a dense result comes back as its cut heads ``(row, ids, lps)`` (one sweep)."""
         assert self._batch is not None
         t0 = time.perf_counter()
         raw = self._batch(list(prefixes))
@@ -258,7 +262,12 @@ class StepOracle:
         self.stats.batch_calls += 1
         check_cardinality("batch_next_logprobs", raw, len(prefixes), "for a batch of {n} prefixes", "prefix")
         if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype.kind == "f":
-            out: Any = self._parse_dense_batch(raw, prefixes)
+            if floors is not None:
+                out: Any = parse_dense_heads(raw, prefixes, floors, intern=self.token_id, int_tokens=self._int_tokens,
+                                             token=self.token, norm_tol=self.norm_tol, scratch=self._scratch)
+                out = (*out, raw.shape[1])
+            else:
+                out = self._parse_dense_batch(raw, prefixes)
         else:
             out = [self._parse_one(r, p) for r, p in zip(raw, prefixes)]
         self.stats.parse_seconds += time.perf_counter() - t1
@@ -310,12 +319,14 @@ class StepOracle:
             bs = self.batch_size
             for a in range(0, len(todo), bs):
                 chunk = np.array(todo[a : a + bs], np.int64)
-                res = self._call_batch([prefixes[i] for i in chunk])
+                res = self._call_batch([prefixes[i] for i in chunk], floors[chunk])
                 t0 = time.perf_counter()
                 if isinstance(res, tuple):
-                    arr, ids_all = res
-                    dense_heads(arr, ids_all, chunk, floors[chunk], parts_row, parts_ids, parts_lp)
-                    full[chunk] = arr.shape[1]  # -inf entries count as present: at worst a needless re-score
+                    r, ids, lps, V = res  # whole rows, each sorted, in order
+                    parts_row.append(chunk[r])
+                    parts_ids.append(ids)
+                    parts_lp.append(lps)
+                    full[chunk] = V  # -inf entries count as present: at worst a needless re-score
                 else:
                     presorted = False
                     collect_rows(res, chunk, floors, parts_row, parts_ids, parts_lp, full)
@@ -353,6 +364,62 @@ class StepOracle:
                                             norm_tol=self.norm_tol)
         st.parse_seconds += time.perf_counter() - t1
         return row, ids, lps, widths
+
+    def fetch_rows(self, prefixes: list[tuple], *, remember: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Full validated tables of ``prefixes`` as padded rows, entries by ascending token id (dense
+        columns as they are), whether from the model or the cache, so that draws do not depend on
+        what is cached: ``(lps, ids)`` with ``lps`` ``(m, W)`` float64 (``-inf`` where a row has no
+        entry) and ``ids`` ``(W,)`` int64 shared by every row (a dense batch) or ``(m, W)``.
+
+        One forward per prefix not in the cache, through ``batch_next_logprobs`` in ``batch_size``
+        chunks when available; cached tables are reused but, unless ``remember``, nothing is added
+        to the cache (Monte Carlo draws visit each prefix about once).
+        """
+        m = len(prefixes)
+        hit = [self._cache.get(p) for p in prefixes] if self._cache else [None] * m
+        todo = [i for i in range(m) if hit[i] is None]
+        tabs: list[Any] = list(hit)
+        dense: np.ndarray | None = None  # (m, V) rows while every result so far is dense
+        ids_all = None
+        bs = self.batch_size
+        for a in range(0, len(todo) if self._batch is not None else 0, bs):
+            chunk = todo[a : a + bs]
+            res = self._call_batch([prefixes[i] for i in chunk])
+            self.stats.forwards += len(chunk)
+            if (isinstance(res, tuple) and len(todo) == m and (a == 0 or dense is not None)
+                    and (ids_all is None or np.array_equal(ids_all, res[1]))):
+                if dense is None:
+                    dense, ids_all = np.empty((m, res[0].shape[1])), res[1]
+                dense[a : a + len(chunk)] = res[0]  # todo is every row, in order
+                continue
+            if dense is not None:  # a mixed batch: back to tables
+                for i, tab in zip(todo[:a], rows_of_dense(dense[:a], ids_all)):
+                    tabs[i] = tab
+                dense = None
+            for i, tab in zip(chunk, rows_of_dense(res[0].copy(), res[1]) if isinstance(res, tuple) else res):
+                tabs[i] = tab
+        if self._batch is None:
+            for i in todo:
+                tabs[i] = self._call_single(prefixes[i])
+                self.stats.forwards += 1
+        if dense is not None:
+            if remember:
+                for p, tab in zip(prefixes, rows_of_dense(dense, ids_all)):
+                    self._remember(p, sort_table(*tab))
+            return dense, ids_all
+        W = max(1, max(t[0].shape[0] for t in tabs))
+        lps = np.full((m, W), -np.inf)
+        ids = np.zeros((m, W), np.int64)
+        for i, (a, b) in enumerate(tabs):
+            if a.shape[0] > 1 and (a[1:] < a[:-1]).any():  # one layout, whatever the source: ascending ids
+                o = np.argsort(a, kind="stable")
+                a, b = a[o], b[o]
+            ids[i, : a.shape[0]] = a
+            lps[i, : b.shape[0]] = b
+        if remember:
+            for i in todo:
+                self._remember(prefixes[i], sort_table(*tabs[i]))
+        return lps, ids
 
     def table(self, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
         """Full sorted table for one prefix, memoized (LRU of ``cache_size`` prefixes)."""
