@@ -187,3 +187,25 @@ def test_quantized_count_index_shares_the_tree():
     ar.count(-(30 * 0.25) * math.log(2))
     assert ar.stats["forwards"] == f
     assert ar.structural_fine_bucket(bf[0][0], q) == q.fine_bucket(bf[0][1])
+
+
+@pytest.mark.parametrize("term", [False, True])
+@pytest.mark.parametrize("form", ["pairs", "dense"])
+def test_tail_draws_score_no_prefix_the_tree_holds(term, form):
+    from arenum.testing import RandomModel
+
+    m = RandomModel(6, seed=4, eos=0 if term else None, eos_boost=1.5, form=form)
+    seen: list[tuple] = []
+
+    def batch(ps):
+        seen.extend(tuple(p) for p in ps)
+        return m.batch(ps)
+
+    ar = AutoregressiveEnumerable(m, max_len=7, eos=0 if term else None, batch_next_logprobs=batch, batch_size=16)
+    ar.count(-6.0)
+    built = set(seen)
+    assert len(built) == len(seen)
+    seen.clear()
+    est = ar.monte_carlo(3000, head=True)
+    assert est.head is not None and seen
+    assert not built & set(seen)  # every prefix scored once, by the tree or by the draws

@@ -365,7 +365,8 @@ class StepOracle:
         st.parse_seconds += time.perf_counter() - t1
         return row, ids, lps, widths
 
-    def fetch_rows(self, prefixes: list[tuple], *, remember: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def fetch_rows(self, prefixes: list[tuple], *, remember: bool = False,
+                   known: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Full validated tables of ``prefixes`` as padded rows, entries by ascending token id (dense
         columns as they are), whether from the model or the cache, so that draws do not depend on
         what is cached: ``(lps, ids)`` with ``lps`` ``(m, W)`` float64 (``-inf`` where a row has no
@@ -373,10 +374,14 @@ class StepOracle:
 
         One forward per prefix not in the cache, through ``batch_next_logprobs`` in ``batch_size``
         chunks when available; cached tables are reused but, unless ``remember``, nothing is added
-        to the cache (Monte Carlo draws visit each prefix about once).
+        to the cache (Monte Carlo draws visit each prefix about once). ``known``: whole tables the
+        caller already holds (row index -> ``(ids, lps)``, e.g. the prefix tree's), used as cached.
         """
         m = len(prefixes)
         hit = [self._cache.get(p) for p in prefixes] if self._cache else [None] * m
+        if known:
+            for i, tab in known.items():
+                hit[i] = tab
         todo = [i for i in range(m) if hit[i] is None]
         tabs: list[Any] = list(hit)
         dense: np.ndarray | None = None  # (m, V) rows while every result so far is dense

@@ -216,13 +216,15 @@ def draw_samples(
         while a < m:
             b = min(m, a + step)
             chunk = prefixes[a:b]
-            lps, ids = oracle.fetch_rows([oracle.tokens(p) for p in chunk] if convert else chunk, remember=remember)
+            nodes = node_of[a:b]
+            known = _whole_tables(tree, d, nodes) if use_head and (nodes >= 0).any() else None
+            lps, ids = oracle.fetch_rows([oracle.tokens(p) for p in chunk] if convert else chunk, remember=remember,
+                                         known=known)
             k, W = lps.shape
             v_seen = max(v_seen, W)
             with np.errstate(under="ignore"):
                 w = np.exp(lps)  # conditional probabilities, row by row (0 where no entry)
             child = None
-            nodes = node_of[a:b]
             if use_head and (nodes >= 0).any():
                 child = _tail_weights(tree, H, head_T, d, nodes, lps, ids, w, eos_id, terminal_level)
             wq = quantize_rows(w)
@@ -285,6 +287,19 @@ def draw_samples(
         head_mass=head_mass, forwards=oracle.stats.forwards + oracle.stats.refetches - f0, seed=seed,
         length=length, keys=keys, extra={"sampler": "levels"},
     )
+
+
+def _whole_tables(tree: "PrefixTree", d: int, nodes: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Row index -> ``(ids, lps)`` for the rows whose prefix is a tree node holding its whole table
+    (no forward is paid twice for a prefix the tree already scored)."""
+    lev = tree.view(d)
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for r in np.flatnonzero(nodes >= 0).tolist():
+        nd = int(nodes[r])
+        if lev.fetched[nd] and lev.floor[nd] == -math.inf:
+            o, t = int(lev.off[nd]), int(lev.tlen[nd])
+            out[r] = (lev.pool_tok[o : o + t].astype(np.int64), lev.pool_lp[o : o + t])
+    return out
 
 
 def _tail_weights(tree, H, T, d, nodes, lps, ids, w, eos_id, terminal_level) -> np.ndarray:
