@@ -123,3 +123,16 @@ def test_logit_error_bucket_slack():
         d = rng.uniform(-1, 1) * 0.01 * 10
         if s + d <= 0:
             assert abs(q.fine_bucket(s + d) - q.fine_bucket(s)) <= logit_error_bucket_slack(0.01, 10, q)
+
+
+def test_renormalized_rows_are_counted_on_every_dense_path():
+    p = np.log(np.array([0.5, 0.3, 0.1985]))  # 0.9985: accepted, renormalized
+    q = np.log(np.array([0.5, 0.25, 0.25]))  # normalized to float64 precision: verbatim
+    rows = {(): p, (0,): q, (1,): p, (2,): q}
+    batch = lambda ps: np.stack([rows.get(tuple(x[:1]), q) if len(x) <= 1 else q for x in ps])  # noqa: E731
+    ar = AutoregressiveEnumerable(lambda x: batch([x])[0], max_len=2, batch_next_logprobs=batch)
+    assert ar.count(-20.0) == 9
+    assert ar.stats["renormalized_rows"] == 2  # the root and prefix (1,), through the heads path
+    ar2 = AutoregressiveEnumerable(lambda x: batch([x])[0], max_len=2, batch_next_logprobs=batch)
+    est = ar2.monte_carlo(200, head=False)  # full rows (fetch_rows)
+    assert est.samples.n == 200 and ar2.stats["renormalized_rows"] >= 1

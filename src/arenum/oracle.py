@@ -264,7 +264,8 @@ class StepOracle:
         if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype.kind == "f":
             if floors is not None:
                 out: Any = parse_dense_heads(raw, prefixes, floors, intern=self.token_id, int_tokens=self._int_tokens,
-                                             token=self.token, norm_tol=self.norm_tol, scratch=self._scratch)
+                                             token=self.token, norm_tol=self.norm_tol, scratch=self._scratch,
+                                             on_renorm=self._renormalized)
                 out = (*out, raw.shape[1])
             else:
                 out = self._parse_dense_batch(raw, prefixes)

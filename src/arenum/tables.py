@@ -412,7 +412,7 @@ def parse_dense_batch(
         out[renorm] -= lse[renorm, None]
         arr = out
         if on_renorm is not None:
-            on_renorm(int(renorm.sum()))
+            on_renorm(int(renorm.size))
     return arr, ids_all
 
 
@@ -426,6 +426,7 @@ def parse_dense_heads(
     token: TokenOf,
     norm_tol: float,
     scratch: Scratch,
+    on_renorm: OnRenorm | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Validate a dense ``(n, V)`` batch and cut its heads: ``(row, ids, lps)``, the entries
     ``>= floors[row]`` of the normalized rows, rows in order, each row's sorted (descending, ties in
@@ -453,6 +454,8 @@ def parse_dense_heads(
             odd = np.arange(n)
             r, flat, lp = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
         renorm, lse = _verdict(arr, odd, prefixes, kw)
+        if on_renorm is not None and renorm.size:
+            on_renorm(int(renorm.size))
         c = flat - r * V
         redo = renorm if fast else odd
         if redo.size:
