@@ -55,12 +55,9 @@ __all__ = [
 _INT64_MAX = 2**63 - 1
 
 NORM_TOL = 2e-2
-"""Default tolerance on ``|sum(p) - 1|`` for one step table (bf16/int8 rows pass; accepted rows are
-renormalized)."""
-OnRenorm = Callable[[int], None]
-"""``on_renorm(n)``: told that ``n`` accepted rows were renormalized."""
-RENORM_TOL = 1e-12
-"""Rows with ``|log sum p|`` above this are renormalized; below it they are used verbatim."""
+"""Default tolerance on ``|sum(p) - 1|`` of a step table (bf16/int8 rows pass, renormalized)."""
+OnRenorm = Callable[[int], None]  # on_renorm(n): told that n accepted rows were renormalized
+RENORM_TOL = 1e-12  # rows with |log sum p| above this are renormalized; below it used verbatim
 
 Intern = Callable[[Any], int]
 """``intern(token) -> id``: the id of a token, new tokens interned."""
@@ -250,7 +247,7 @@ def check_cardinality(name: str, raw: Any, expected: int, what: str, unit: str) 
 _BLOCK_ENTRIES = 1 << 16  # dense rows are validated and cut in blocks of about this many entries
 _CLEAR = 1e-13
 """A row with ``max <= 0`` and ``|sum(exp(row)) - 1| <= _CLEAR`` is normalized to float64 precision
-(its reference log-sum is within ``1.1e-13`` of 0, far inside ``RENORM_TOL``): used verbatim."""
+(reference log-sum within ``1.1e-13`` of 0, far inside ``RENORM_TOL``): used verbatim."""
 _CANDIDATES = 64  # past this many entries per row above a block's lowest floor: cut row by row
 _QUIET = {"invalid": "ignore", "over": "ignore", "divide": "ignore"}  # bad rows are reported after the sweep
 
