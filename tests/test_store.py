@@ -397,3 +397,39 @@ def test_cli_build_killed_then_rerun_resumes(tmp_path, pw_model):
     assert r["threshold_log_prob"] == clean["threshold_log_prob"]
     assert r["forwards_before"] + r["forwards"] == r["store_forwards"]
     assert r["store_forwards"] <= clean["forwards"] * 1.01 + 1024
+
+
+def test_threads_building_one_store_leave_it_exact(tmp_path):
+    import threading
+
+    m = _model(True)
+    bf = brute_force(m.table, fixed_len=None, eos="a", cap=L)
+    scores = [s for _, s in bf]
+    p = tmp_path / "s"
+    ar = _open(m, True, p)
+    wrong: list[str] = []
+
+    def work(tid: int) -> None:
+        rng = np.random.default_rng(tid)
+        for _ in range(15):
+            i = int(rng.integers(0, len(bf)))
+            if rng.random() < 0.5:
+                if ar.unrank(i) != bf[i]:
+                    wrong.append(f"unrank({i})")
+            elif ar.count(scores[i]) != sum(1 for s in scores if s >= scores[i]):
+                wrong.append(f"count({scores[i]})")
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not wrong, wrong[:5]
+    ar._check()
+    saved = ar.stats["store_forwards"]
+    del ar
+    ar2 = _open(m, True, p)
+    ar2._check()
+    assert ar2.stats["store_forwards"] == saved
+    assert ar2.slice(0, 200) == bf[:200] and ar2.stats["forwards"] == 1
+    ar2.close()
