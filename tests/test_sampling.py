@@ -59,3 +59,28 @@ def test_sampler_with_string_tokens():
         assert all(isinstance(t, str) for t in seq)
         if lp > -math.inf:
             assert seq[-1] == "</s>" and np.isclose(lp, ar.log_density(seq), rtol=0, atol=0)
+
+
+def test_tail_draws_match_tree_children_when_ties_come_in_the_models_own_order():
+    # the model returns tied tokens in descending id order; the tree numbers children in that order
+    # while draws read rows by column. Every completion of (2,) and (0,) is in the exact head, none
+    # of (1,) but (1, 0): tail draws must (almost) never land in the head.
+    import math
+
+    from arenum import AutoregressiveEnumerable
+
+    def model(prefix):
+        if len(prefix) == 0:
+            return [(0, math.log(0.5)), (2, math.log(0.25)), (1, math.log(0.25))]  # a tie, 2 before 1
+        if prefix[0] == 2:
+            return [(0, math.log(0.98)), (1, math.log(0.01)), (2, math.log(0.01))]
+        if prefix[0] == 1:
+            return [(0, math.log(0.998)), (1, math.log(0.001)), (2, math.log(0.001))]
+        return [(0, math.log(1 / 3)), (1, math.log(1 / 3)), (2, math.log(1 / 3))]
+
+    ar = AutoregressiveEnumerable(model, max_len=2)
+    ar.count(math.log(0.25 * 0.01) - 1e-9)  # the head: every sequence but (1, 1) and (1, 2)
+    h = ar.exact_head()
+    assert h is not None and h.count == 7
+    s = ar.monte_carlo(4000, head=True, seed=3).samples
+    assert (s.score >= h.T).mean() < 0.01

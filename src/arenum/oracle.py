@@ -188,7 +188,11 @@ class StepOracle:
         have = len(self._id2tok)
         if list(tokens[:have]) != self._id2tok:
             raise ValueError("interned tokens do not match this model's")
-        for t in tokens[have:]:
+        self.append_tokens(list(tokens[have:]))
+
+    def append_tokens(self, tokens: list) -> None:
+        """Intern ``tokens`` as the next ids, in order (a store's journal replaying its records)."""
+        for t in tokens:
             self._tok2id[t] = len(self._id2tok)
             self._id2tok.append(t)
 

@@ -359,8 +359,7 @@ class TreeStore:
                 raise StoreError(f"store {self.path}: {rel} is damaged at byte {pos} (checksum mismatch)")
             try:
                 kind, rec, toks = _decode(payload)
-                if toks:
-                    tree.oracle.restore_tokens(None, tree.oracle.token_state()[1] + toks)
+                tree.oracle.append_tokens(toks)
                 getattr(tree, f"_commit_{kind}")(**rec)
             except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
                 raise StoreError(f"store {self.path}: {rel} record at byte {pos} cannot be applied ({e})") from None

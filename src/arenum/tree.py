@@ -169,10 +169,8 @@ class PrefixTree:
 
     # ------------------------------------------------------------------ fetching
     def _fetch(self, d: int, nodes: np.ndarray, keep: float, max_bytes: int | None = None) -> None:
-        """Score ``nodes`` of level ``d`` (one forward each) and store their heads down to ``keep``.
-
-        Whole tables are stored while the stored entries fit ``table_bytes``; then heads (module docstring).
-        """
+        """Score ``nodes`` of level ``d`` (one forward each) and store their heads down to ``keep``
+        (whole tables while they fit ``table_bytes``: module docstring)."""
         lev = self.levels[d]
         o = self.oracle
         # nodes per round: the heads and their temporaries stay a few MiB (fresh large temporaries
@@ -205,12 +203,12 @@ class PrefixTree:
             floors = np.full(m, -math.inf) if keep_all else (keeps - s) - 1e-9 * (1.0 + np.abs(keeps))
             heads = o.fetch_heads(self._prefix_tuples(d, ns), floors)
             klp, kid, klen = heads.lps, heads.ids, heads.lens
+            kx = np.repeat(s, klen)
+            kx += klp  # s + lp, the score of each entry (computed once, passed to the commit)
             if not keep_all:
-                kx = np.repeat(s, klen)
-                kx += klp  # s + lp, the score of each entry
                 kmask = kx >= np.repeat(keeps, klen)
                 if not kmask.all():
-                    klp, kid = klp[kmask], kid[kmask]
+                    klp, kid, kx = klp[kmask], kid[kmask], kx[kmask]
                     kept = np.zeros(kmask.shape[0] + 1, np.int64)
                     np.cumsum(kmask, out=kept[1:])
                     ends = np.cumsum(klen)
@@ -232,7 +230,7 @@ class PrefixTree:
             with deferred_interrupts():
                 if self.journal is not None:  # first: a failed write commits nothing
                     self.journal("fetch", rec)
-                self._commit_fetch(**rec)
+                self._commit_fetch(**rec, kx=kx)
             if self.progress is not None:
                 goal = self._goal_bits
                 self.progress({"prefixes": self.fetched_nodes, "forwards": o.stats.forwards, "level": d,
@@ -260,8 +258,9 @@ class PrefixTree:
 
     def _commit_fetch(self, d: int, ns: np.ndarray, kid: np.ndarray, klp: np.ndarray, klen: np.ndarray,
                       cut: np.ndarray, keeps: np.ndarray, eos_j: np.ndarray, eos_lp: np.ndarray | None,
-                      widest: int) -> None:
-        """Store the fetched heads of nodes ``ns`` of level ``d`` (a journal replays exactly this)."""
+                      widest: int, kx: np.ndarray | None = None) -> None:
+        """Store the fetched heads of nodes ``ns`` of level ``d`` (a journal replays exactly this;
+        ``kx``, each entry's score, is derived when not given)."""
         lev = self.levels[d]
         lev.drop_view()
         is_leaf = d == self.leaf_level
@@ -269,8 +268,9 @@ class PrefixTree:
         m = ns.shape[0]
         refetch = lev.fetched[ns].copy()
         old_floor = np.where(refetch, lev.floor[ns], math.inf)  # entries below it are new
-        kx = np.repeat(lev.score[ns], klen)
-        kx += klp  # s + lp, the score of each entry
+        if kx is None:
+            kx = np.repeat(lev.score[ns], klen)
+            kx += klp  # s + lp, the score of each entry
         if lev.pool_tok.a.dtype != np.int64 and kid.size > 0 and not (
                 _INT32_MIN <= kid.min() <= kid.max() <= _INT32_MAX):
             self._used_bytes += lev.pool_tok.n * 4  # int32 -> int64
