@@ -162,3 +162,21 @@ def test_fused_dense_heads_errors_name_the_first_bad_row(what, value, match):
         with pytest.raises(ValueError, match=match) as e:
             _fused(lp, fl, prefixes=[("p", i) for i in range(8)])
         assert f"('p', {r})" in str(e.value)
+
+
+def test_dense_heads_and_full_rows_agree_on_rows_within_the_renormalization_tolerance():
+    # a slow-path batch (norm_tol below the fast check) whose rows are off by less than RENORM_TOL:
+    # the heads path must leave them verbatim, as the full-rows path does
+    import numpy as np
+
+    from arenum.oracle import StepOracle
+
+    rng = np.random.default_rng(0)
+    w = rng.random((6, 50))
+    rows = np.log(w / w.sum(axis=1, keepdims=True)) + 3e-13  # |log sum p| ~ 3e-13 < 1e-12
+    o = StepOracle(lambda p: rows[0], batch_next_logprobs=lambda ps: rows[: len(ps)], norm_tol=1e-12)
+    prefixes = [(i,) for i in range(6)]
+    heads = o.fetch_heads(prefixes, np.full(6, -np.inf))
+    full, ids = o.fetch_rows(prefixes)
+    for i, got in enumerate(np.split(heads.lps, np.cumsum(heads.lens)[:-1])):
+        assert np.array_equal(np.sort(got), np.sort(full[i][np.isfinite(full[i])]))

@@ -454,14 +454,14 @@ def parse_dense_heads(
         if on_renorm is not None and renorm.size:
             on_renorm(int(renorm.size))
         c = flat - r * V
-        redo = renorm if fast else odd
+        redo = renorm if fast else odd  # the slow path: rows within RENORM_TOL stay verbatim (shift 0)
         if redo.size:
             if fast:
                 stale = np.zeros(n, np.bool_)
                 stale[redo] = True
                 keep = ~stale[r]
                 r, c, lp = r[keep], c[keep], lp[keep]
-            r2, c2, lp2 = _cut_rows(arr, redo, lse[redo], cap[redo])
+            r2, c2, lp2 = _cut_rows(arr, redo, np.where(np.abs(lse[redo]) > RENORM_TOL, lse[redo], 0.0), cap[redo])
             r, c, lp = np.concatenate((r, r2)), np.concatenate((c, c2)), np.concatenate((lp, lp2))
     if (cap < floors).any():  # floors above 0 (nothing valid reaches them): the exact cut
         keep = lp >= floors[r]
