@@ -46,8 +46,8 @@ class BeyondExact:
         est = self._mc.get(key)
         if est is not None:
             return est
-        check_sample_bytes(n, [k[0] for k in self._mc], 0, self.stats["memory_bytes"] + self._oracle.cache_bytes,
-                           self.settings.max_bytes)  # no tokens kept
+        check_sample_bytes(n, [k[0] for k in self._mc], self.stats["memory_bytes"] + self._oracle.cache_bytes,
+                           self.settings.max_bytes)
         h = self.exact_head() if head else None
         samples = draw_samples(
             self._oracle, n, self.support, seed=seed,

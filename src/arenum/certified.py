@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from ._validate import exact_int, finite_float
+from .estimate import mass_count_bound
 from .finite_state import FiniteStateTables
 from .results import CountBracket, MassBracket
 from .support import Support
@@ -73,7 +74,7 @@ class _Edges:
     """
 
     def __init__(self, nxt: np.ndarray, cost: np.ndarray, prob: np.ndarray, possible: np.ndarray, B: int) -> None:
-        S = self.S = nxt.shape[0]
+        self.S = nxt.shape[0]
         self.nxt, self.cost, self.prob, self.possible = nxt, cost, prob, possible  # (S, V) each
         self.degree = int(possible.sum(axis=1).max()) if possible.size else 0
         self.bulk = possible & (cost >= B)  # (S, V) bool
@@ -391,8 +392,7 @@ class CertifiedCounter:
         k_lo, k_hi = self._cells(t)
         lo = _floor_int(self._value(True, False, k_lo))
         hi = _ceil_int(self._value(False, False, k_hi))
-        if -t < 700:
-            hi = min(hi, int(math.floor(math.exp(-t) * (1 + 1e-12))) + 1)  # each has mass >= e**t
+        hi = min(hi, mass_count_bound(t))  # each has mass >= e**t
         return CountBracket(lo, max(lo, hi))
 
     def rank_bracket(self, s: float) -> CountBracket:

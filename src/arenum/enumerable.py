@@ -18,7 +18,7 @@ Data flow: model -> :mod:`arenum.oracle` -> :mod:`arenum.tree` -> :mod:`arenum.i
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -46,9 +46,6 @@ from .store import TreeStore, open_store
 from .settings import Settings
 from .support import Support
 from .tree import PrefixTree
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["AutoregressiveEnumerable", "count_budget_index"]
 

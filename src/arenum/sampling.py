@@ -82,18 +82,15 @@ class SampleSet:
 
 
 SAMPLE_BYTES_PER_DRAW = 96
-"""Upper estimate of one draw's memory besides its tokens (its arrays and the estimator's sums)."""
-SAMPLE_BYTES_PER_TOKEN = 8
-"""Upper estimate of a drawn token's memory in its tuple (a pointer to a shared token object)."""
+"""Upper estimate of one draw's memory (its arrays and the estimator's sums; tokens are not kept)."""
 
 
-def check_sample_bytes(n: int, cached: list[int], max_len: int, held: int, max_bytes: int | None) -> None:
-    """Raise :class:`BudgetExceeded` if ``n`` more draws (of at most ``max_len`` tokens), with the
-    ``cached`` draw sets and the ``held`` bytes, would pass ``max_bytes``."""
+def check_sample_bytes(n: int, cached: list[int], held: int, max_bytes: int | None) -> None:
+    """Raise :class:`BudgetExceeded` if ``n`` more draws, with the ``cached`` draw sets and the
+    ``held`` bytes, would pass ``max_bytes``."""
     if max_bytes is None:
         return
-    per = SAMPLE_BYTES_PER_DRAW + SAMPLE_BYTES_PER_TOKEN * int(max_len)
-    total = held + per * (sum(cached) + n)
+    total = held + SAMPLE_BYTES_PER_DRAW * (sum(cached) + n)
     if total > max_bytes:
         raise BudgetExceeded(f"{n:,} Monte Carlo draws would bring memory to about {total:,} bytes > "
                              f"max_bytes={max_bytes:,}; draw fewer (estimate_samples) or raise max_bytes")
