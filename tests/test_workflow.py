@@ -273,6 +273,12 @@ def test_cli_eval_two_models(tmp_path, model_path):
     assert "guesses" in text and "100" in text and "unrankable" in text
     p = run("eval", model_path)
     assert p.returncode == 2 and b"the following arguments are required: TEST" in p.stderr
+    # a store holds one model's tree: with two models it is refused, with one it is used and closed
+    p = run("eval", model_path, tmp_path / "test.txt", tmp_path / "m2.npz", "--store", tmp_path / "st")
+    assert p.returncode == 2 and b"--store" in p.stderr
+    one = ok("eval", model_path, tmp_path / "test.txt", "--max-len", "4", "--store", tmp_path / "st", "--json")
+    again = ok("eval", model_path, tmp_path / "test.txt", "--max-len", "4", "--store", tmp_path / "st", "--json")
+    assert json.loads(one)["models"][0]["decades"] == json.loads(again)["models"][0]["decades"]
 
 
 # ------------------------------------------------------------------ 10. version and help

@@ -42,6 +42,8 @@ def cmd_eval(args: argparse.Namespace) -> "object":
     lines = [s for s in raw if s.strip()]
     if not lines:
         raise CLIError(f"test file {test!r} has no non-blank lines")
+    if getattr(args, "store", None) and len(specs) > 1:
+        raise CLIError("--store keeps one model's tree: give it with one model (or run eval once per model)")
     curves = []
     t0 = time.perf_counter()
     for spec in specs:
@@ -62,6 +64,7 @@ def cmd_eval(args: argparse.Namespace) -> "object":
         finally:
             if bar is not None:
                 bar.close()
+            m.enum.close()  # a store: snapshot and release its lock
     secs = time.perf_counter() - t0
     size = None
     if args.out is not None:
