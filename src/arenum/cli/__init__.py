@@ -34,7 +34,7 @@ import os
 import sys
 from typing import Sequence
 
-from .common import DEMO_MAX_FORWARDS, CLIError, dumps, one_line, make_progress
+from .common import DEMO_MAX_FORWARDS, CLIError, budget_message, dumps, one_line, make_progress
 from .parser import build_parser
 from .load import load_model
 from .commands import Output
@@ -93,10 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CLIError as exc:
         msg = str(exc)
     except BudgetExceeded as exc:
-        from ..budget import BUDGET_HINT
-
         cap = getattr(args, "max_forwards", DEMO_MAX_FORWARDS)
-        msg = one_line(exc).replace(f"; {BUDGET_HINT}", "")
+        msg = budget_message(exc)
         msg = (f"{msg} (past --max-forwards {cap:,}: raise it to go deeper, or pass --exact-limit N for an "
                f"estimate with a confidence interval)")
     except IndexError as exc:

@@ -284,3 +284,12 @@ def one_line(exc: BaseException) -> str:
         msg = str(exc.args[0])
     first = msg.splitlines()[0] if msg else type(exc).__name__
     return first
+
+
+def budget_message(exc: BaseException) -> str:
+    """A :class:`~arenum.BudgetExceeded` in one line, without the API's hint (the command line gives
+    its own, naming its options)."""
+    from ..budget import BUDGET_HINT
+
+    return one_line(exc).replace(f"; {BUDGET_HINT}", "")
+

@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Any, Callable, Iterator
 
-from .common import CLIError, dumps, one_line
+from .common import CLIError, budget_message, dumps
 from .load import Loaded
 
 FIRST_CHUNK = 256
@@ -32,9 +32,7 @@ def chunks(m: Loaded, start: int, count: int | None) -> Iterator[list[tuple[tupl
         try:
             items = m.enum.slice(i, want)
         except BudgetExceeded as exc:
-            from ..budget import BUDGET_HINT
-
-            msg = one_line(exc).replace(f"; {BUDGET_HINT}", "")
+            msg = budget_message(exc)
             raise CLIError(f"stopped at rank {i:,} after {n:,} candidates: {msg} (raise --max-forwards "
                            f"to go deeper)") from None
         if items:
