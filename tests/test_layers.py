@@ -10,7 +10,7 @@ SRC = Path(arenum.__file__).parent
 
 # lowest first; a module may import only modules of a lower (or, without a circle, the same) layer
 LAYERS = [
-    {"_validate", "_arrays", "_io", "_guard", "quantize", "results", "support", "atoms", "finite_state", "budget"},
+    {"_validate", "_arrays", "_io", "_guard", "exactsum", "quantize", "results", "support", "atoms", "finite_state", "budget"},
     {"tables", "draws"},
     {"oracle"},
     {"levels"},
@@ -24,7 +24,7 @@ LAYERS = [
     {"beyond"},
     {"enumerable"},
     {"rescore", "plot", "evaluate", "testing", "__init__"},
-    {"models", "cli"},
+    {"models", "cli", "distributed"},
 ]
 # the adapters' one convenience constructor (model.enumerable()) imports the facade lazily
 ALLOWED_UP = {("models", "__init__"), ("models", "enumerable")}

@@ -127,6 +127,11 @@ class BeyondExact:
         self._finite_state_ok = True
         return fs
 
+    def finite_state_sampler(self) -> FiniteStateSampler | None:
+        """The sampler plain draws use for a finite-state model (cumulative step tables by state),
+        ``None`` for other models: what :meth:`monte_carlo` passes to ``draw_samples`` with ``head=False``."""
+        return self._state_sampler()
+
     @locked
     def _state_sampler(self) -> FiniteStateSampler | None:
         """Cumulative step tables by state for plain draws (built once), when the model gave

@@ -219,6 +219,11 @@ class AutoregressiveEnumerable(BeyondExact):
 
     # ------------------------------------------------------------------ plumbing
     @property
+    def oracle(self) -> StepOracle:
+        """The validated, memoized step oracle over the model (every query's forwards go through it)."""
+        return self._oracle
+
+    @property
     def progress(self) -> Callable[[dict], None] | None:
         """Callback receiving ``{"prefixes", "forwards", "level", "level_done", "level_todo",
         "keep_bits"}`` after every chunk of forwards during a build (``None``: silent)."""

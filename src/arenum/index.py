@@ -30,7 +30,7 @@ from ._arrays import page_empty, seg_first_below
 from .results import MassBracket
 from .tree import PrefixTree
 
-__all__ = ["ExactIndex"]
+__all__ = ["ExactIndex", "mass_bracket"]
 
 _U = 2.0**-53
 
@@ -592,3 +592,8 @@ class ExactIndex:
 def _bracket(m: float, n: int) -> MassBracket:
     e = (n + 8) * _U * m
     return MassBracket(max(0.0, m - e), m + e)
+
+
+def mass_bracket(m: float, n: int) -> MassBracket:
+    """The bracket of a mass ``m`` summed over ``n`` items (float rounding of their values)."""
+    return _bracket(m, n)

@@ -170,10 +170,14 @@ class SeekIndex:
         T = self.tree.built
         if self._index is None or self._index.T != T:
             t0 = time.perf_counter()
-            self._index = ExactIndex(self.tree, T, buckets=False)
+            self._index = self._make_index(T)
             self.index_seconds += time.perf_counter() - t0
         self._check_caps(self._index)
         return self._index
+
+    def _make_index(self, T: float) -> ExactIndex:
+        """A new index of the sequences with score ``>= T``, its items counted, buckets not built."""
+        return ExactIndex(self.tree, T, buckets=False)
 
     def _check_caps(self, idx: ExactIndex) -> None:
         """Raise :class:`BudgetExceeded` when building ``idx``'s buckets would pass a cap."""
@@ -203,7 +207,7 @@ class SeekIndex:
         if sh is None or sh.T > T or sh.T < self.tree.built:
             sh = None
             t0 = time.perf_counter()
-            idx = ExactIndex(self.tree, T, buckets=False)
+            idx = self._make_index(T)
             self._check_caps(idx)
             idx.complete()
             self.index_seconds += time.perf_counter() - t0

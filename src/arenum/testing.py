@@ -108,3 +108,23 @@ def brute_force(model: Callable[[tuple], tuple[list, list[float]]], *, fixed_len
                     stack.append((nseq, ns, npos))
     out.sort(key=lambda r: library_order_key(r[1], r[2]))
     return [(q, s) for q, s, _ in out]
+
+
+class EnumerableFactory:
+    """A picklable zero-argument factory of ``AutoregressiveEnumerable(RandomModel(...), ...)``, for
+    workers that build their own replica (``arenum.distributed``): ``model`` keywords go to
+    :class:`RandomModel` (plus ``vocab``), ``options`` to the enumerable (``max_len``, ``eos``, ...)."""
+
+    def __init__(self, vocab: Sequence[Any] | int, *, options: dict | None = None, batched: bool = False,
+                 **model: Any) -> None:
+        self.vocab, self.model, self.options, self.batched = vocab, model, dict(options or {}), batched
+
+    def make_model(self) -> RandomModel:
+        return RandomModel(self.vocab, **self.model)
+
+    def __call__(self) -> Any:
+        from .enumerable import AutoregressiveEnumerable
+
+        m = self.make_model()
+        extra = {"batch_next_logprobs": m.batch} if self.batched else {}
+        return AutoregressiveEnumerable(m, **{"eos": m.eos, **extra, **self.options})

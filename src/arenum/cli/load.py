@@ -135,7 +135,47 @@ def _hf_loaded(path: str, *, prompt: str | None, max_len: int | None, eos: Any, 
 
 
 def load_model(args: argparse.Namespace) -> Loaded:
-    """The model named by ``--model`` with ``--max-len``/``--eos``/``--prompt``/``--max-forwards``."""
+    """The model named by ``--model`` with ``--max-len``/``--eos``/``--prompt``/``--max-forwards``;
+    with ``--workers N`` its enumerable is a :class:`arenum.distributed.DistributedEnumerable`."""
+    workers = getattr(args, "workers", None)
+    if workers is None:
+        if getattr(args, "ray_address", None):
+            raise CLIError("--ray-address needs --workers N")
+        return _load_model(args)
+    if getattr(args, "exact_limit", None) is not None:
+        raise CLIError("--exact-limit (estimates) is not available with --workers")
+    store = getattr(args, "store", None)
+    args.store = None  # the local copy (strings to token ids and back) keeps no store
+    try:
+        m = _load_model(args)
+    finally:
+        args.store = store
+    m.enum = _distributed(args, m, workers, store)
+    m.info["workers"] = workers
+    return m
+
+
+def _distributed(args: argparse.Namespace, m: Loaded, workers: int, store: str | None) -> Any:
+    try:
+        from ..distributed import DistributedEnumerable, ModelSpec
+    except ImportError as exc:
+        raise CLIError(f"--workers needs Ray: pip install 'arenum[ray]' ({exc})") from None
+    path = os.path.abspath(args.model[3:] if args.model.startswith("hf:") else args.model)
+    if args.model.startswith("hf:"):
+        spec = ModelSpec.hf(path, prompt=args.prompt, max_len=args.max_len, eos=args.eos,
+                            max_prefixes=args.max_forwards)
+    else:
+        enum = m.enum
+        spec = ModelSpec.ngram(path, max_len=enum.max_len, terminating=enum.terminating,
+                               max_prefixes=args.max_forwards)
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise CLIError("--workers needs Ray: pip install 'arenum[ray]'") from None
+    return DistributedEnumerable(spec, workers, address=getattr(args, "ray_address", None), store=store)
+
+
+def _load_model(args: argparse.Namespace) -> Loaded:
     spec = args.model
     if spec.startswith("hf:"):
         path = spec[3:]

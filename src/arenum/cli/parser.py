@@ -109,6 +109,7 @@ EXAMPLES = {
     "plot": ["arenum plot -m pw4.npz -o curve.png --mark password1 --mark iloveyou2"],
     "demo": ["arenum demo", "arenum demo --json -o demo.png"],
     "build": ["arenum build -m pw4.npz --budget 1e8 --store pw4.store",
+              "arenum build -m pw4.npz --budget 1e8 --store pw4.store --workers 8   # over 8 Ray workers",
               "arenum rank password1 -m pw4.npz --store pw4.store   # answers from the store"],
     "info": ["arenum info pw4.store", "arenum info pw4.store --json"],
 }
@@ -144,6 +145,11 @@ def _model_opts(model: str) -> argparse.ArgumentParser:
     g.add_argument("--store", metavar="DIR",
                    help="keep the exact tree in DIR: later runs answer from it without re-scoring, deeper "
                         "queries extend it, a killed build resumes (see 'arenum build', 'arenum info')")
+    g.add_argument("--workers", type=_int_type("--workers", 1), metavar="N",
+                   help="split the exact build over N Ray workers, each with its own model replica (the same "
+                        "answers; needs 'pip install arenum[ray]'; see docs/distributed.md)")
+    g.add_argument("--ray-address", metavar="ADDR",
+                   help="with --workers: join this Ray cluster (default: a local instance sized to the machine)")
     g.add_argument("--max-forwards", type=_int_type("--max-forwards", 1), default=DEFAULT_MAX_FORWARDS,
                    metavar="N", help=f"cap on model evaluations for exact answers; past it answers are "
                                      f"brackets or errors (default {DEFAULT_MAX_FORWARDS:,})")

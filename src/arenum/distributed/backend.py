@@ -1,0 +1,144 @@
+"""Where the workers run: in this process (``LocalBackend``) or as Ray actors (``RayBackend``).
+
+Both run :class:`~arenum.distributed.worker.ShardWorker` methods by name: ``call`` one worker,
+``map`` every worker (in parallel on Ray) and ``map_some`` a few. A failure in any worker is raised
+after every worker of that call has stopped, as the worker's own exception (never wrapped), so the
+coordinator's state is never half-updated. Ray actors are restarted when they die
+(``max_restarts=-1``) and the call in flight is retried on the new actor (``max_task_retries=-1``),
+which reopens its store: no saved forward is paid again.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from .worker import ShardWorker
+
+__all__ = ["LocalBackend", "RayBackend", "WorkerError"]
+
+
+class WorkerError(RuntimeError):
+    """A worker failed outside the model's own errors (it could not start, or died for good)."""
+
+
+class LocalBackend:
+    """Workers in this process, called one after the other (tests, one worker, debugging)."""
+
+    kind = "local"
+
+    def __init__(self, factory: Callable[[], Any], n: int, stores: list[str | None], fingerprint: str | None) -> None:
+        self.workers = [ShardWorker(factory, j, stores[j], fingerprint) for j in range(n)]
+        self.n = n
+
+    def call(self, j: int, method: str, *args: Any) -> Any:
+        return getattr(self.workers[j], method)(*args)
+
+    def map(self, method: str, args: list[tuple]) -> list[Any]:
+        out, err = [], None
+        for w, a in zip(self.workers, args):
+            try:
+                out.append(getattr(w, method)(*a))
+            except Exception as exc:  # the others still run: every worker stops in a known state
+                out.append(None)
+                err = err or exc
+        if err is not None:
+            raise err
+        return out
+
+    def map_some(self, method: str, args: dict[int, tuple]) -> dict[int, Any]:
+        return {j: self.call(j, method, *a) for j, a in args.items()}
+
+    def pids(self) -> list[int]:
+        return [os.getpid()] * self.n
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.close()
+
+
+class RayBackend:
+    """Workers as Ray actors (one model replica each). ``address=None`` joins the Ray instance this
+    process already runs or starts a local one sized to the machine; otherwise it joins ``address``."""
+
+    kind = "ray"
+
+    def __init__(self, factory: Callable[[], Any], n: int, stores: list[str | None], fingerprint: str | None, *,
+                 address: str | None = None, num_cpus: float = 1.0, num_gpus: float = 0.0) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ImportError("workers on Ray need the ray package: pip install 'arenum[ray]'") from None
+        self.ray = ray
+        self.started_ray = False
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+            self.started_ray = True
+        actor = ray.remote(ShardWorker).options(max_restarts=-1, max_task_retries=-1, num_cpus=num_cpus,
+                                                num_gpus=num_gpus)
+        self.actors = [actor.remote(factory, j, stores[j], fingerprint) for j in range(n)]
+        self.n = n
+        try:
+            self.map("ping", [()] * n)  # every worker built its model, or the first one's error is raised
+        except BaseException:
+            for a in self.actors:
+                ray.kill(a, no_restart=True)
+            raise
+
+    def _get(self, ref: Any) -> Any:
+        ray = self.ray
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, BaseException):
+                raise cause from None
+            raise WorkerError(_first_line(exc)) from None
+        except ray.exceptions.RayActorError as exc:
+            raise WorkerError(f"a worker could not start or died: {_actor_reason(exc)}") from None
+
+    def call(self, j: int, method: str, *args: Any) -> Any:
+        return self._get(getattr(self.actors[j], method).remote(*args))
+
+    def map(self, method: str, args: list[tuple]) -> list[Any]:
+        refs = [getattr(a, method).remote(*x) for a, x in zip(self.actors, args)]
+        out, err = [], None
+        for r in refs:
+            try:
+                out.append(self._get(r))
+            except Exception as exc:
+                out.append(None)
+                err = err or exc
+        if err is not None:
+            raise err
+        return out
+
+    def map_some(self, method: str, args: dict[int, tuple]) -> dict[int, Any]:
+        refs = {j: getattr(self.actors[j], method).remote(*a) for j, a in args.items()}
+        return {j: self._get(r) for j, r in refs.items()}
+
+    def pids(self) -> list[int]:
+        return self.map("ping", [()] * self.n)
+
+    def close(self) -> None:
+        try:
+            self.map("close", [()] * self.n)
+        finally:
+            for a in self.actors:
+                self.ray.kill(a, no_restart=True)
+            self.actors = []
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def _actor_reason(exc: BaseException) -> str:
+    """The worker's own error when its constructor raised (the model could not be loaded)."""
+    text = str(exc)
+    for ln in reversed(text.splitlines()):
+        ln = ln.strip()
+        if ln and ("Error" in ln.split(":")[0] or "Exception" in ln.split(":")[0]):
+            return ln
+    return _first_line(exc)

@@ -1,0 +1,315 @@
+"""``DistributedEnumerable``: one exact enumeration whose tree and forwards are split over workers.
+
+Same query API and the same answers as :class:`arenum.AutoregressiveEnumerable` (same floats, same
+sequences, same order, same ``exact`` flags): ``count``, ``count_bracket``, ``threshold``, ``unrank``,
+``slice``, ``rank``, ``cumulative``, ``mass_above``, ``nucleus_size``, ``top_k``, ``seek``, ``seek_mass``,
+``stats``. Each worker holds its own model replica, its own part of the prefix tree (a shard plan,
+:mod:`arenum.distributed.plan`) and its own index; this coordinator steers every build from the
+workers' merged histograms and merges their answers (:mod:`arenum.distributed.merge`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from .._validate import exact_int, finite_float, optional_exact_int
+from ..enumerable import AutoregressiveEnumerable
+from ..estimate import INTERVALS, Interval, MonteCarloEstimator
+from ..sampling import SampleSet
+from ..seek import INDEX_BYTES_PER_SEQUENCE, SeekIndex
+from ..store import StoreError
+from .backend import LocalBackend, RayBackend
+from .merge import DistributedSeek, MergedTree
+from .plan import ShardPlan, plan_shards
+from .worker import write_atomic
+
+__all__ = ["DistributedEnumerable", "CLUSTER_FILE"]
+
+CLUSTER_FILE = "cluster.json"
+DRAW_CHUNK = 1 << 16
+"""Draws per chunk of a distributed Monte Carlo (each chunk has its own derived seed)."""
+
+
+class DistributedEnumerable(AutoregressiveEnumerable):
+    """An exact enumeration over ``workers`` Ray actors (or in-process workers).
+
+    model: a :class:`~arenum.distributed.spec.ModelSpec` or a zero-argument factory returning an
+        :class:`arenum.AutoregressiveEnumerable`; each worker calls it to build its own replica, and its
+        settings (``max_len``, ``eos``, ``batch_size``, caps...) are the enumeration's.
+    workers: how many workers; default one per CPU of the Ray cluster (per GPU when the spec asks
+        for CUDA).
+    address: a Ray cluster to join; ``None`` joins the instance this process runs, else starts a
+        local one sized to the machine.
+    backend: ``"ray"`` (default) or ``"local"`` (every worker in this process, one after the other:
+        the same answers, for tests and debugging).
+    store: a folder keeping every worker's tree (``worker-K/``, see ``docs/store.md``) and the plan
+        (``cluster.json``): reopening answers without forwards, and a restarted actor resumes from
+        it. On Ray without one, a temporary folder serves for restarts and is removed by
+        :meth:`close`.
+    num_cpus_per_worker, num_gpus_per_worker: Ray resources of each actor (GPUs default to the
+        spec's: one for a CUDA device).
+
+    Not supported across workers (``ValueError``): ``branch_cap``, ``logprob_error``, ``exact_limit``.
+    """
+
+    def __init__(self, model: Callable[[], Any], workers: int | None = None, *, address: str | None = None,
+                 backend: str = "ray", store: str | os.PathLike | None = None, fingerprint: str | None = None,
+                 num_cpus_per_worker: float = 1.0, num_gpus_per_worker: float | None = None,
+                 progress: Callable[[dict], None] | None = None) -> None:
+        if not callable(model):
+            raise TypeError(f"model must be a ModelSpec or a factory returning an enumerable, got {type(model).__name__}")
+        if backend not in ("ray", "local"):
+            raise ValueError(f"backend must be 'ray' or 'local', got {backend!r}")
+        if address is not None and backend != "ray":
+            raise ValueError("address applies to the ray backend")
+        gpus = num_gpus_per_worker if num_gpus_per_worker is not None else float(getattr(model, "num_gpus", 0.0))
+        W = workers if workers is None else exact_int("workers", workers, minimum=1)
+        self._tmp: str | None = None
+        root = os.fspath(store) if store is not None else None
+        saved = _read_cluster(root)
+        if W is None:
+            W = saved["workers"] if saved else _default_workers(backend, address, gpus)
+        if saved and saved["workers"] != W:
+            raise StoreError(f"{os.path.join(root, CLUSTER_FILE)}: built with {saved['workers']} workers, not {W}")
+        if root is None and backend == "ray":
+            root = self._tmp = tempfile.mkdtemp(prefix="arenum-workers-")
+        stores = [None if root is None else os.path.join(root, f"worker-{j}") for j in range(W)]
+        self.workers = W
+        if backend == "ray":
+            self._backend: Any = RayBackend(model, W, stores, fingerprint, address=address,
+                                            num_cpus=num_cpus_per_worker, num_gpus=gpus)
+        else:
+            self._backend = LocalBackend(model, W, stores, fingerprint)
+        try:
+            self._setup(saved, root)
+        except BaseException:
+            self._backend.close()
+            self._drop_tmp()
+            raise
+        self.progress = progress
+
+    def _setup(self, saved: dict | None, root: str | None) -> None:
+        be = self._backend
+        infos = be.map("describe", [()] * be.n)
+        ref = {k: v for k, v in infos[0].items() if k != "planned"}
+        for j, info in enumerate(infos[1:], 1):
+            got = {k: v for k, v in info.items() if k != "planned"}
+            if got != ref:
+                diff = sorted(k for k in ref if ref[k] != got.get(k))
+                raise ValueError(f"worker {j} loaded another model or settings than worker 0 (differs in: "
+                                 f"{', '.join(diff)})")
+        cfg = be.call(0, "settings")
+        if cfg.branch_cap is not None or cfg.logprob_error or cfg.exact_limit is not None:
+            raise ValueError("branch_cap, logprob_error and exact_limit are not supported across workers")
+        self.settings = cfg
+        self.fingerprint = ref["fingerprint"]
+        self._int_mode = ref["int_mode"]
+        self.max_len, self.max_depth, self.eos, self.cap = cfg.max_len, cfg.max_depth, cfg.eos, cfg.cap
+        self.terminating = cfg.terminating
+        self.batch_size, self.branch_cap, self.count_mode = cfg.batch_size, cfg.branch_cap, cfg.count_mode
+        self.quantizer = cfg.quantizer
+        self.bin_width_bits, self.oversample = cfg.quantizer.bin_width_bits, cfg.quantizer.oversample
+        self.exact_limit, self.confidence = cfg.exact_limit, cfg.confidence
+        self.estimate_samples, self.estimate_seed = cfg.estimate_samples, cfg.estimate_seed
+        self.logprob_error = cfg.logprob_error
+        self._limits = cfg.limits()
+        self._mc, self._fs_sampler, self._envelopes, self._certified = {}, None, {}, {}
+        self._finite_state, self._finite_state_ok = None, False
+        self.certified_resolution_bits = 1.0
+        self.support = be.call(0, "support")
+        if saved is not None:
+            plan = ShardPlan.from_json(saved["plan"])
+            if saved.get("fingerprint") != self.fingerprint:
+                raise StoreError(f"{os.path.join(root, CLUSTER_FILE)}: built for another model")
+        else:
+            plan = plan_shards(be.n, lambda p: be.call(0, "table", p), eos=cfg.eos if cfg.terminating else None,
+                               leaf_level=self.support.leaf_level)
+            if root is not None and self._tmp is None:
+                os.makedirs(root, exist_ok=True)
+                write_atomic(os.path.join(root, CLUSTER_FILE), json.dumps(
+                    {"workers": be.n, "plan": plan.to_json(), "fingerprint": self.fingerprint}))
+        self.plan = plan
+        sums = be.map("set_plan", [(plan.to_json(),)] * be.n)
+        self._tree = MergedTree(be, plan, self.support, keep_margin_bits=cfg.keep_margin_bits,
+                                batch_size=cfg.batch_size, summaries=sums)
+        self._lock = self._tree.lock
+        self._seek = None
+        self._answers_obj = None
+        self.store = None
+
+    # ------------------------------------------------------------------ life
+    def close(self) -> None:
+        """Stop the workers (their stores are snapshotted first) and remove a temporary store."""
+        be = getattr(self, "_backend", None)
+        if be is not None:
+            try:
+                be.close()
+            finally:
+                self._backend = None
+                self._drop_tmp()
+
+    def _drop_tmp(self) -> None:
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self._drop_tmp()
+        except Exception:
+            pass
+
+    @property
+    def backend(self) -> Any:
+        """The backend running the workers (``LocalBackend`` or ``RayBackend``)."""
+        if self._backend is None:
+            raise RuntimeError("this DistributedEnumerable is closed")
+        return self._backend
+
+    # ------------------------------------------------------------------ plumbing
+    def seek_index(self, *, max_depth_bits: float = 4096.0) -> SeekIndex:
+        mdb = finite_float("max_depth_bits", max_depth_bits)
+        if mdb <= 0:
+            raise ValueError(f"max_depth_bits must be > 0, got {max_depth_bits!r}")
+        with self._lock:
+            if self._seek is None:
+                self._limits.max_depth_bits = mdb
+                self._seek = DistributedSeek(self._tree, quantizer=self.quantizer, limits=self._limits,
+                                             count_mode=self.count_mode, decode=tuple)
+            elif mdb > self._seek.max_depth_bits:
+                self._seek.max_depth_bits = mdb
+            return self._seek
+
+    def _decode(self, ids: Iterable[Any]) -> tuple:
+        return tuple(ids)
+
+    def _str_tokens(self) -> bool:
+        return self._int_mode is False
+
+    @property
+    def oracle(self) -> Any:
+        raise AttributeError("a DistributedEnumerable has one oracle per worker, none here")
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """Counters summed over the workers (forwards, model calls, ...), the tree and index sizes,
+        and per worker: ``workers_forwards``, ``workers_prefixes``; ``balance`` is the max over the
+        mean of the forwards per worker; ``rounds`` counts the deepening rounds sent."""
+        with self._lock:
+            t = self._tree
+            d = t.stats_sum()
+            per = [s["stats"].get("forwards", 0) for s in t.summaries]
+            d["tree_prefixes"], d["tree_nodes"], d["tree_bytes"] = t.fetched_nodes, t.n_nodes, t.nbytes
+            seek = self.seek_index()
+            d["built_bits"], d["index_builds"], d["index_seconds"] = seek.built_bits, seek.builds, seek.index_seconds
+            d["indexed_sequences"] = seek.indexed
+            d["memory_bytes"] = t.memory_bytes() + INDEX_BYTES_PER_SEQUENCE * seek.indexed
+            d["max_bytes"], d["table_bytes"] = self.settings.max_bytes, self.settings.table_bytes
+            d["workers"] = self.workers
+            d["workers_forwards"] = per
+            d["workers_prefixes"] = [s["fetched"] for s in t.summaries]
+            mean = sum(per) / len(per) if per else 0.0
+            d["balance"] = max(per) / mean if mean else 1.0
+            d["rounds"] = t.rounds
+            d["plan"] = self.plan.describe()
+            if any("store_forwards" in s for s in t.summaries):
+                d["store_forwards"] = sum(s.get("store_forwards", 0) for s in t.summaries)
+                d["store_replayed"] = sum(s.get("store_replayed", 0) for s in t.summaries)
+                d["workers_store_forwards"] = [s.get("store_forwards", 0) for s in t.summaries]
+                d["workers_restored"] = [s.get("restored", 0) for s in t.summaries]
+            return d
+
+    # ------------------------------------------------------------------ scores
+    def log_density(self, sequence: Sequence[Any]) -> float:
+        """As :meth:`AutoregressiveEnumerable.log_density`, computed by the worker owning the sequence."""
+        seq = self._as_tuple(sequence)
+        if not self._in_declared_support(seq):
+            return -math.inf
+        with self._lock:
+            return self._tree.score(seq)
+
+    def score_sequences(self, sequences: Iterable[Sequence[Any]]) -> np.ndarray:
+        """``[log_density(x) for x in sequences]`` as a float64 array."""
+        return np.array([self.log_density(s) for s in sequences], np.float64)
+
+    def harvest(self, sequence: Sequence[Any]) -> int:
+        return 0
+
+    def enumerator(self):  # type: ignore[override]
+        """Lists by position (``slice`` in chunks) instead of best-first."""
+        return self.seek_index().iter_from(0)
+
+    def sampler(self, seed: int | None = None):  # type: ignore[override]
+        raise NotImplementedError("draw with a single-process AutoregressiveEnumerable of the same model")
+
+    def monte_carlo(self, n: int | None = None, *, seed: int | None = -1, head: bool = False,  # type: ignore[override]
+                    interval: Interval = "bernstein") -> MonteCarloEstimator:
+        """Plain ancestral draws split across the workers: chunk ``c`` of ``DRAW_CHUNK`` draws is drawn
+        with seed ``seed`` (``c == 0``) or one derived from ``(seed, c)``, on worker ``c % workers``, and
+        the chunks are joined in order, so a seed gives the same estimate for any number of workers
+        (and, up to ``DRAW_CHUNK`` draws, the single process's). ``head=True`` is not available here."""
+        if head:
+            raise ValueError("draws against the exact head need the tree in one process: use head=False")
+        n = self.estimate_samples if n is None else exact_int("n", n, minimum=2)
+        seed = self.estimate_seed if seed == -1 else optional_exact_int("seed", seed, minimum=0)
+        if interval not in INTERVALS:
+            raise ValueError(f"interval must be one of {INTERVALS}, got {interval!r}")
+        key = (n, seed, False, interval)
+        with self._lock:
+            est = self._mc.get(key)
+            if est is not None:
+                return est
+            base = seed if seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
+            sizes = [min(DRAW_CHUNK, n - a) for a in range(0, n, DRAW_CHUNK)]
+            seeds = [base if c == 0 else int(np.random.SeedSequence([base, c]).generate_state(1)[0])
+                     for c in range(len(sizes))]
+            be = self.backend
+            jobs: dict[int, list] = {}
+            for c, (m, sd) in enumerate(zip(sizes, seeds)):
+                jobs.setdefault(c % be.n, []).append((m, sd))
+            got = be.map_some("draw", {j: (v,) for j, v in jobs.items()})
+            parts = [got[c % be.n][c // be.n] for c in range(len(sizes))]
+            cat = {k: np.concatenate([p[k] for p in parts]) for k in ("score", "log_q", "complete", "length", "keys")}
+            samples = SampleSet(cat["score"], cat["log_q"], cat["complete"], None, math.inf, 0, 0.0,
+                                sum(int(p["forwards"]) for p in parts), seed, length=cat["length"], keys=cat["keys"])
+            est = self._mc[key] = MonteCarloEstimator(samples, confidence=self.confidence, interval=interval)
+            return est
+
+    def _check(self) -> None:
+        """Assert every worker's invariants and that they are built alike (for tests)."""
+        with self._lock:
+            self._tree._check()
+
+
+def _read_cluster(root: str | None) -> dict | None:
+    if root is None:
+        return None
+    path = os.path.join(root, CLUSTER_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+        if not isinstance(d.get("workers"), int) or not isinstance(d.get("plan"), str):
+            raise ValueError("missing fields")
+        return d
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path}: not a readable cluster file ({exc})") from None
+
+
+def _default_workers(backend: str, address: str | None, gpus: float) -> int:
+    if backend == "local":
+        return 1
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    res = ray.cluster_resources()
+    n = res.get("GPU", 0) if gpus else res.get("CPU", 1)
+    return max(1, int(n))

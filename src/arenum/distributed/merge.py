@@ -1,0 +1,354 @@
+"""The coordinator's view of a distributed enumeration: the workers' trees and indexes as one.
+
+:class:`MergedTree` stands where :class:`~arenum.seek.SeekIndex` expects a prefix tree: its steering
+histograms are the sums of the workers' (so budgets are chosen exactly as for one tree), and
+``deepen`` deepens every worker to the same threshold, in parallel. :class:`MergedIndex` stands where
+an :class:`~arenum.index.ExactIndex` is expected, for every item with score ``>= T`` over all workers:
+
+- counts and masses add (masses are exact sums, :mod:`arenum.exactsum`, so they are the same floats
+  as one process's);
+- a position ``i`` is found by selection on the score: every worker sends scores sampled evenly from
+  the part of its order still in question, every worker counts at those scores, and the window
+  shrinks about ``K``-fold a round (two messages to each worker a round) until the score ``s*`` of
+  position ``i`` is known exactly; the items tied at ``s*`` are placed by the one documented order
+  (length, then table positions: the workers send their tie groups as runs, sorted by
+  :meth:`~arenum.distributed.plan.ShardPlan.key`), so only the one worker holding position ``i``
+  sends an item;
+- a slice asks each worker for exactly its share of the positions and merges them by the same key.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from ..exactsum import float_units, to_float, values
+from ..index import mass_bracket
+from ..results import MassBracket
+from ..seek import SeekIndex
+from ..tree import HIST_BINS_PER_BIT
+from .plan import ShardPlan
+
+__all__ = ["MergedTree", "MergedIndex", "DistributedSeek", "SAMPLES_PER_ROUND"]
+
+SAMPLES_PER_ROUND = 32
+"""Scores each worker sends per selection round (the window shrinks about this much a round)."""
+_U = 2.0**-53
+
+
+class MergedTree:
+    """The workers' trees as one (module docstring). ``backend`` runs worker methods."""
+
+    def __init__(self, backend: Any, plan: ShardPlan, support: Any, *, keep_margin_bits: float,
+                 batch_size: int, summaries: list[dict]) -> None:
+        self.backend, self.plan, self.support = backend, plan, support
+        self.lock = threading.RLock()
+        self.branch_cap = None
+        self.leaf_level = support.leaf_level
+        self.fixed_len = support.fixed_len
+        self.keep_margin_bits = float(keep_margin_bits)
+        self.oracle = SimpleNamespace(batch_size=batch_size)
+        self.progress = None
+        self.rounds = 0  # deepen rounds sent to the workers
+        self._set(summaries)
+
+    def _set(self, sums: list[dict]) -> None:
+        self.summaries = sums
+        n = max(s["hist_len"] for s in sums)
+        hc, hp = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        for s in sums:
+            hc[: len(s["h_comp"])] += s["h_comp"]
+            hp[: len(s["h_pref"])] += s["h_pref"]
+        self.completions_hist, self.prefixes_hist = hc, hp
+
+    def refresh(self) -> None:
+        self._set(self.backend.map("summary", [()] * self.backend.n))
+
+    # ------------------------------------------------------------------ what SeekIndex reads
+    @property
+    def built(self) -> float:
+        return max(s["built"] for s in self.summaries)
+
+    @property
+    def depth_truncated(self) -> bool:
+        return any(s["depth_truncated"] for s in self.summaries)
+
+    @property
+    def fetched_nodes(self) -> int:
+        return sum(s["fetched"] for s in self.summaries)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s["nbytes"] for s in self.summaries)
+
+    @property
+    def n_nodes(self) -> int:
+        return sum(s["nodes"] for s in self.summaries)
+
+    def memory_bytes(self) -> int:
+        return sum(s["memory"] for s in self.summaries)
+
+    def bits_for(self, hist: np.ndarray, count: float) -> float | None:
+        """Smallest budget (bits, at a bin edge) at which ``hist`` reaches ``count``; None if never."""
+        cum = np.cumsum(hist)
+        if cum.size == 0 or cum[-1] < count:
+            return None
+        return (int(np.searchsorted(cum, count)) + 1) / HIST_BINS_PER_BIT
+
+    def known_prefixes(self, bits: float) -> int:
+        if bits == math.inf:
+            return 1 + int(self.prefixes_hist.sum())
+        b = int(math.floor(bits * HIST_BINS_PER_BIT))
+        return 1 + int(self.prefixes_hist[: max(0, b)].sum())
+
+    def completions_beyond(self, bits: float) -> bool:
+        return bool(self.completions_hist[int(bits * HIST_BINS_PER_BIT):].any())
+
+    def deepen(self, T: float, keep: float | None = None, max_prefixes: int | None = None,
+               max_bytes: int | None = None) -> None:
+        """Deepen every worker to ``T`` in parallel. Each worker's caps leave the others' use: the
+        sums stay within the caps. A failure anywhere raises after every worker has stopped."""
+        sums = self.summaries
+        fetched = [s["fetched"] for s in sums]
+        mem = [s["memory"] for s in sums]
+        tot_f, tot_m = sum(fetched), sum(mem)
+        args = []
+        for j in range(len(sums)):
+            mp = None if max_prefixes is None else max(0, max_prefixes - (tot_f - fetched[j]))
+            mb = None if max_bytes is None else max(0, max_bytes - (tot_m - mem[j]))
+            args.append((T, keep, mp, mb))
+        self.rounds += 1
+        try:
+            self._set(self.backend.map("deepen", args))
+        except BaseException:
+            self.refresh()
+            raise
+        if self.progress is not None:
+            st = self.stats_sum()
+            self.progress({"prefixes": self.fetched_nodes, "forwards": st.get("forwards", 0),
+                           "level": None, "target_bits": -T / math.log(2) if T > -math.inf else math.inf,
+                           "known_prefixes": self.known_prefixes(-T / math.log(2)) if T > -math.inf else 0,
+                           "workers": len(sums)})
+
+    def stats_sum(self) -> dict:
+        out: dict[str, Any] = {}
+        for s in self.summaries:
+            for k, v in s["stats"].items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    out[k] = out.get(k, 0) + v
+        return out
+
+    def score(self, seq: tuple) -> float:
+        """Canonical score of ``seq`` (in the declared support), from the worker owning it."""
+        w = self.plan.owner(seq)
+        if w is None:
+            return -math.inf
+        return float(self.backend.call(w, "score", [tuple(seq)])[0])
+
+    def _check(self) -> None:
+        assert all(self.backend.map("check", [()] * self.backend.n))
+        built = {s["built"] for s in self.summaries}
+        assert len(built) == 1, built
+
+
+class MergedIndex:
+    """Every item with score ``>= T`` over all workers, in the one global order (module docstring)."""
+
+    def __init__(self, tree: MergedTree, T: float) -> None:
+        self.tree, self.T, self.plan = tree, T, tree.plan
+        self.backend = tree.backend
+        self.sizes = [int(n) for n in self.backend.map("index_size", [(T,)] * self.backend.n)]
+        self.N = sum(self.sizes)
+        self.bucketed = False
+        self._split_cache: dict[int, list[int]] = {}
+
+    def complete(self) -> "MergedIndex":
+        if not self.bucketed:
+            self.backend.map("complete", [(self.T,)] * self.backend.n)
+            self.bucketed = True
+        return self
+
+    # ------------------------------------------------------------------ counts and masses
+    def _counts(self, ts: list[float]) -> np.ndarray:
+        """``(workers, len(ts), 2)``: ``count_ge``, ``count_gt`` per worker at each ``t``."""
+        self.complete()
+        out = self.backend.map("counts", [(self.T, ts)] * self.backend.n)
+        return np.asarray(out, np.int64).reshape(self.backend.n, len(ts), 2)
+
+    def _masses(self, ts: list[float]) -> list[list[tuple[int, int]]]:
+        self.complete()
+        return self.backend.map("masses", [(self.T, ts)] * self.backend.n)
+
+    def count_ge(self, t: float) -> int:
+        return int(self._counts([t])[:, 0, 0].sum())
+
+    def count_gt(self, t: float) -> int:
+        return int(self._counts([t])[:, 0, 1].sum())
+
+    def top_score(self) -> float:
+        return max(self.backend.map("top", [(self.T,)] * self.backend.n), default=-math.inf)
+
+    def mass_ge(self, t: float) -> MassBracket:
+        units = sum(m[0][0] for m in self._masses([t]))
+        return mass_bracket(to_float(units), self.count_ge(t))
+
+    def total_mass(self) -> MassBracket:
+        units = sum(self.backend.map("total_mass", [(self.T,)] * self.backend.n))
+        return mass_bracket(to_float(units), self.N)
+
+    def nucleus(self, p: float) -> tuple[int, int] | None:
+        """As :meth:`arenum.index.ExactIndex.nucleus`: for each target, the smallest ``k`` whose exact
+        top-``k`` mass reaches it, placed by the score level where the exact mass crosses it."""
+        total = sum(self.backend.map("total_mass", [(self.T,)] * self.backend.n))
+        n = max(self.N, 1)
+        e = (n + 8) * _U
+        out: list[int | None] = []
+        for target in (p / (1 + e), p / (1 - e)):
+            goal = float_units(target)
+            if goal > total:
+                out.append(None)
+                continue
+            if goal <= 0:
+                out.append(min(1, self.N))
+                continue
+            s, ge_gt = self._select(goal, "mass")
+            m = self._masses([s])
+            gt_units = sum(w[0][1] for w in m)
+            v = float_units(float(values(np.array([s], np.float64))[0]))
+            k = int(ge_gt[:, 1].sum()) + -(-(goal - gt_units) // v)
+            out.append(min(k, self.N))
+        if out[0] is None:
+            return None
+        return out[0], (out[1] if out[1] is not None else self.N)
+
+    # ------------------------------------------------------------------ selection
+    def _select_count(self, goal: int) -> tuple[float, np.ndarray]:
+        return self._select(goal, "count")
+
+    def _select(self, goal: int, kind: str) -> tuple[float, np.ndarray]:
+        """The highest item score ``s*`` whose ``>=`` total (count or exact mass) reaches ``goal``,
+        with ``(count_ge, count_gt)`` per worker at ``s*``. Requires the total at ``T`` to reach it."""
+        self.complete()
+        lo, lo_strict, hi = self.T, False, math.inf  # s* is in [lo, hi) (or (lo, hi) when strict)
+        W = self.backend.n
+        while True:
+            got = self.backend.map("sample_scores", [(self.T, lo, lo_strict, hi, SAMPLES_PER_ROUND)] * W)
+            cands = sorted({x for _, xs in got for x in xs}, reverse=True)
+            if not cands:
+                raise RuntimeError(f"selection found no item between {lo!r} and {hi!r} (goal {goal})")
+            cnt = self._counts(cands)  # (W, C, 2)
+            if kind == "count":
+                ge = cnt[:, :, 0].sum(axis=0)
+                gt = cnt[:, :, 1].sum(axis=0)
+            else:
+                ms = self._masses(cands)
+                ge = np.array([sum(w[c][0] for w in ms) for c in range(len(cands))], object)
+                gt = np.array([sum(w[c][1] for w in ms) for c in range(len(cands))], object)
+            for c, x in enumerate(cands):  # descending: the first reaching the goal is the highest
+                if ge[c] >= goal:
+                    if gt[c] < goal:
+                        return x, cnt[:, c, :]
+                    lo, lo_strict = x, True  # s* > x
+                    if c > 0:
+                        hi = cands[c - 1]
+                    break
+            else:
+                hi = cands[-1]  # every candidate holds too little: s* is below them all
+
+    # ------------------------------------------------------------------ positions
+    def _split(self, i: int) -> list[int]:
+        """How many of each worker's items precede global position ``i``."""
+        if i <= 0:
+            return [0] * self.backend.n
+        if i >= self.N:
+            return list(self.sizes)
+        hit = self._split_cache.get(i)
+        if hit is not None:
+            return hit
+        s, c = self._select_count(i + 1)
+        ge, gt = c[:, 0].tolist(), c[:, 1].tolist()
+        o = i - sum(gt)
+        out = list(gt)
+        tied = [j for j in range(len(ge)) if ge[j] > gt[j]]
+        if len(tied) == 1:
+            out[tied[0]] += o
+        elif o:
+            for j, take in self._tie_walk(s, tied, o):
+                out[j] += take
+        if len(self._split_cache) > 64:
+            self._split_cache.clear()
+        self._split_cache[i] = out
+        return out
+
+    def _tie_walk(self, s: float, tied: list[int], o: int) -> list[tuple[int, int]]:
+        """The first ``o`` items tied at ``s`` in the global order: ``(worker, how many)`` runs."""
+        runs = []
+        for j in tied:
+            for length, key, n in self.backend.call(j, "tie_groups", self.T, s):
+                runs.append((length, tuple(key), j, n))
+        runs.sort(key=lambda r: (r[0], r[1]))
+        out = []
+        for _, _, j, n in runs:
+            if o <= 0:
+                break
+            take = min(n, o)
+            out.append((j, take))
+            o -= take
+        return out
+
+    def item(self, i: int) -> tuple[tuple, float]:
+        """``(sequence, score)`` at global position ``i``: one selection, then one worker's item."""
+        if not 0 <= i < self.N:
+            raise IndexError(f"index {i} out of range for {self.N} indexed sequences")
+        s, c = self._select_count(i + 1)
+        ge, gt = c[:, 0].tolist(), c[:, 1].tolist()
+        o = i - sum(gt)
+        tied = [j for j in range(len(ge)) if ge[j] > gt[j]]
+        if len(tied) == 1:
+            j, local = tied[0], gt[tied[0]] + o
+        else:
+            runs = self._tie_walk(s, tied, o + 1)
+            j = runs[-1][0]
+            local = gt[j] + sum(n for k, n in runs if k == j) - 1
+        seq, x = self.backend.call(j, "items", self.T, local, local + 1)[0]
+        return tuple(seq), float(x)
+
+    def items(self, start: int, stop: int) -> tuple[list[tuple], np.ndarray]:
+        """(sequences, scores) of global positions ``start .. stop-1``."""
+        stop = min(stop, self.N)
+        if start >= stop:
+            return [], np.zeros(0)
+        a, b = self._split(start), self._split(stop)
+        want = [j for j in range(len(a)) if b[j] > a[j]]
+        got = self.backend.map_some("items", {j: (self.T, a[j], b[j]) for j in want})
+        key = self.plan.key
+        lists = [[(-x, len(seq), key(seq), k, tuple(seq), x) for k, (seq, x) in enumerate(got[j])] for j in want]
+        merged = list(heapq.merge(*lists))
+        return [m[4] for m in merged], np.array([m[5] for m in merged], np.float64)
+
+    def sequences(self, P: list[tuple]) -> list[tuple]:
+        return [tuple(p) for p in P]
+
+    def _check(self) -> None:
+        assert self.N == sum(self.sizes)
+
+
+class DistributedSeek(SeekIndex):
+    """:class:`~arenum.seek.SeekIndex` over a :class:`MergedTree`: the same budget steering, on the
+    merged histograms, with :class:`MergedIndex` for indexes."""
+
+    def _make_index(self, T: float) -> MergedIndex:  # type: ignore[override]
+        return MergedIndex(self.tree, T)
+
+    def _seq(self, idx: Any, P: Any) -> list[tuple]:
+        return [self._decode(s) for s in idx.sequences(list(P))]
+
+    def dropped_bound(self, T: float) -> int:
+        return 0
+
+    def dropped_mass(self, T: float) -> float:
+        return 0.0

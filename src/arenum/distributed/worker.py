@@ -1,0 +1,303 @@
+"""One worker of a distributed enumeration: its model replica, its part of the tree, its index.
+
+:class:`ShardWorker` is plain Python (the Ray backend wraps it in an actor; the local backend calls
+it in-process). It builds the model from a factory, owns a :class:`~arenum.tree.PrefixTree` whose
+interior tables are cut to what the :class:`~arenum.distributed.plan.ShardPlan` gives this worker
+(:class:`ShardOracle`), keeps it in a :class:`~arenum.store.TreeStore` when given a folder (a restarted
+worker resumes from it, with no saved forward paid again), and answers the coordinator's questions
+about its own items: counts, masses, samples of scores, tie groups and items by local position.
+Every method takes and returns plain values (numbers, lists, small arrays), cheap to send.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Callable
+
+import numpy as np
+
+from ..index import ExactIndex
+from ..sampling import draw_samples
+from ..store import open_store, root_fingerprint
+from ..tables import Heads
+from ..tree import PrefixTree
+from .plan import ShardPlan
+
+__all__ = ["ShardOracle", "ShardWorker", "PLAN_FILE"]
+
+PLAN_FILE = "plan.json"
+_KEEP_INDEXES = 3  # indexes kept per worker (at the thresholds asked last)
+
+
+class ShardOracle:
+    """A step oracle whose interior tables hold only this worker's entries (whole, never cut).
+
+    Everything but :meth:`fetch_heads` is the wrapped :class:`~arenum.oracle.StepOracle`'s.
+    """
+
+    def __init__(self, inner: Any, plan: ShardPlan, worker: int) -> None:
+        self._inner, self._plan, self._worker = inner, plan, worker
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def fetch_heads(self, prefixes: list[tuple], floors: np.ndarray) -> Heads:
+        plan, inner = self._plan, self._inner
+        inter = [i for i, p in enumerate(prefixes) if plan.is_interior(tuple(p))] if not plan.single else []
+        if not inter:
+            return inner.fetch_heads(prefixes, floors)
+        floors = np.array(floors, np.float64)
+        floors[inter] = -math.inf
+        h = inner.fetch_heads(prefixes, floors)
+        lens, full = h.lens.copy(), h.full.copy()
+        off = np.cumsum(lens) - lens
+        keep = np.ones(h.ids.shape[0], bool)
+        for i in inter:
+            a, n = int(off[i]), int(lens[i])
+            p = tuple(prefixes[i])
+            m = np.array([plan.owns(self._worker, p, t) for t in inner.tokens(h.ids[a:a + n])], bool)
+            keep[a:a + n] = m
+            lens[i] = full[i] = int(m.sum())
+        return Heads(h.ids[keep], h.lps[keep], lens, full)
+
+
+def _trim(h: np.ndarray) -> np.ndarray:
+    nz = np.flatnonzero(h)
+    return h[: int(nz[-1]) + 1].copy() if nz.size else h[:0].copy()
+
+
+class ShardWorker:
+    """A worker's part of one enumeration (module docstring).
+
+    ``factory()`` returns the :class:`arenum.AutoregressiveEnumerable` of the model (its settings are
+    the enumeration's); ``store``: a folder for this worker's tree (``None``: memory only);
+    ``fingerprint``: the model's identity in the store (default: a hash of its root table).
+    """
+
+    def __init__(self, factory: Callable[[], Any], worker: int, store: str | None = None,
+                 fingerprint: str | None = None) -> None:
+        from ..enumerable import AutoregressiveEnumerable
+
+        ar = factory()
+        if isinstance(ar, tuple) and len(ar) == 2:  # a ModelSpec: (enumerable, the model's fingerprint)
+            ar, fingerprint = ar[0], fingerprint if fingerprint is not None else ar[1]
+        if not isinstance(ar, AutoregressiveEnumerable):
+            raise TypeError(f"the model factory must return an AutoregressiveEnumerable, got {type(ar).__name__}")
+        self.ar, self.worker, self.store_dir = ar, int(worker), store
+        self.oracle = ar.oracle
+        self._fp = fingerprint
+        self.plan: ShardPlan | None = None
+        self.tree: PrefixTree | None = None
+        self.store = None
+        self._restored = 0
+        self._idx: dict[float, ExactIndex] = {}
+        if store is not None:
+            path = os.path.join(store, PLAN_FILE)
+            if os.path.exists(path):  # a restarted worker: its plan and its tree come back
+                with open(path, encoding="utf-8") as f:
+                    self.set_plan(f.read(), _saved=True)
+
+    # ------------------------------------------------------------------ set-up
+    def fingerprint(self) -> str:
+        """The model's identity: the given one, else a hash of its root table (one forward)."""
+        if self._fp is None:
+            self._fp = root_fingerprint(self.oracle)
+        return self._fp
+
+    def describe(self) -> dict:
+        """Settings and identity, compared by the coordinator across workers."""
+        cfg = self.ar.settings
+        return {"fingerprint": self.fingerprint(), "max_len": cfg.max_len, "eos": _jsonable(cfg.eos),
+                "cap": cfg.cap, "terminating": cfg.terminating, "branch_cap": cfg.branch_cap,
+                "norm_tol": cfg.norm_tol, "leaf_level": self.ar.support.leaf_level,
+                "int_mode": self.oracle.int_mode, "batch_size": cfg.batch_size,
+                "planned": self.plan is not None}
+
+    def settings(self) -> Any:
+        """The enumeration's :class:`~arenum.settings.Settings` (from the factory's enumerable)."""
+        return self.ar.settings
+
+    def support(self) -> Any:
+        return self.ar.support
+
+    def table(self, prefix: tuple) -> tuple[list, np.ndarray]:
+        """The whole table at ``prefix`` in table order: ``(tokens, log_probs)`` (to plan shards)."""
+        h = self.oracle.fetch_heads([tuple(prefix)], np.array([-math.inf]))
+        return list(self.oracle.tokens(h.ids)), np.asarray(h.lps, np.float64)
+
+    def set_plan(self, plan_json: str, _saved: bool = False) -> dict:
+        """Take this worker's part of ``plan`` (JSON): build (or reopen from the store) its tree."""
+        plan = ShardPlan.from_json(plan_json)
+        if self.plan is not None:
+            if self.plan.digest() != plan.digest():
+                raise ValueError("this worker already holds another plan")
+            return self.summary()
+        cfg = self.ar.settings
+        tree = PrefixTree(ShardOracle(self.oracle, plan, self.worker), self.ar.support,
+                          keep_margin_bits=cfg.keep_margin_bits, table_bytes=cfg.table_bytes)
+        if self.store_dir is not None:
+            os.makedirs(self.store_dir, exist_ok=True)
+            fp = f"{self.fingerprint()}|plan:{plan.digest()}|worker:{self.worker}/{plan.workers}"
+            self.store = open_store(self.store_dir, tree, cfg, fp, False)
+            self._restored = self.store.forwards  # forwards saved before this process started
+            if not _saved:
+                write_atomic(os.path.join(self.store_dir, PLAN_FILE), plan.to_json())
+        self.plan, self.tree = plan, tree
+        return self.summary()
+
+    # ------------------------------------------------------------------ building
+    def summary(self) -> dict:
+        """What the coordinator steers by: the built threshold, histograms, counters, memory."""
+        t = self._need_tree()
+        st = self.oracle.stats.as_dict()
+        out = {"built": t.built, "depth_truncated": t.depth_truncated, "h_comp": _trim(t.h_comp),
+               "h_pref": _trim(t.h_pref), "hist_len": len(t.h_comp), "fetched": t.fetched_nodes, "memory": t.memory_bytes(),
+               "nbytes": t.nbytes, "nodes": t.n_nodes, "stats": st, "pid": os.getpid()}
+        if self.store is not None:
+            out["store_forwards"], out["store_replayed"] = self.store.forwards, self.store.replayed
+            out["restored"] = self._restored
+        return out
+
+    def deepen(self, T: float, keep: float | None, max_prefixes: int | None, max_bytes: int | None) -> dict:
+        """Deepen this worker's tree to threshold ``T`` (see :meth:`PrefixTree.deepen`)."""
+        self._need_tree().deepen(T, keep, max_prefixes=max_prefixes, max_bytes=max_bytes)
+        return self.summary()
+
+    def _need_tree(self) -> PrefixTree:
+        if self.tree is None:
+            raise RuntimeError("this worker has no plan yet")
+        return self.tree
+
+    # ------------------------------------------------------------------ its index
+    def _index(self, T: float) -> ExactIndex:
+        idx = self._idx.get(T)
+        if idx is None:
+            t = self._need_tree()
+            if T < t.built:
+                raise RuntimeError(f"worker {self.worker} is built to {t.built!r}, not {T!r}")
+            idx = ExactIndex(t, T, buckets=False)
+            if len(self._idx) >= _KEEP_INDEXES:
+                self._idx.pop(next(iter(self._idx)))
+            self._idx[T] = idx
+        return idx
+
+    def index_size(self, T: float) -> int:
+        """Items with score ``>= T`` (the index at ``T``, its buckets not built yet)."""
+        return self._index(T).N
+
+    def complete(self, T: float) -> int:
+        """Build the buckets of the index at ``T``; returns its size."""
+        idx = self._index(T)
+        if not idx.bucketed:
+            idx.complete()
+        return idx.N
+
+    def counts(self, T: float, ts: list[float]) -> list[tuple[int, int]]:
+        """``(count_ge(t), count_gt(t))`` for each ``t``."""
+        idx = self._ready(T)
+        return [(idx.count_ge(t), idx.count_gt(t)) for t in ts]
+
+    def masses(self, T: float, ts: list[float]) -> list[tuple[int, int]]:
+        """Exact masses ``(units >= t, units > t)`` (``arenum.exactsum`` units) for each ``t``."""
+        idx = self._ready(T)
+        return [(idx.mass_ge_units(t), idx.mass_gt_units(t)) for t in ts]
+
+    def total_mass(self, T: float) -> int:
+        return self._index(T).total_mass_units()
+
+    def sample_scores(self, T: float, lo: float, lo_strict: bool, hi: float, k: int) -> tuple[int, list[float]]:
+        """Items with ``lo <= score < hi`` (``lo < score`` when ``lo_strict``; ``hi`` may be ``+inf``):
+        how many, and the scores at up to ``k`` positions spread evenly over them (in order)."""
+        idx = self._ready(T)
+        a = idx.count_ge(hi) if hi != math.inf else 0
+        b = idx.count_gt(lo) if lo_strict else idx.count_ge(lo)
+        if b <= a:
+            return 0, []
+        pos = np.unique(np.linspace(a, b - 1, min(k, b - a)).round().astype(np.int64))
+        return b - a, [idx.item(int(p))[1] for p in pos]
+
+    def top(self, T: float) -> float:
+        return self._index(T).top_score()
+
+    def tie_groups(self, T: float, s: float) -> list[tuple[int, tuple, int]]:
+        """The items with score exactly ``s``, in this worker's order, as runs of
+        ``(length, plan key, count)`` (the order across workers sorts these runs)."""
+        idx = self._ready(T)
+        a, b = idx.count_gt(s), idx.count_ge(s)
+        out: list[tuple[int, tuple, int]] = []
+        plan = self.plan
+        for lo in range(a, b, 1 << 16):
+            P, _ = idx.items(lo, min(b, lo + (1 << 16)))
+            for ids in idx.sequences(P):
+                g = (len(ids), plan.key(self.oracle.tokens(ids)))
+                if out and out[-1][:2] == g:
+                    out[-1] = (g[0], g[1], out[-1][2] + 1)
+                else:
+                    out.append((g[0], g[1], 1))
+        return out
+
+    def items(self, T: float, start: int, stop: int) -> list[tuple[tuple, float]]:
+        """``(tokens, score)`` of this worker's items ``start .. stop-1`` in its order."""
+        idx = self._ready(T)
+        P, xs = idx.items(start, stop)
+        return [(self.oracle.tokens(ids), x) for ids, x in zip(idx.sequences(P), xs.tolist())]
+
+    def _ready(self, T: float) -> ExactIndex:
+        idx = self._index(T)
+        if not idx.bucketed:
+            idx.complete()
+        return idx
+
+    # ------------------------------------------------------------------ draws
+    def draw(self, chunks: list[tuple[int, int | None]]) -> list[dict]:
+        """Plain ancestral draws, one set per ``(n, seed)`` chunk (this worker's model replica; its
+        tree is not used): the arrays a :class:`~arenum.estimate.MonteCarloEstimator` needs."""
+        out = []
+        for n, seed in chunks:
+            s = draw_samples(self.oracle, int(n), self.ar.support, seed=seed,
+                             finite_state=self.ar.finite_state_sampler())
+            out.append({"score": s.score, "log_q": s.log_q, "complete": s.complete, "length": s.length,
+                        "keys": s.keys, "forwards": s.forwards})
+        return out
+
+    # ------------------------------------------------------------------ scores and checks
+    def score(self, seqs: list[tuple]) -> list[float]:
+        """Canonical scores of sequences this worker owns (stored tables first, then the model)."""
+        t = self._need_tree()
+        return [t.score(tuple(s)) for s in seqs]
+
+    def check(self) -> bool:
+        """Assert the tree's and the indexes' invariants (for tests)."""
+        t = self._need_tree()
+        t._check()
+        for T, idx in self._idx.items():
+            assert T >= t.built
+            idx._check()
+        return True
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def ping(self) -> int:
+        return os.getpid()
+
+
+def _jsonable(t: Any) -> Any:
+    return int(t) if isinstance(t, np.integer) else t
+
+
+def write_atomic(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
