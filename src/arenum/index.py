@@ -22,11 +22,13 @@ This module does not deepen the tree: ``arenum.seek.SeekIndex`` decides budgets.
 """
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
 
 from ._arrays import page_empty, seg_first_below
+from .exactsum import GroupedSum, exact_sum, float_units, prefix_reaching, to_float, values
 from .results import MassBracket
 from .tree import PrefixTree
 
@@ -90,7 +92,7 @@ class ExactIndex:
         self.block_starts = np.array([b.start for b in self.blocks], np.int64)
         self.span = sum(b.span for b in self.blocks)
         self._bucket_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._mass_cum: np.ndarray | None = None
+        self._mass_cum: list[int] | None = None
         self.bucketed = False
         if buckets:
             self.complete()
@@ -507,58 +509,99 @@ class ExactIndex:
         return np.concatenate(ps), np.concatenate(xs)
 
     # ------------------------------------------------------------------ mass
-    def _masses(self) -> np.ndarray:
+    # Masses are exact: an item's value is ``fl(exp(score))`` (``exactsum.values``), a mass is the
+    # exact sum of those values as an int of units ``2**-SCALE`` (``exactsum``), rounded once. So
+    # they do not depend on summation order or bucket layout, and shards' units add exactly.
+    def _mass_units(self) -> list[int]:
+        """Exact cumulative units before each bucket (``nb + 1`` ints); computed once."""
         if self._mass_cum is None:
-            m = np.zeros(self.nb)
-            for _, xc in self._chunks(max(4 * _CHUNK, self.nb)):
-                m += np.bincount(self._bucket_of_array(xc), weights=np.exp(xc), minlength=self.nb)
-            self._mass_cum = np.concatenate(([0.0], np.cumsum(m)))
+            self._mass_cum = self._bucket_units()
         return self._mass_cum
 
-    def mass_ge(self, t: float) -> MassBracket:
-        """Bracket on ``sum(exp(score))`` over items with score ``>= t`` (float rounding only)."""
-        b = self._bucket_of(t)
-        mc = self._masses()
-        if b < 0:
-            return MassBracket(0.0, 0.0)
-        if b >= self.nb:
-            m, n = float(mc[-1]), self.N
+    def _bucket_units(self) -> list[int]:
+        nb = self.nb
+        b = np.arange(nb)
+        f0 = np.searchsorted(self.lut, b, side="left")
+        f1 = np.searchsorted(self.lut, b, side="right")
+        if self.fscale > 0:  # each bucket's score range, from its fine cells (a hint: see GroupedSum)
+            x_hi = np.minimum(self.top - f0 / self.fscale, self.top)
+            x_lo = np.maximum(self.top - f1 / self.fscale, self._bottom)
         else:
-            _, xb = self._sorted_bucket(b)
-            k = int(np.searchsorted(-xb, -t, side="right"))
-            m = float(mc[b]) + float(np.exp(xb[:k]).sum())
-            n = int(self.cum[b]) + k
-        return _bracket(m, n)
+            x_hi, x_lo = np.full(nb, self.top), np.full(nb, self._bottom)
+        e_hi = (values(x_hi).view(np.int64) >> 52) + 1
+        e_lo = np.maximum((values(x_lo).view(np.int64) >> 52) - 1, 0)
+        span = np.where(f1 > f0, e_hi - e_lo + 1, 1)
+        acc = GroupedSum(e_hi, int(min(8, max(1, span.max(initial=1)))))
+        for _, xc in self._chunks(max(4 * _CHUNK, 2 * acc.nbins)):
+            acc.add(values(xc), self._bucket_of_array(xc))
+        cum = [0]
+        for u in acc.units():
+            cum.append(cum[-1] + u)
+        return cum
+
+    def _mass_side(self, t: float, side: str) -> tuple[int, int]:
+        """(exact units, count) of the items with score ``>= t`` (``side='right'``) or ``> t``."""
+        b = self._bucket_of(t)
+        if b < 0:
+            return 0, 0
+        mc = self._mass_units()
+        if b >= self.nb:
+            return mc[-1], self.N
+        _, xb = self._sorted_bucket(b)
+        k = int(np.searchsorted(-xb, -t, side=side))
+        return mc[b] + exact_sum(values(xb[:k])), int(self.cum[b]) + k
+
+    def mass_ge_units(self, t: float) -> int:
+        """``sum(fl(exp(s)) for s in scores if s >= t) * 2**SCALE``, exactly (an int; see
+        :mod:`arenum.exactsum`): adds exactly across indexes of disjoint items."""
+        return self._mass_side(t, "right")[0]
+
+    def mass_gt_units(self, t: float) -> int:
+        """As :meth:`mass_ge_units` over the items with score ``> t``."""
+        return self._mass_side(t, "left")[0]
+
+    def total_mass_units(self) -> int:
+        """Exact units of all items; also before the buckets are built (one pass over them)."""
+        if not self.bucketed:
+            return sum(exact_sum(values(xc)) for _, xc in self._chunks(4 * _CHUNK))
+        return self._mass_units()[-1]
+
+    def mass_ge(self, t: float) -> MassBracket:
+        """Bracket on ``sum(exp(score))`` over items with score ``>= t`` (float rounding only): the
+        exact sum of the items' ``fl(exp(score))``, correctly rounded, widened by the bracket of
+        ``exp``'s own rounding."""
+        S, n = self._mass_side(t, "right")
+        return _bracket(to_float(S), n)
 
     def total_mass(self) -> MassBracket:
         """Bracket on the mass of all items; also before the buckets are built (one pass over them)."""
-        if not self.bucketed:
-            m = 0.0
-            for _, xc in self._chunks(4 * _CHUNK):
-                m += float(np.exp(xc).sum())
-            return _bracket(m, self.N)
-        return _bracket(float(self._masses()[-1]), self.N)
+        return _bracket(to_float(self.total_mass_units()), self.N)
 
     def nucleus(self, p: float) -> tuple[int, int] | None:
         """``(k_lo, k_hi)``: the smallest ``k`` whose top-``k`` mass is ``>= p`` lies in it.
 
+        Defined exactly: for each target ``p / (1 + e)`` and ``p / (1 - e)`` (``e`` the bracket's
+        relative rounding), the smallest ``k`` whose EXACT sum of the top-``k`` items'
+        ``fl(exp(score))`` is ``>= target``. Found by score, not by position: the level ``s*`` with
+        ``S(> s*) < target <= S(>= s*)``, then ``k = count(> s*) + ceil((target - S(> s*)) / v)``
+        with ``v = fl(exp(s*))``: tied items have one value, so the top-``k`` sums, hence ``k``, do
+        not depend on the order of ties, and a merge of shards' exact sums reproduces it (the bucket
+        from the exact cumulative units, then :func:`~arenum.exactsum.prefix_reaching` in it).
         ``None`` if even all items may hold less than ``p``.
         """
-        mc = self._masses()
+        mc = self._mass_units()
         n = max(self.N, 1)
         e = (n + 8) * _U
-        # k_lo: smallest k whose mass upper bound reaches p; k_hi: whose lower bound does
-        out = []
+        out: list[int | None] = []
         for target in (p / (1 + e), p / (1 - e)):
-            if target > mc[-1]:
+            tu = float_units(target)
+            if tu > mc[-1]:
                 out.append(None)
-                continue
-            b = int(np.searchsorted(mc, target, side="left")) - 1
-            b = max(b, 0)
-            _, xb = self._sorted_bucket(b)
-            c = mc[b] + np.cumsum(np.exp(xb))
-            k = int(np.searchsorted(c, target, side="left"))
-            out.append(int(self.cum[b]) + min(k, xb.shape[0] - 1) + 1)
+            elif tu <= 0:
+                out.append(min(1, self.N))
+            else:
+                b = bisect.bisect_left(mc, tu) - 1  # mc[b] < tu <= mc[b + 1]
+                out.append(int(self.cum[b]) + prefix_reaching(values(self._sorted_bucket(b)[1]), tu - mc[b]))
         if out[0] is None:
             return None
         return out[0], (out[1] if out[1] is not None else self.N)
