@@ -197,7 +197,7 @@ def test_ray_workers_answer_as_one_process_on_an_ngram(ray_session, tmp_path):
         assert dist.slice(1500, 50) == one.slice(1500, 50)
         seq = one.unrank(777)[0]
         assert _fields(dist.rank(seq)) == _fields(one.rank(seq))
-        assert _fields(dist.nucleus_size(0.5)) == _fields(one.nucleus_size(0.5))
+        assert _fields(dist.nucleus_size(0.2)) == _fields(one.nucleus_size(0.2))
         t = one.threshold(2000)
         assert _fields(dist.mass_above(t)) == _fields(one.mass_above(t))
         dist._check()
@@ -211,14 +211,22 @@ def test_ray_workers_answer_as_one_process_on_a_tiny_transformer(ray_session, tm
     cfg = GPT2Config(vocab_size=12, n_positions=16, n_embd=16, n_layer=1, n_head=2, eos_token_id=11,
                      bos_token_id=11)
     GPT2LMHeadModel(cfg).save_pretrained(tmp_path / "gpt")
-    spec = ModelSpec.hf(tmp_path / "gpt", prompt=[11], max_len=4, eos=None)
-    one = spec()[0]
+    # batched float kernels round a row differently with the batch around it and the thread count
+    # (in one process too: docs/distributed.md), so both sides score one prefix a call, on one thread
+    spec = ModelSpec.hf(tmp_path / "gpt", prompt=[11], max_len=3, eos=None, batch_size=1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one = spec()[0]
+        one.slice(0, 12**3)
+    finally:
+        torch.set_num_threads(threads)
     with DistributedEnumerable(spec, 2) as dist:
-        n = 12**4
-        for i in (0, 1, 100, 5000, n - 1):
+        n = 12**3
+        for i in (0, 1, 100, 777, n - 1):
             assert dist.unrank(i) == one.unrank(i)
-        assert dist.slice(2000, 40) == one.slice(2000, 40)
-        seq = one.unrank(3333)[0]
+        assert dist.slice(500, 40) == one.slice(500, 40)
+        seq = one.unrank(333)[0]
         assert _fields(dist.rank(seq)) == _fields(one.rank(seq))
         dist._check()
 
