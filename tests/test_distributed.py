@@ -302,3 +302,34 @@ def test_monte_carlo_gives_the_same_estimate_for_any_number_of_workers(monkeypat
             assert est.samples.n == 900
             got.append((_fields(est.count(t)), _fields(est.rank(t)), est.samples.score.tobytes()))
     assert got[0] == got[1] == got[2]
+
+
+def test_cli_workers_give_the_single_process_answers(ray_session, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    path = _ngram_file(tmp_path)
+
+    def cli(*args, code=0):
+        p = subprocess.run([sys.executable, "-m", "arenum.cli", *map(str, args)], capture_output=True, timeout=300)
+        assert p.returncode == code, p.stderr.decode()
+        if code:
+            return p.stderr.decode()
+        docs = [json.loads(ln) for ln in p.stdout.decode().splitlines() if ln.strip()]
+        return docs[0] if len(docs) == 1 else docs
+
+    M = ("-m", path, "--max-len", 6)
+    W = ("--workers", 2, "--ray-address", "auto")
+    doc = cli("build", *M, "--budget", 3000, "--store", tmp_path / "s", *W, "--json")
+    assert doc["forwards"] > 0 and doc["indexed_sequences"] >= 3000
+    for k in (1, 77, 3000):
+        one = cli("threshold", k, *M, "--json")
+        got = cli("threshold", k, *M, *W, "--store", tmp_path / "s", "--json")
+        assert got["log_prob"] == one["log_prob"] and got["sequence"] == one["sequence"]
+    one = cli("rank", "admin", "login", *M, "--json")
+    got = cli("rank", "admin", "login", *M, *W, "--store", tmp_path / "s", "--json")
+    strip = lambda ds: [{k: v for k, v in d.items() if k not in ("forwards", "seconds", "workers")} for d in ds]  # noqa: E731
+    assert len(one) == 2 and strip(got) == strip(one)
+    err = cli("threshold", 5, *M, "--ray-address", "auto", code=2)
+    assert "--ray-address needs --workers" in err
