@@ -50,8 +50,8 @@ class DistributedEnumerable(AutoregressiveEnumerable):
         the same answers, for tests and debugging).
     store: a folder keeping every worker's tree (``worker-K/``, see ``docs/store.md``) and the plan
         (``cluster.json``): reopening answers without forwards, and a restarted actor resumes from
-        it. On Ray without one, a temporary folder serves for restarts and is removed by
-        :meth:`close`.
+        it. ``None`` (default): on Ray, a temporary folder serves for restarts and is removed by
+        :meth:`close`; ``False``: no store at all (a restarted actor starts its part again).
     num_cpus_per_worker, num_gpus_per_worker: Ray resources of each actor (GPUs default to the
         spec's: one for a CUDA device).
 
@@ -59,7 +59,7 @@ class DistributedEnumerable(AutoregressiveEnumerable):
     """
 
     def __init__(self, model: Callable[[], Any], workers: int | None = None, *, address: str | None = None,
-                 backend: str = "ray", store: str | os.PathLike | None = None, fingerprint: str | None = None,
+                 backend: str = "ray", store: str | os.PathLike | bool | None = None, fingerprint: str | None = None,
                  num_cpus_per_worker: float = 1.0, num_gpus_per_worker: float | None = None,
                  progress: Callable[[dict], None] | None = None) -> None:
         if not callable(model):
@@ -71,13 +71,15 @@ class DistributedEnumerable(AutoregressiveEnumerable):
         gpus = num_gpus_per_worker if num_gpus_per_worker is not None else float(getattr(model, "num_gpus", 0.0))
         W = workers if workers is None else exact_int("workers", workers, minimum=1)
         self._tmp: str | None = None
-        root = os.fspath(store) if store is not None else None
+        if store is not None and store is not False and not isinstance(store, (str, os.PathLike)):
+            raise TypeError(f"store must be a folder path, None or False, got {type(store).__name__}")
+        root = os.fspath(store) if store not in (None, False) else None
         saved = _read_cluster(root)
         if W is None:
             W = saved["workers"] if saved else _default_workers(backend, address, gpus)
         if saved and saved["workers"] != W:
             raise StoreError(f"{os.path.join(root, CLUSTER_FILE)}: built with {saved['workers']} workers, not {W}")
-        if root is None and backend == "ray":
+        if store is None and backend == "ray":
             root = self._tmp = tempfile.mkdtemp(prefix="arenum-workers-")
         stores = [None if root is None else os.path.join(root, f"worker-{j}") for j in range(W)]
         self.workers = W

@@ -30,6 +30,7 @@ from ..exactsum import float_units, to_float, values
 from ..index import mass_bracket
 from ..results import MassBracket
 from ..seek import SeekIndex
+from ..quantize import LN2
 from ..tree import HIST_BINS_PER_BIT
 from .plan import ShardPlan
 
@@ -227,17 +228,40 @@ class MergedIndex:
 
     # ------------------------------------------------------------------ selection
     def _select_count(self, goal: int) -> tuple[float, np.ndarray]:
-        return self._select(goal, "count")
+        return self._select(goal, "count", self._hint(goal))
 
-    def _select(self, goal: int, kind: str) -> tuple[float, np.ndarray]:
+    def _hint(self, goal: int) -> tuple[float, float] | None:
+        """Scores likely to bracket position ``goal - 1``, read off the merged completion histogram
+        (1/64-bit bins, exact above the built threshold), one bin of slack each side; only a guess:
+        the selection checks it like any other candidate."""
+        cum = np.cumsum(self.tree.completions_hist)
+        if cum.size == 0 or cum[-1] < goal:
+            return None
+        b = int(np.searchsorted(cum, goal))
+        step = LN2 / HIST_BINS_PER_BIT
+        lo, hi = -(b + 2) * step, -(b - 1) * step
+        if hi >= 0.0 or lo <= self.T:
+            return None
+        return lo, hi
+
+    def _select(self, goal: int, kind: str, hint: tuple[float, float] | None = None) -> tuple[float, np.ndarray]:
         """The highest item score ``s*`` whose ``>=`` total (count or exact mass) reaches ``goal``,
-        with ``(count_ge, count_gt)`` per worker at ``s*``. Requires the total at ``T`` to reach it."""
+        with ``(count_ge, count_gt)`` per worker at ``s*``. Requires the total at ``T`` to reach it.
+
+        Each round, every worker sends up to ``SAMPLES_PER_ROUND`` scores spread over its items in the
+        window still in question, and every worker counts at all of them; the window shrinks to
+        between two candidates. ``hint``: a first window to sample, whose ends are candidates too."""
         self.complete()
         lo, lo_strict, hi = self.T, False, math.inf  # s* is in [lo, hi) (or (lo, hi) when strict)
         W = self.backend.n
         while True:
-            got = self.backend.map("sample_scores", [(self.T, lo, lo_strict, hi, SAMPLES_PER_ROUND)] * W)
-            cands = sorted({x for _, xs in got for x in xs}, reverse=True)
+            slo, shi = (lo, hi) if hint is None else hint
+            got = self.backend.map("sample_scores", [(self.T, slo, lo_strict, shi, SAMPLES_PER_ROUND)] * W)
+            pool = {x for _, xs in got for x in xs}
+            if hint is not None:
+                pool |= {hint[0], hint[1]}
+                hint = None
+            cands = sorted(pool, reverse=True)
             if not cands:
                 raise RuntimeError(f"selection found no item between {lo!r} and {hi!r} (goal {goal})")
             cnt = self._counts(cands)  # (W, C, 2)

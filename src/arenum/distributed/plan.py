@@ -6,7 +6,8 @@ frontier prefixes; only an interior node's ``eos`` completion can). Each frontie
 belongs to one worker; an interior node's ``eos`` completion belongs to one worker that owns a unit
 below that node. The frontier starts at the first tokens and splits a unit into its children while
 it carries much more than its share of the probability mass (a peaked model: one first token holding
-most of the mass), so the workers' parts carry similar mass.
+most of the mass); units are then dealt to the workers in a snake over their scores, so every worker
+gets units of every size and the parts carry similar work at every budget.
 
 A worker's tree is the single-process tree with every interior node's table cut down to the entries
 the worker owns (:class:`arenum.distributed.worker.ShardOracle`): the scores of its sequences are
@@ -150,7 +151,7 @@ def plan_shards(workers: int, table: Callable[[tuple], tuple[list, np.ndarray]],
     ``leaf_level``: the deepest level whose nodes are prefixes (a unit is never split below it).
     Units start as the root's children; the heaviest is split into its children while its mass is
     above ``1 / (split_factor * workers)`` of the whole (at most ``max_splits`` forwards, default
-    ``MAX_SPLITS_PER_WORKER * workers``); units then go to the least loaded worker, heaviest first.
+    ``MAX_SPLITS_PER_WORKER * workers``); units are then dealt in a snake by descending score.
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
@@ -191,8 +192,12 @@ def plan_shards(workers: int, table: Callable[[tuple], tuple[list, np.ndarray]],
             final.add(u)
     load = [0.0] * workers
     owner: dict[tuple, int] = {}
-    for u, s in sorted(units.items(), key=lambda kv: (-kv[1], len(kv[0]))):
-        w = min(range(workers), key=lambda k: (load[k], k))
+    # dealt in a snake over the units by descending score (0, 1, .., W-1, W-1, .., 0, 0, 1, ..): each
+    # worker gets units of every size, so the work stays balanced at every budget (a heavy unit of a
+    # peaked model holds much mass but few live prefixes: balancing mass alone would not do)
+    for r, (u, s) in enumerate(sorted(units.items(), key=lambda kv: (-kv[1], len(kv[0]), repr(kv[0])))):
+        k, lap = r % workers, (r // workers) % 2
+        w = k if lap == 0 else workers - 1 - k
         owner[u] = w
         load[w] += math.exp(s)
     plan = ShardPlan(workers=workers, units=owner, tables=tables, eos=eos)
