@@ -10,7 +10,9 @@ Models (nothing downloaded):
   ``threshold(--k-hf)`` (default 2*10**5). Here the model's own time dominates.
 
 Runs per model: ``single`` (``AutoregressiveEnumerable`` in this process), then
-``DistributedEnumerable`` with 1 and with 2 Ray workers (a local Ray instance, started once). For
+``DistributedEnumerable`` with 1 and with 2 Ray workers without a store (``store=False``, as the single
+process), and with 2 workers keeping the default temporary store that lets a restarted actor resume
+(``+store``: its journal's cost). A local Ray instance, started once. For
 each: the build's wall time (the first ``threshold``), forwards in all and per worker, balance (max
 over mean forwards per worker), deepening rounds, and the coordinator's cost per query after the
 build (median of ``--queries`` ``unrank``s at random positions, and of ``rank``s), each answer checked
@@ -76,13 +78,13 @@ def hf_spec(tmp: str, layers: int, width: int, vocab: int) -> ModelSpec:
     return ModelSpec.hf(path, prompt=[vocab - 1], max_len=4, eos=None, max_prefixes=None, max_sequences=None)
 
 
-def run(spec: ModelSpec, k: int, workers: int | None, queries: int, ref: dict | None) -> dict:
+def run(spec: ModelSpec, k: int, workers: int | None, queries: int, ref: dict | None, store: bool = False) -> dict:
     t0 = time.perf_counter()
     if workers is None:
         enum = spec()[0]
         setup = time.perf_counter() - t0
     else:
-        enum = DistributedEnumerable(spec, workers)
+        enum = DistributedEnumerable(spec, workers, store=None if store else False)
         setup = time.perf_counter() - t0
     t1 = time.perf_counter()
     thr = float(enum.threshold(k))
@@ -100,13 +102,14 @@ def run(spec: ModelSpec, k: int, workers: int | None, queries: int, ref: dict | 
         r = enum.rank(seq)
         rk.append(time.perf_counter() - a)
         answers.append((seq, lp, r.rank))
-    out = {"workers": workers or 0, "setup_s": setup, "build_s": build, "threshold": thr,
+    out = {"workers": workers or 0, "store": store, "setup_s": setup, "build_s": build, "threshold": thr,
            "forwards": int(st["forwards"]), "indexed": n,
            "unrank_ms_median": 1e3 * statistics.median(un), "rank_ms_median": 1e3 * statistics.median(rk),
            "model_s": float(st.get("model_seconds", 0.0))}
     if workers is not None:
         per = st["workers_forwards"]
-        out.update(workers_forwards=per, balance=st["balance"], rounds=st["rounds"], plan=st["plan"])
+        out.update(workers_forwards=per, balance=st["balance"], rounds=st["rounds"], plan=st["plan"],
+                   workers_busy_s=st["workers_busy_s"])
         enum.close()
     if ref is not None:
         out["same_answers"] = ref["threshold"] == thr and ref["answers"] == answers
@@ -134,14 +137,14 @@ def rtt_ms() -> float:
 
 
 def project(rows: list[dict], rtt: float) -> dict:
-    one = next(r for r in rows if r["workers"] == 1)
-    two = next(r for r in rows if r["workers"] == 2)
+    one = next(r for r in rows if r["workers"] == 1 and not r["store"])
+    two = next(r for r in rows if r["workers"] == 2 and not r["store"])
     F = one["forwards"]
-    rate = F / max(one["model_s"], 1e-9) if one["model_s"] else F / one["build_s"]
-    rate = min(rate, F / one["build_s"] * 4)  # the model's time is at most the build's
+    busy = one["workers_busy_s"][0]
+    rate = F / busy  # one worker's forwards a second, its own tree and index work included
     b = two["balance"]
     R = max(one["rounds"], 1)
-    c = max(0.0, (one["build_s"] - F / rate) / R)
+    c = max(0.0, (one["build_s"] - busy) / R)  # the coordinator's part of a round (messages, merges)
     N = two["indexed"]
     out = {"F": F, "rate_per_worker": rate, "balance": b, "rounds": R, "coord_s_per_round": c, "rows": []}
     for W in (1, 2, 8, 64, 512):
@@ -186,13 +189,13 @@ def main() -> None:
                 (hf_spec(tmp, a.layers, a.width, a.vocab), a.k_hf)
             rows = []
             ref = None
-            for w in (None, 1, 2):
-                r = run(spec, k, w, a.queries, ref)
+            for w, store in ((None, False), (1, False), (2, False), (2, True)):
+                r = run(spec, k, w, a.queries, ref, store)
                 if ref is None:
                     ref = {"threshold": r["threshold"], "answers": r["answers"]}
                 r.pop("answers")
                 rows.append(r)
-                print(f"{name:11s} workers={r['workers'] or 'single':>6} build {r['build_s']:8.2f} s  forwards "
+                print(f"{name:11s} workers={r['workers'] or 'single':>6}{' +store' if store else '       '} build {r['build_s']:8.2f} s  forwards "
                       f"{r['forwards']:>10,}  per worker {r.get('workers_forwards', '-')}  balance "
                       f"{r.get('balance', 1.0):.3f}  unrank {r['unrank_ms_median']:.1f} ms  rank "
                       f"{r['rank_ms_median']:.1f} ms  same={r.get('same_answers', True)}", flush=True)

@@ -216,6 +216,7 @@ class DistributedEnumerable(AutoregressiveEnumerable):
             d["workers"] = self.workers
             d["workers_forwards"] = per
             d["workers_prefixes"] = [s["fetched"] for s in t.summaries]
+            d["workers_busy_s"] = [s["busy"] for s in t.summaries]
             mean = sum(per) / len(per) if per else 0.0
             d["balance"] = max(per) / mean if mean else 1.0
             d["rounds"] = t.rounds

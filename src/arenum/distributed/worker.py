@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -90,6 +91,7 @@ class ShardWorker:
         self.tree: PrefixTree | None = None
         self.store = None
         self._restored = 0
+        self.busy = 0.0  # seconds spent building (deepening, indexes) in this process
         self._idx: dict[float, ExactIndex] = {}
         if store is not None:
             path = os.path.join(store, PLAN_FILE)
@@ -152,7 +154,7 @@ class ShardWorker:
         st = self.oracle.stats.as_dict()
         out = {"built": t.built, "depth_truncated": t.depth_truncated, "h_comp": _trim(t.h_comp),
                "h_pref": _trim(t.h_pref), "hist_len": len(t.h_comp), "fetched": t.fetched_nodes, "memory": t.memory_bytes(),
-               "nbytes": t.nbytes, "nodes": t.n_nodes, "stats": st, "pid": os.getpid()}
+               "nbytes": t.nbytes, "nodes": t.n_nodes, "stats": st, "pid": os.getpid(), "busy": self.busy}
         if self.store is not None:
             out["store_forwards"], out["store_replayed"] = self.store.forwards, self.store.replayed
             out["restored"] = self._restored
@@ -160,7 +162,11 @@ class ShardWorker:
 
     def deepen(self, T: float, keep: float | None, max_prefixes: int | None, max_bytes: int | None) -> dict:
         """Deepen this worker's tree to threshold ``T`` (see :meth:`PrefixTree.deepen`)."""
-        self._need_tree().deepen(T, keep, max_prefixes=max_prefixes, max_bytes=max_bytes)
+        t0 = time.perf_counter()
+        try:
+            self._need_tree().deepen(T, keep, max_prefixes=max_prefixes, max_bytes=max_bytes)
+        finally:
+            self.busy += time.perf_counter() - t0
         return self.summary()
 
     def _need_tree(self) -> PrefixTree:
@@ -183,13 +189,18 @@ class ShardWorker:
 
     def index_size(self, T: float) -> int:
         """Items with score ``>= T`` (the index at ``T``, its buckets not built yet)."""
-        return self._index(T).N
+        t0 = time.perf_counter()
+        n = self._index(T).N
+        self.busy += time.perf_counter() - t0
+        return n
 
     def complete(self, T: float) -> int:
         """Build the buckets of the index at ``T``; returns its size."""
+        t0 = time.perf_counter()
         idx = self._index(T)
         if not idx.bucketed:
             idx.complete()
+        self.busy += time.perf_counter() - t0
         return idx.N
 
     def counts(self, T: float, ts: list[float]) -> list[tuple[int, int]]:
