@@ -333,3 +333,54 @@ def test_cli_workers_give_the_single_process_answers(ray_session, tmp_path):
     assert len(one) == 2 and strip(got) == strip(one)
     err = cli("threshold", 5, *M, "--ray-address", "auto", code=2)
     assert "--ray-address needs --workers" in err
+
+
+class _Flaky:
+    """A model that raises on a seeded share of its calls once armed (a worker's failure mid-build)."""
+
+    armed = False
+
+    def __init__(self, inner, rate, seed):
+        self.inner, self.rate, self.rng = inner, rate, np.random.default_rng(seed)
+
+    def __call__(self, prefix):
+        if _Flaky.armed and self.rng.random() < self.rate:
+            raise RuntimeError("flaky model")
+        return self.inner(prefix)
+
+
+def test_failures_mid_build_leave_every_worker_exact_and_the_next_query_resumes():
+    case = (5, 5, True, 1.0, False, "dense")
+    fac = _factory(case, seed=4)
+    bf = _brute(fac, case)
+    one = fac()
+    seeds = iter(range(1000))
+
+    def flaky():
+        return AutoregressiveEnumerable(_Flaky(fac.make_model(), 0.02, next(seeds)), max_len=5, eos=0, batch_size=8)
+
+    with DistributedEnumerable(flaky, 3, backend="local") as dist:
+        _Flaky.armed = True
+        try:
+            _run_flaky(dist, bf, one)
+        finally:
+            _Flaky.armed = False
+        assert dist.slice(0, len(bf)) == bf
+
+
+def _run_flaky(dist, bf, one):
+    rng = np.random.default_rng(1)
+    failures = 0
+    for k in sorted(rng.integers(1, len(bf), size=12).tolist()) + [len(bf)]:
+        for _ in range(200):
+            try:
+                got = dist.threshold(k)
+                break
+            except RuntimeError as exc:
+                assert "flaky" in str(exc)
+                failures += 1
+                dist._check()
+        assert got == one.threshold(k) == bf[k - 1][1]
+        assert dist.unrank(k - 1) == bf[k - 1]
+    assert failures > 0
+    dist._check()
