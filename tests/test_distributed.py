@@ -384,3 +384,28 @@ def _run_flaky(dist, bf, one):
         assert dist.unrank(k - 1) == bf[k - 1]
     assert failures > 0
     dist._check()
+
+
+def test_threads_racing_on_one_distributed_enumerable_get_exact_answers():
+    case = (6, 4, True, 1.0, True, "arrays")
+    fac = _factory(case, seed=8)
+    bf = _brute(fac, case)
+    errors = []
+    with DistributedEnumerable(fac, 2, backend="local") as dist:
+        def work(seed):
+            rng = np.random.default_rng(seed)
+            try:
+                for _ in range(15):
+                    i = int(rng.integers(0, len(bf)))
+                    assert dist.unrank(i) == bf[i]
+                    assert dist.count(bf[i][1]) == sum(1 for _, s in bf if s >= bf[i][1])
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        dist._check()
