@@ -409,3 +409,16 @@ def test_threads_racing_on_one_distributed_enumerable_get_exact_answers():
             t.join()
         assert not errors, errors
         dist._check()
+
+
+def test_workers_carry_similar_work_on_a_peaked_model():
+    fac = EnumerableFactory(20, seed=3, peak=8.0, eos=0, eos_boost=1.0, form="dense", batched=True,
+                            options={"max_len": 6})
+    one = fac()
+    ids, lps = one.oracle.table(())
+    assert math.exp(float(lps.max())) > 0.9  # one first token holds most of the mass
+    with DistributedEnumerable(fac, 2, backend="local") as dist:
+        assert dist.threshold(20_000) == one.threshold(20_000)
+        st = dist.stats
+        assert st["plan"]["depth"] >= 2  # the heavy first token was split
+        assert st["balance"] < 1.3, st["workers_forwards"]
