@@ -422,3 +422,11 @@ def test_workers_carry_similar_work_on_a_peaked_model():
         st = dist.stats
         assert st["plan"]["depth"] >= 2  # the heavy first token was split
         assert st["balance"] < 1.3, st["workers_forwards"]
+
+
+def test_a_cuda_spec_asks_ray_for_one_gpu_per_worker():
+    assert ModelSpec.hf("/models/gpt2", device="cuda:0").num_gpus == 1.0
+    assert ModelSpec.hf("/models/gpt2").num_gpus == 0.0
+    assert ModelSpec.ngram("m.npz").num_gpus == 0.0
+    with pytest.raises(ValueError, match="kind"):
+        ModelSpec("onnx", "m.onnx")
