@@ -430,3 +430,13 @@ def test_a_cuda_spec_asks_ray_for_one_gpu_per_worker():
     assert ModelSpec.ngram("m.npz").num_gpus == 0.0
     with pytest.raises(ValueError, match="kind"):
         ModelSpec("onnx", "m.onnx")
+
+
+def test_progress_is_reported_once_a_round():
+    fac = _factory((6, 5, True, 1.5, False, "dense"), seed=5)
+    seen = []
+    with DistributedEnumerable(fac, 2, backend="local", progress=seen.append) as dist:
+        dist.threshold(300)
+    assert seen and all(d["workers"] == 2 for d in seen)
+    assert [d["round"] for d in seen] == list(range(1, len(seen) + 1))
+    assert 0 < seen[-1]["forwards"] <= dist.stats["forwards"]

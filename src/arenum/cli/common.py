@@ -155,7 +155,10 @@ def _bar_text(d: dict, rate: float | None = None) -> str:
     """``level 4 1,024/8,000, target budget 20.6 bits (>= 398,000 prefixes), ETA 3 s``: the level being
     expanded, the budget this build is heading for, the live prefixes known to lie within it so far (a
     lower bound: more are found as it goes) and the time left for those at the current rate."""
-    text = f"level {d.get('level', 0)} {int(d.get('level_done', 0)):,}/{int(d.get('level_todo', 0)):,}"
+    if "workers" in d:  # a distributed build reports once per round, every worker done
+        text = f"{int(d['workers'])} workers, round {int(d.get('round', 0))}"
+    else:
+        text = f"level {d.get('level', 0)} {int(d.get('level_done', 0)):,}/{int(d.get('level_todo', 0)):,}"
     goal = float(d.get("target_bits", d.get("keep_bits", 0.0)))
     if math.isfinite(goal):
         text += f", target budget {goal:.1f} bits"

@@ -130,10 +130,9 @@ class MergedTree:
             raise
         if self.progress is not None:
             st = self.stats_sum()
-            self.progress({"prefixes": self.fetched_nodes, "forwards": st.get("forwards", 0),
-                           "level": None, "target_bits": -T / math.log(2) if T > -math.inf else math.inf,
-                           "known_prefixes": self.known_prefixes(-T / math.log(2)) if T > -math.inf else 0,
-                           "workers": len(sums)})
+            bits = -T / LN2 if T > -math.inf else math.inf
+            self.progress({"prefixes": self.fetched_nodes, "forwards": st.get("forwards", 0), "target_bits": bits,
+                           "known_prefixes": self.known_prefixes(bits), "workers": len(sums), "round": self.rounds})
 
     def stats_sum(self) -> dict:
         out: dict[str, Any] = {}
