@@ -25,7 +25,7 @@ import numpy as np
 __all__ = ["DOT_MAX_V", "sweep", "sorted_heads", "desc_order", "desc_sort_row"]
 
 DOT_MAX_V = 4096
-"""Rows up to this width are summed by a BLAS dot product with ones (about 2x faster than
+"""Rows up to this width are summed by a BLAS dot product with ones (about 1.7x faster than
 ``np.sum``). Any summation order of ``V`` non-negative terms is within ``(V - 1) * 2**-53`` of the
 exact sum, relatively: ``4.6e-13`` at this width, which with the fast check's ``1e-13`` stays
 inside ``RENORM_TOL`` (``1e-12``), so a row the check clears is still one the reference formula
@@ -121,7 +121,7 @@ def sorted_heads(flats: list[np.ndarray], vals: list[np.ndarray], V: int, floors
         o = desc_order(lp, np.bincount(r - int(r[0])))
         k = f.shape[0]
         rr, cc, ll = r_out[m : m + k], c_out[m : m + k], l_out[m : m + k]
-        np.take(r, o, out=rr)
+        rr[:] = r  # the order keeps every row in place
         np.take(f, o, out=cc)
         cc -= rr * V
         np.take(lp, o, out=ll)

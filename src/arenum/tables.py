@@ -8,7 +8,7 @@ Accepted result forms for one prefix (``next_logprobs(prefix)``), parsed by :fun
 
 ``batch_next_logprobs(prefixes)`` returns a list of such results, or a dense 2-D array ``(n, V)``
 (:func:`parse_dense_batch`; :func:`parse_dense_heads` validates and cuts heads in one sweep of cache-sized
-blocks of rows).
+blocks of rows; the array kernels, sweep and sorts, are :mod:`arenum.dense`).
 ``batch_next_heads(prefixes, floors)`` returns table heads only; :func:`parse_heads` states that
 contract and checks it.
 
@@ -384,8 +384,9 @@ def parse_dense_heads(
     column order). Same checks, messages and values as :func:`parse_dense_batch` then a cut.
 
     One sweep of cache-sized blocks (:func:`arenum.dense.sweep`): ``exp`` and its row sums (the normalization
-    check), one comparison with the floors, the cut. The floors are capped at 0 for the comparison,
-    so an entry ``> 0`` lands in the cut and sends its row to the reference check (no max pass).
+    check), one comparison with the floors, the cut; then the heads are sorted in chunks of rows
+    (:func:`arenum.dense.sorted_heads`). The floors are capped at 0 for the comparison, so an
+    entry ``> 0`` lands in the cut and sends its row to the reference check (no max pass).
     Rows the fast check does not clear (reduced precision, unnormalized, bad) get the reference
     formula; the renormalized ones are cut again from their renormalized values.
     """
