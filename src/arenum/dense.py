@@ -115,9 +115,11 @@ def sorted_heads(flats: list[np.ndarray], vals: list[np.ndarray], V: int, floors
         r = f // V
         ok = lp >= floors[r]
         if not ok.all():
-            f, lp, r = f[ok], lp[ok], r[ok]
-            if not f.shape[0]:
+            keep = np.flatnonzero(ok)
+            if not keep.shape[0]:
                 continue
+            f, lp = f[keep], lp[keep]
+            r = f // V
         o = desc_order(lp, np.bincount(r - int(r[0])))
         k = f.shape[0]
         rr, cc, ll = r_out[m : m + k], c_out[m : m + k], l_out[m : m + k]
