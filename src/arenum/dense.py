@@ -136,7 +136,7 @@ def sorted_heads(flats: list[np.ndarray], vals: list[np.ndarray], V: int, floors
 
 def _keys(vals: np.ndarray, bits: int) -> np.ndarray | None:
     """Order-preserving ``uint64`` keys of ``-vals`` with the low ``bits`` cleared; ``None`` when a
-    value is above 0 (or NaN): the caller sorts those another way."""
+    value is above 0: the caller sorts those another way (tables are validated: no NaN here)."""
     y = np.negative(vals)
     y += 0.0  # -0.0 -> 0.0: the two compare equal, so they must tie
     u = y.view(np.uint64)

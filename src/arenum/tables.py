@@ -243,7 +243,8 @@ def check_cardinality(name: str, raw: Any, expected: int, what: str, unit: str) 
 _BLOCK_ENTRIES = 1 << 16  # dense rows are validated and cut in blocks of about this many entries
 _CLEAR = 1e-13
 """A row with ``max <= 0`` and ``|sum(exp(row)) - 1| <= _CLEAR`` is normalized to float64 precision
-(reference log-sum within ``1.1e-13`` of 0, far inside ``RENORM_TOL``): used verbatim."""
+(reference log-sum within ``1.1e-13`` of 0 for a pairwise sum, ``5.6e-13`` for a BLAS sum of up to
+:data:`arenum.dense.DOT_MAX_V` terms; inside ``RENORM_TOL`` either way): used verbatim."""
 _CANDIDATES = 64  # past this many entries per row above a block's lowest floor: cut row by row
 _QUIET = {"invalid": "ignore", "over": "ignore", "divide": "ignore"}  # bad rows are reported after the sweep
 
