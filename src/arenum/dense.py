@@ -68,6 +68,7 @@ def sweep(arr: np.ndarray, step: int, bufs: Buffers, floors: np.ndarray | None =
     if floors is not None:
         mbuf = bufs((k, V), np.bool_, "mask")
         lows = np.minimum.reduceat(floors, np.arange(0, n, step))
+        whole = False
     for j, a in enumerate(range(0, n, step)):
         b = min(n, a + step)
         blk = arr[a:b]
@@ -82,7 +83,12 @@ def sweep(arr: np.ndarray, step: int, bufs: Buffers, floors: np.ndarray | None =
         if floors is not None:
             mk = mbuf[: b - a]
             np.greater_equal(blk, lows[j], out=mk)
+            if whole and np.count_nonzero(mk) == mk.size:  # a run of whole rows (the heads near the root)
+                flats.append(np.arange(a * V, b * V))
+                vals.append(blk.reshape(-1))
+                continue
             f = np.flatnonzero(mk)
+            whole = f.shape[0] == mk.size  # nonzero is slow on a full mask: count first next time
             if f.shape[0] > candidates * (b - a):
                 np.greater_equal(blk, floors[a:b, None], out=mk)
                 f = np.flatnonzero(mk)
