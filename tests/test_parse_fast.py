@@ -243,3 +243,18 @@ def test_the_dot_bound_keeps_cleared_rows_inside_the_renormalization_tolerance()
     exact sum is within ``1e-13 + (V - 1) 2**-53`` (plus exp's few ulps) of 1, inside ``RENORM_TOL``."""
     V = dense_mod.DOT_MAX_V
     assert tables_mod._CLEAR + (V - 1) * 2.0**-53 * (1 + 1e-12) + 8 * 2.0**-53 < RENORM_TOL / 1.5
+
+
+@pytest.mark.parametrize("block", [1, 40, 1 << 16])
+def test_runs_of_whole_rows_then_narrow_heads_then_whole_again(monkeypatch, block):
+    """Blocks whose every entry passes (counted, then taken as a range), then a narrow block, then
+    whole rows holding -inf entries (a finite floor drops them; a -inf floor keeps them)."""
+    monkeypatch.setattr(tables_mod, "_BLOCK_ENTRIES", block)
+    rng = np.random.default_rng(11)
+    lp = _batch(rng, 24, 20, "normalized")
+    lp[16:, :3] = -np.inf
+    lp[16:] -= np.log(np.exp(lp[16:]).sum(axis=1, keepdims=True))
+    fl = np.full(24, -np.inf)
+    fl[8:16] = np.sort(lp[8:16], axis=1)[:, -3]  # three entries each
+    fl[20:] = np.finfo(np.float64).min
+    _same(_ref_heads(lp, fl, 2e-2), _got_heads(lp, fl, 2e-2))
