@@ -143,10 +143,9 @@ def sorted_heads(flats: list[np.ndarray], vals: list[np.ndarray], V: int, floors
 def _keys(vals: np.ndarray, bits: int) -> np.ndarray | None:
     """Order-preserving ``uint64`` keys of ``-vals`` with the low ``bits`` cleared; ``None`` when a
     value is above 0: the caller sorts those another way (tables are validated: no NaN here)."""
-    y = np.negative(vals)
-    y += 0.0  # -0.0 -> 0.0: the two compare equal, so they must tie
+    y = np.subtract(0.0, vals)  # -vals, with 0.0 - 0.0 = 0.0 - (-0.0) = +0.0: equal values must tie
     u = y.view(np.uint64)
-    if u.shape[0] and not (u < _SIGN).all():
+    if u.shape[0] and u.max() >= _SIGN:
         return None
     u &= np.uint64(~((1 << bits) - 1) & (2**64 - 1))
     return u
