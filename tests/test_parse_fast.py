@@ -164,7 +164,7 @@ def test_dense_heads_and_rows_bit_identical_to_the_plain_reference(kind, seed):
 
 @pytest.mark.parametrize("kind", ["normalized", "ties", "near_ties", "within_renorm_tol", "slightly_off"])
 def test_small_blocks_sort_chunks_and_the_pairwise_sum_give_the_same_bits(monkeypatch, kind):
-    """One row per block, tiny sort chunks (rows sorted alone and in padded groups), and the
+    """One row per block, tiny cut and sort chunks (rows sorted alone and in padded groups), and the
     ``np.sum`` path of wide rows (``DOT_MAX_V`` forced to 0): the same results."""
     rng = np.random.default_rng(7)
     lp = _batch(rng, 29, 40, kind)
@@ -173,6 +173,7 @@ def test_small_blocks_sort_chunks_and_the_pairwise_sum_give_the_same_bits(monkey
     _same(ref, _got_heads(lp, fl, 2e-2))
     monkeypatch.setattr(tables_mod, "_BLOCK_ENTRIES", 1)
     monkeypatch.setattr(dense_mod, "_SORT_ENTRIES", 16)
+    monkeypatch.setattr(dense_mod, "_CUT_ENTRIES", 50)  # the candidates cut a few blocks at a time
     _same(ref, _got_heads(lp, fl, 2e-2))
     monkeypatch.setattr(dense_mod, "DOT_MAX_V", 0)
     _same(ref, _got_heads(lp, fl, 2e-2))
