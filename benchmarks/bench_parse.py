@@ -6,6 +6,10 @@ float64 batches from a model that costs nothing (the rows are precomputed), and
 - ``heads``: ``fetch_heads`` with per-row floors (validation: NaN, ``+inf``, ``> 0``, no finite
   entry; the normalization check; the head cut and its sort), the path every exact build takes;
   the floors keep 1 to ``2 --head`` entries per row (uniformly);
+- ``heads, whole rows``: the same with floors at ``-inf`` (every entry is in the head: the rows an
+  exact build fetches near its root, where the sort of the whole row dominates);
+- ``rows``: ``fetch_rows`` (validation and the normalization check of full rows, no cut: the
+  Monte Carlo path);
 - ``table``: ``table(prefix)`` for distinct prefixes through ``next_logprobs`` returning one dense
   row (the single-prefix path: parse, sort the whole row, memoize): its overhead per call.
 
@@ -15,8 +19,9 @@ machine is shared, and wall time would count other work), microseconds per row; 
 is excluded (its callback returns a slice of a prebuilt array). Memory bandwidth reference: one
 read of the row (``row.sum()``).
 
-Run: ``python benchmarks/bench_parse.py`` (options ``--V 2000 --batch 4096 --head 40``). Writes
-``benchmarks/results/parse.json``.
+Run: ``python benchmarks/bench_parse.py`` (options ``--V 2000 --batch 4096 --head 8 --whole 1024``).
+Writes ``benchmarks/results/parse.json``. The script only drives ``StepOracle``: run it with
+``PYTHONPATH`` on two checkouts to compare them.
 """
 from __future__ import annotations
 
@@ -53,6 +58,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4096, help="rows per batched call")
     ap.add_argument("--head", type=int, default=8, help="about this many entries kept per row")
     ap.add_argument("--single", type=int, default=2000, help="single-prefix calls timed")
+    ap.add_argument("--whole", type=int, default=1024, help="rows of the whole-row heads batch")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "parse.json"))
     a = ap.parse_args()
@@ -73,6 +79,20 @@ def main() -> None:
         assert h.lens.sum() >= n
     out["heads_us_per_row"] = 1e6 * _median_time(heads, a.repeat) / n
 
+    nw = min(n, a.whole)
+    whole_floors = np.full(nw, -np.inf)
+
+    def heads_whole() -> None:
+        o = StepOracle(lambda p: rows[p[0]], batch_next_logprobs=lambda ps: rows[: len(ps)], batch_size=n)
+        h = o.fetch_heads(prefixes[:nw], whole_floors)
+        assert h.lens.sum() == nw * V
+    out["heads_whole_us_per_row"] = 1e6 * _median_time(heads_whole, a.repeat) / nw
+
+    def full_rows() -> None:
+        o = StepOracle(lambda p: rows[p[0]], batch_next_logprobs=lambda ps: rows, batch_size=n)
+        o.fetch_rows(prefixes)
+    out["rows_us_per_row"] = 1e6 * _median_time(full_rows, a.repeat) / n
+
     m = min(a.single, n)
 
     def singles() -> None:
@@ -85,6 +105,8 @@ def main() -> None:
     print(f"{'path':<28} {'us/row':>10}")
     print(f"{'read (bandwidth reference)':<28} {out['read_us_per_row']:>10.2f}")
     print(f"{'fetch_heads (dense batch)':<28} {out['heads_us_per_row']:>10.2f}")
+    print(f"{'fetch_heads (whole rows)':<28} {out['heads_whole_us_per_row']:>10.2f}")
+    print(f"{'fetch_rows (full rows)':<28} {out['rows_us_per_row']:>10.2f}")
     print(f"{'table(prefix) (single)':<28} {out['table_us_per_call']:>10.2f}")
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:

@@ -8,7 +8,7 @@ Accepted result forms for one prefix (``next_logprobs(prefix)``), parsed by :fun
 
 ``batch_next_logprobs(prefixes)`` returns a list of such results, or a dense 2-D array ``(n, V)``
 (:func:`parse_dense_batch`; :func:`parse_dense_heads` validates and cuts heads in one sweep of cache-sized
-blocks of rows).
+blocks of rows; the array kernels, sweep and sorts, are :mod:`arenum.dense`).
 ``batch_next_heads(prefixes, floors)`` returns table heads only; :func:`parse_heads` states that
 contract and checks it.
 
@@ -33,6 +33,8 @@ import math
 from typing import Any, Callable
 
 import numpy as np
+
+from .dense import desc_order, desc_sort_row, sorted_heads, sweep
 
 __all__ = [
     "NORM_TOL",
@@ -219,15 +221,9 @@ def _check_unique(ids: np.ndarray, prefix: Any, token: TokenOf) -> None:
 
 
 def sort_table(ids: np.ndarray, lps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sort a table by descending log-prob, stable (ties keep the model's order).
-
-    A fast unstable sort first (SIMD quicksort); the stable one only when the row holds exact ties
-    (without ties both give the one sorted order)."""
-    key = -lps
-    order = np.argsort(key)
-    k = key[order]
-    if k.shape[0] > 1 and (k[1:] == k[:-1]).any():
-        order = np.argsort(key, kind="stable")
+    """Sort a table by descending log-prob, stable (ties keep the model's order): a packed-key
+    sort, checked (:func:`arenum.dense.desc_sort_row`)."""
+    order = desc_sort_row(lps)
     return ids[order], lps[order]
 
 
@@ -247,7 +243,8 @@ def check_cardinality(name: str, raw: Any, expected: int, what: str, unit: str) 
 _BLOCK_ENTRIES = 1 << 16  # dense rows are validated and cut in blocks of about this many entries
 _CLEAR = 1e-13
 """A row with ``max <= 0`` and ``|sum(exp(row)) - 1| <= _CLEAR`` is normalized to float64 precision
-(reference log-sum within ``1.1e-13`` of 0, far inside ``RENORM_TOL``): used verbatim."""
+(reference log-sum within ``1.1e-13`` of 0 for a pairwise sum, ``5.6e-13`` for a BLAS sum of up to
+:data:`arenum.dense.DOT_MAX_V` terms; inside ``RENORM_TOL`` either way): used verbatim."""
 _CANDIDATES = 64  # past this many entries per row above a block's lowest floor: cut row by row
 _QUIET = {"invalid": "ignore", "over": "ignore", "divide": "ignore"}  # bad rows are reported after the sweep
 
@@ -263,48 +260,6 @@ def _as_float64(arr: np.ndarray, scratch: Scratch) -> np.ndarray:
     out = scratch(arr.shape, np.float64, "rows")
     np.copyto(out, arr)
     return out
-
-
-def _sweep(arr: np.ndarray, scratch: Scratch, floors: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The fast pass over a C-contiguous float64 batch, block by block while each is in cache:
-    ``s[i] = sum(exp(row i))`` and, with ``floors``, the flat positions and values of the entries
-    ``>= floors[row]`` (positions in row order, columns ascending within a row)."""
-    n, V = arr.shape
-    step = _block_rows(V)
-    k = min(n, step)
-    buf = scratch((k, V), np.float64, "exp")
-    mask = scratch((k, V), np.bool_, "mask")
-    s = np.empty(n)
-    flats, lps = [], []
-    for a in range(0, n, step):
-        b = min(n, a + step)
-        blk = arr[a:b]
-        e = buf[: b - a]
-        np.exp(blk, out=e)
-        np.sum(e, axis=1, out=s[a:b])
-        if floors is not None:
-            mk = mask[: b - a]
-            fb = floors[a:b]
-            # one comparison with the block's lowest floor (a scalar: about 3x faster than the
-            # per-row broadcast), then the few candidates against their own row's floor; the
-            # broadcast only when the floors of the block are so spread that candidates abound
-            np.greater_equal(blk, fb.min(), out=mk)
-            f = np.flatnonzero(mk)
-            if f.shape[0] > _CANDIDATES * (b - a):
-                np.greater_equal(blk, fb[:, None], out=mk)
-                f = np.flatnonzero(mk)
-                lp = blk.reshape(-1)[f]
-            else:
-                lp = blk.reshape(-1)[f]
-                ok = lp >= fb[f // V]
-                if not ok.all():
-                    f, lp = f[ok], lp[ok]
-            lps.append(lp)
-            f += a * V
-            flats.append(f)
-    if floors is None or not flats:
-        return s, np.zeros(0, np.int64), np.zeros(0)
-    return s, np.concatenate(flats), np.concatenate(lps)
 
 
 def _reference(arr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -396,8 +351,8 @@ def parse_dense_batch(
     n, V = arr.shape
     with np.errstate(**_QUIET):
         if fast:
-            s, _, _ = _sweep(arr, scratch, None)
-            odd = np.flatnonzero(~((np.abs(s - 1.0) <= _CLEAR) & (arr.max(axis=1) <= 0.0)))
+            s, mx, _, _ = sweep(arr, _block_rows(V), scratch, row_max=True)
+            odd = np.flatnonzero(~((np.abs(s - 1.0) <= _CLEAR) & (mx <= 0.0)))
         else:
             odd = np.arange(n)
         renorm, lse = _verdict(arr, odd, prefixes, kw)
@@ -429,9 +384,10 @@ def parse_dense_heads(
     ``>= floors[row]`` of the normalized rows, rows in order, each row's sorted (descending, ties in
     column order). Same checks, messages and values as :func:`parse_dense_batch` then a cut.
 
-    One sweep of cache-sized blocks (:func:`_sweep`): ``exp`` and its row sums (the normalization
-    check), one comparison with the floors, the cut. The floors are capped at 0 for the comparison,
-    so an entry ``> 0`` lands in the cut and sends its row to the reference check (no max pass).
+    One sweep of cache-sized blocks (:func:`arenum.dense.sweep`): ``exp`` and its row sums (the normalization
+    check), one comparison with the floors, the cut; then the heads are sorted in chunks of rows
+    (:func:`arenum.dense.sorted_heads`). The floors are capped at 0 for the comparison, so an
+    entry ``> 0`` lands in the cut and sends its row to the reference check (no max pass).
     Rows the fast check does not clear (reduced precision, unnormalized, bad) get the reference
     formula; the renormalized ones are cut again from their renormalized values.
     """
@@ -442,33 +398,33 @@ def parse_dense_heads(
     cap = np.minimum(floors, 0.0)
     with np.errstate(**_QUIET):
         if fast:
-            s, flat, lp = _sweep(arr, scratch, cap)
-            r = flat // V
+            s, _, flats, vals = sweep(arr, _block_rows(V), scratch, cap, candidates=_CANDIDATES)
+            r, c, lp, pos_rows = sorted_heads(flats, vals, V, cap)
             odd_mask = ~(np.abs(s - 1.0) <= _CLEAR)
-            odd_mask[r[lp > 0.0]] = True
+            odd_mask[pos_rows] = True
             odd = np.flatnonzero(odd_mask)
         else:  # converted (e.g. float32): every row is renormalized, so the reference for all
             odd = np.arange(n)
-            r, flat, lp = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+            r, c, lp = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
         renorm, lse = _verdict(arr, odd, prefixes, kw)
         if on_renorm is not None and renorm.size:
             on_renorm(int(renorm.size))
-        c = flat - r * V
         redo = renorm if fast else odd  # the slow path: rows within RENORM_TOL stay verbatim (shift 0)
         if redo.size:
-            if fast:
-                stale = np.zeros(n, np.bool_)
-                stale[redo] = True
-                keep = ~stale[r]
-                r, c, lp = r[keep], c[keep], lp[keep]
+            stale = np.zeros(n, np.bool_)
+            stale[redo] = True
+            keep = ~stale[r]
             r2, c2, lp2 = _cut_rows(arr, redo, np.where(np.abs(lse[redo]) > RENORM_TOL, lse[redo], 0.0), cap[redo])
-            r, c, lp = np.concatenate((r, r2)), np.concatenate((c, c2)), np.concatenate((lp, lp2))
+            o2 = head_order(r2, lp2, np.bincount(r2, minlength=n))
+            r, c, lp = (np.concatenate((x[keep], y[o2])) for x, y in ((r, r2), (c, c2), (lp, lp2)))
+            o = np.argsort(r, kind="stable")  # each row's entries are sorted and together: order the rows
+            r, c, lp = r[o], c[o], lp[o]
     if (cap < floors).any():  # floors above 0 (nothing valid reaches them): the exact cut
         keep = lp >= floors[r]
         r, c, lp = r[keep], c[keep], lp[keep]
-    o = head_order(r, lp, np.bincount(r, minlength=n))
-    ids_all = _column_ids(V, intern, int_tokens)
-    return r[o], ids_all[c[o]], lp[o]
+    if int_tokens():
+        return r, c, lp  # the ids are the columns
+    return r, _column_ids(V, intern, int_tokens)[c], lp
 
 
 def rows_of_dense(arr: np.ndarray, ids_all: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -578,7 +534,9 @@ def build_heads(parts_row: list, parts_ids: list, parts_lp: list, full: np.ndarr
                 presorted: bool) -> Heads:
     """:class:`Heads` of ``n`` rows from parts (row, id, log-prob arrays); ``presorted``: every part
     holds whole rows, each already sorted (the parts are only grouped by row)."""
-    if parts_row:
+    if len(parts_row) == 1:  # one part (one dense chunk): used as it is
+        row, ids, lps = parts_row[0], parts_ids[0], parts_lp[0]
+    elif parts_row:
         row = np.concatenate(parts_row)
         ids = np.concatenate(parts_ids)
         lps = np.concatenate(parts_lp)
@@ -594,54 +552,14 @@ def build_heads(parts_row: list, parts_ids: list, parts_lp: list, full: np.ndarr
     return Heads(ids, lps, lens, full)
 
 
-_BIG_ROW = 4096
-"""Rows with more head entries than this are sorted one by one (a fast unstable sort, checked for ties)."""
-
-
 def head_order(row: np.ndarray, lps: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Permutation sorting entries by (row, descending log-prob, given order): ``lexsort((-lps, row))``.
-
-    Many small rows go through one lexsort; each big row (a whole wide table) is sorted alone by an
-    unstable argsort, falling back to a stable one only when it holds exact ties.
-    """
-    big = lens > _BIG_ROW
-    if not big.any():
-        n = lens.shape[0]
-        if n and n * int(lens.max()) <= 4 * row.shape[0] + 4096:
-            return _padded_order(row, lps, lens)
-        return np.lexsort((-lps, row))
-    by_row = np.argsort(row, kind="stable") if (row[1:] < row[:-1]).any() else np.arange(row.shape[0])
-    start = np.concatenate(([0], np.cumsum(lens)))
-    order = np.empty(row.shape[0], np.int64)
-    small = ~big[row[by_row]]
-    if small.any():
-        pos = np.flatnonzero(small)
-        sel = by_row[pos]
-        order[pos] = sel[np.lexsort((-lps[sel], row[sel]))]
-    for i in np.flatnonzero(big).tolist():
-        seg = by_row[start[i] : start[i + 1]]
-        key = -lps[seg]
-        o = np.argsort(key)
-        k = key[o]
-        if (k[1:] == k[:-1]).any():
-            o = np.argsort(key, kind="stable")
-        order[start[i] : start[i + 1]] = seg[o]
-    return order
-
-
-def _padded_order(row: np.ndarray, lps: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """:func:`head_order` for many short rows: one ``(n, max len)`` array padded with ``+inf``
-    sorted along its rows (a stable sort per row, in C), about 3x faster than a lexsort."""
-    N = row.shape[0]
-    by_row = np.argsort(row, kind="stable") if N > 1 and (row[1:] < row[:-1]).any() else np.arange(N)
-    start = np.cumsum(lens) - lens
-    rr = row[by_row]
-    mc = int(lens.max())
-    key = np.full((lens.shape[0], mc), np.inf)
-    key[rr, np.arange(N) - start[rr]] = -lps[by_row]  # -inf entries tie with the padding: kept first (stable)
-    o = np.argsort(key, axis=1, kind="stable")
-    o += start[:, None]
-    return by_row[o[np.arange(mc)[None, :] < lens[:, None]]]
+    """Permutation sorting entries by (row, descending log-prob, given order): ``lexsort((-lps, row))``
+    (``lens = bincount(row)``). Rows given grouped in order (dense heads) are sorted in place
+    (:func:`arenum.dense.desc_order`); others are grouped first by a stable sort of ``row``."""
+    if row.shape[0] > 1 and (row[1:] < row[:-1]).any():
+        by_row = np.argsort(row, kind="stable")
+        return by_row[desc_order(lps[by_row], lens)]
+    return desc_order(lps, lens)
 
 
 def short_repr(x: Any, n: int = 60) -> str:
