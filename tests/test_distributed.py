@@ -32,6 +32,7 @@ CASES = [
     (6, 4, True, 2.0, True, "arrays"),
     (2, 4, False, 0.0, False, "pairs"),  # uniform: everything ties
     (5, 4, True, 4.0, False, "dense"),  # peaked: one first token holds most of the mass
+    (7, 1, False, 1.0, False, "pairs"),  # one level: no cut, worker 0 holds everything
 ]
 
 

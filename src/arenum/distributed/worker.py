@@ -44,7 +44,12 @@ class ShardOracle:
 
     def fetch_heads(self, prefixes: list[tuple], floors: np.ndarray) -> Heads:
         plan, inner = self._plan, self._inner
-        inter = [i for i, p in enumerate(prefixes) if plan.is_interior(tuple(p))] if not plan.single else []
+        if plan.single:  # no cut: worker 0 holds everything, the others nothing (an empty root)
+            if self._worker == 0:
+                return inner.fetch_heads(prefixes, floors)
+            n = len(prefixes)
+            return Heads(np.zeros(0, np.int64), np.zeros(0), np.zeros(n, np.int64), np.zeros(n, np.int64))
+        inter = [i for i, p in enumerate(prefixes) if plan.is_interior(tuple(p))]
         if not inter:
             return inner.fetch_heads(prefixes, floors)
         floors = np.array(floors, np.float64)
