@@ -147,3 +147,34 @@ def test_masses_do_not_depend_on_the_bucket_layout_or_the_index_depth(monkeypatc
     for p in (0.2, 0.5, 0.8):
         assert chunked.nucleus(p) == full.nucleus(p)
     chunked._check()
+
+
+def test_subnormal_and_underflowing_values(monkeypatch):
+    """Scores down to -2000: values that are subnormal or 0.0 (``exp`` underflows) are summed exactly
+    too, in wide buckets whose exponent windows miss some of them."""
+    rng = np.random.default_rng(4)
+    rows = {}
+
+    def model(prefix):
+        key = tuple(prefix)
+        if key not in rows:
+            x = np.concatenate([[0.0], -rng.uniform(200.0, 760.0, 5)])
+            rows[key] = x - np.logaddexp.reduce(x)
+        return rows[key]
+
+    monkeypatch.setattr(index_mod, "_ONE_SHOT", 0)
+    L = 3
+    ar = AutoregressiveEnumerable(model, max_len=L)
+    n = 6**L
+    assert len(ar.slice(0, n + 1)) == n
+    idx = index_mod.ExactIndex(ar._tree, ar._tree.built)
+    scores = idx.items(0, n)[1]
+    assert (values(scores) == 0).any() and ((values(scores) > 0) & (values(scores) < 2.0**-1022)).any()
+    for t in sorted(set(scores.tolist()), reverse=True)[::5] + [-math.inf]:
+        assert idx.mass_ge_units(t) == _units([s for s in scores.tolist() if s >= t])
+        assert idx.mass_gt_units(t) == _units([s for s in scores.tolist() if s > t])
+    for p in (0.5, 0.999999, 1.0):
+        e = (idx.N + 8) * _U
+        lo, hi = _nucleus_bf(list(scores), p / (1 + e)), _nucleus_bf(list(scores), p / (1 - e))
+        assert idx.nucleus(p) == (None if lo is None else (lo, hi if hi is not None else idx.N))
+    idx._check()

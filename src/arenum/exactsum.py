@@ -23,11 +23,12 @@ index's buckets) whose values each span a few binary exponents; the caller says 
 """
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
 
-__all__ = ["SCALE", "GroupedSum", "exact_sum", "float_units", "prefix_reaching", "to_float", "values"]
+__all__ = ["SCALE", "GroupedSum", "PrefixSums", "exact_sum", "float_units", "to_float", "values"]
 
 SCALE = 1074
 """Values are counted in units of ``2**-SCALE`` (the smallest positive subnormal float64)."""
@@ -136,33 +137,87 @@ def float_units(x: float) -> int:
     return n << (SCALE - (d.bit_length() - 1))
 
 
-def prefix_reaching(v: np.ndarray, units: int) -> int:
-    """The smallest ``k`` with ``exact_sum(v[:k]) >= units`` (``v >= 0``; ``0 < units <=
-    exact_sum(v)``, else ``ValueError``). Equal values are interchangeable, so ``k`` is the same for
-    any order of ties. The float running sum guesses ``k``; exact sums confirm it (or binary-search
-    it when the guess is off).
+class PrefixSums:
+    """Exact prefix sums of ``v`` (finite, ``>= 0``): ``units(k) == exact_sum(v[:k])`` for
+    ``0 <= k <= len(v)``, and :meth:`reaching`. O(1) a query after one pass when the values span
+    at most 10 binary exponents (an index bucket does): two running sums of the values' high and low
+    bits in units of the lowest exponent's ulp, exact in float64 (or int64 with subnormals or
+    zeros). Otherwise each query sums exactly."""
 
-    Where ``v[a:k]`` are ``k - a`` equal values ``w`` and ``S = exact_sum(v[:a]) < units``, this is
-    ``a + ceil((units - S) / float_units(w))``."""
-    v = np.ascontiguousarray(v, np.float64)
-    n = v.shape[0]
-    if not 0 < units <= exact_sum(v):
-        raise ValueError(f"prefix_reaching: units must be in (0, exact_sum(v)], got {units!r}")
-    g = min(int(np.searchsorted(np.cumsum(v), to_float(units), side="left")) + 1, n)
-    lo, hi = 1, n  # exact_sum(v[:hi]) >= units; the answer is in lo..hi
-    if exact_sum(v[:g]) >= units:
-        hi = g
-        if g == 1 or exact_sum(v[: g - 1]) < units:
-            return g
-    else:
-        lo = g + 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if exact_sum(v[:mid]) >= units:
-            hi = mid
+    def __init__(self, v: np.ndarray) -> None:
+        v = np.ascontiguousarray(v, np.float64).ravel()
+        self.v = v
+        self.n = n = v.shape[0]
+        self._fast = False
+        if n == 0 or n >= _CHUNK:
+            return
+        vmin, vmax = float(v.min()), float(v.max())
+        if n < 1 << 18 and 2.0**-1022 <= vmin and vmax < math.inf and math.frexp(vmax)[1] - math.frexp(vmin)[1] <= 9:
+            # normal values in a few binades (an index bucket): in units of the lowest binade's ulp
+            # 2**q every value is an integer below 2**62, split exactly into its bits from 2**27
+            # up (< 2**35) and below (< 2**27); float running sums of those stay exact
+            e = math.frexp(vmin)[1] - 53  # q
+            w = np.ldexp(v, -e)
+            h = w * 2.0**-27
+            np.floor(h, out=h)
+            w -= h * 2.0**27
+            self._h, self._l, self._e = np.cumsum(h), np.cumsum(w), e + SCALE
+            self._fast = True
+            return
+        i = v.view(np.int64)
+        E = i >> 52
+        lo, hi = int(E.min()), int(E.max())
+        if not (lo >= 0 and hi < _NE - 1):  # a sign bit, inf or nan: exact_sum says which
+            exact_sum(v)
+        Ee = np.maximum(E, 1)  # subnormals have the ulp of E == 1
+        nzE = Ee[v != 0]
+        lo = int(nzE.min()) if nzE.shape[0] else 1
+        if nzE.shape[0] and int(nzE.max()) - lo > 9:
+            return
+        M = i & ((1 << 52) - 1)
+        M |= (E > 0).astype(np.int64) << 52  # the implicit bit of normal values
+        sh = np.maximum(Ee - lo, 0)  # zeros: M == 0, any shift
+        self._h = np.cumsum((M >> 27) << sh)  # < 2**35 a term: no overflow
+        self._l = np.cumsum((M & ((1 << 27) - 1)) << sh)
+        self._e = lo - 1  # units(k) = (h[k - 1] * 2**27 + l[k - 1]) << _e
+        self._fast = True
+
+    def _rel(self, k: int) -> int:
+        return (int(self._h[k - 1]) << 27) + int(self._l[k - 1]) if k else 0
+
+    def units(self, k: int) -> int:
+        """``exact_sum(v[:k])``."""
+        if self._fast:
+            return self._rel(k) << self._e
+        return exact_sum(self.v[:k]) if k else 0
+
+    def reaching(self, units: int) -> int:
+        """The smallest ``k`` with ``units(k) >= units`` (``0 < units <= units(len(v))``, else
+        ``ValueError``). Equal values are interchangeable, so ``k`` is the same for any order of
+        ties: where ``v[a:k]`` are equal values ``w`` and ``units(a) < units``, it is
+        ``a + ceil((units - units(a)) / float_units(w))``."""
+        n = self.n
+        if not 0 < units <= self.units(n):
+            raise ValueError(f"PrefixSums.reaching: units must be in (0, units(len(v))], got {units!r}")
+        if self._fast:
+            r = -((-units) >> self._e)  # ceil(units / 2**_e): the sums are multiples of 2**_e
+            return bisect.bisect_left(range(n + 1), r, lo=1, key=self._rel)
+        # the float running sum guesses k; exact sums confirm it or binary-search it
+        g = min(int(np.searchsorted(np.cumsum(self.v), to_float(units), side="left")) + 1, n)
+        lo, hi = 1, n  # units(hi) >= units
+        if self.units(g) >= units:
+            if g == 1 or self.units(g - 1) < units:
+                return g
+            hi = g
         else:
-            lo = mid + 1
-    return lo
+            lo = g + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.units(mid) >= units:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
 
 class GroupedSum:
@@ -184,6 +239,7 @@ class GroupedSum:
         self._H = np.zeros(self.nbins)
         self._L = np.zeros(self.nbins)
         self._n = 0
+        self._emin = _NE  # the lowest biased exponent added
         self._acc = np.zeros(self.ng, object)
         self._acc[:] = 0
 
@@ -199,6 +255,8 @@ class GroupedSum:
             self._flush()
         self._n += v.shape[0]
         E, hi, lo = _parts(v)
+        if E.shape[0]:
+            self._emin = min(self._emin, int(E.min()))
         rel = self.e_top.take(g)
         rel -= E
         ok = rel.view(np.uint64) < self.W  # 0 <= e_top[g] - E < W
@@ -249,7 +307,13 @@ class GroupedSum:
         self._L[:] = 0
         self._n = 0
 
-    def units(self) -> list[int]:
-        """Each group's exact sum (units of ``2**-SCALE``), Python ints."""
+    @property
+    def trailing(self) -> int:
+        """A number of trailing zero bits every group's units have (every value added is a
+        multiple of ``2**trailing`` units): ``units() >> trailing`` is exact, and smaller."""
+        return max(min(self._emin, _NE - 1), 1) - 1
+
+    def units(self) -> np.ndarray:
+        """Each group's exact sum (units of ``2**-SCALE``): an object array of Python ints."""
         self._flush()
-        return self._acc.tolist()
+        return self._acc
