@@ -240,29 +240,58 @@ class GroupedSum:
         self._L = np.zeros(self.nbins)
         self._n = 0
         self._emin = _NE  # the lowest biased exponent added
+        self._buf: list[np.ndarray] | None = None
         self._acc = np.zeros(self.ng, object)
         self._acc[:] = 0
 
     def add(self, v: np.ndarray, g: np.ndarray) -> None:
         """Add values ``v`` (finite, ``>= 0``) to groups ``g`` (ints in ``0..groups-1``)."""
         v = np.ascontiguousarray(v, np.float64)
-        g = np.asarray(g, np.intp)
+        g = np.asarray(g)
+        if g.dtype.kind not in "iu":
+            raise TypeError(f"GroupedSum.add: groups must be integers, got dtype {g.dtype}")
         for s in range(0, v.shape[0], _CHUNK):
             self._add(v[s : s + _CHUNK], g[s : s + _CHUNK])
+
+    def _buffers(self, n: int) -> list[np.ndarray]:
+        """Work arrays, reused from call to call (fresh memory costs page faults): the keys and
+        parts of ``n`` values, and cache-sized temporaries of one step."""
+        if self._buf is None or self._buf[0].shape[0] < n:
+            m = min(n, _STEP)
+            self._buf = [np.empty(n, np.int64), np.empty(n), np.empty(n), np.empty(m, np.int64),
+                         np.empty(m, np.int64), np.empty(m, bool)]
+        return self._buf
 
     def _add(self, v: np.ndarray, g: np.ndarray) -> None:
         if self._n + v.shape[0] > _CHUNK:
             self._flush()
-        self._n += v.shape[0]
-        E, hi, lo = _parts(v)
-        if E.shape[0]:
-            self._emin = min(self._emin, int(E.min()))
-        rel = self.e_top.take(g)
+        n = v.shape[0]
+        if n == 0:
+            return
+        self._n += n
+        buf = self._buffers(n)
+        key, hi, lo = buf[0][:n], buf[1][:n], buf[2][:n]
+        for s in range(0, n, _STEP):
+            e = min(n, s + _STEP)
+            self._step(v[s:e], g[s:e], key[s:e], hi[s:e], lo[s:e], *(b[: e - s] for b in buf[3:]))
+        self._H += np.bincount(key, hi, self.nbins)
+        self._L += np.bincount(key, lo, self.nbins)
+
+    def _step(self, v, g, key, hi, lo, E, rel, ok) -> None:
+        """Keys (``group * W + e_top[group] - E``) and high/low parts of one cache-sized step."""
+        i = v.view(np.int64)
+        np.right_shift(i, 52, out=E)  # the biased exponent (negative: a sign bit)
+        np.bitwise_and(i, _HI_MASK, out=hi.view(np.int64))  # the top 26 significand bits
+        with np.errstate(invalid="ignore"):  # inf - inf: refused below
+            np.subtract(v, hi, out=lo)  # the other 27
+        self._emin = min(self._emin, int(E.min()))
+        np.copyto(key, g, casting="unsafe")  # the group, as int64 (checked in range by take)
+        np.take(self.e_top, key, out=rel)
         rel -= E
-        ok = rel.view(np.uint64) < self.W  # 0 <= e_top[g] - E < W
-        if not ok.all():
+        np.less(rel.view(np.uint64), self.W, out=ok)  # 0 <= e_top[g] - E < W
+        if not ok.all():  # outside the window: summed exactly, group by group
             out = np.flatnonzero(~ok)
-            vo, go = v[out], g[out]
+            vo, go = v[out], key[out]
             keep = vo != 0
             vo, go = vo[keep], go[keep]
             if vo.shape[0]:
@@ -271,10 +300,8 @@ class GroupedSum:
             rel[out] = 0
             hi[out] = 0.0
             lo[out] = 0.0
-        key = g * self.W
+        key *= self.W
         key += rel
-        self._H += np.bincount(key, hi, self.nbins)
-        self._L += np.bincount(key, lo, self.nbins)
 
     def _flush(self) -> None:
         if self._n == 0:

@@ -534,7 +534,9 @@ class ExactIndex:
         e_hi = (values(x_hi).view(np.int64) >> 52) + 1
         e_lo = np.maximum((values(x_lo).view(np.int64) >> 52) - 1, 0)
         span = np.where(f1 > f0, e_hi - e_lo + 1, 1)
-        acc = GroupedSum(e_hi, int(min(8, max(1, span.max(initial=1)))))
+        n = np.diff(self.cum)  # the window: wide enough for all but ~1% of the items (summed apart)
+        W = next((w for w in range(1, 9) if n[span > w].sum() <= self.N // 100), 8)
+        acc = GroupedSum(e_hi, W)
         for _, xc in self._chunks(max(4 * _CHUNK, 2 * acc.nbins)):
             acc.add(values(xc), self._bucket_of_array(xc))
         self._mass_shift = z = acc.trailing  # kept in units of 2**z: smaller ints, same values
