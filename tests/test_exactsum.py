@@ -137,6 +137,12 @@ def test_grouped_sums_with_right_and_wrong_windows(width):
     got = acc.units().tolist()
     assert got == [_ref(v[g == k]) for k in range(ng)]
     assert sum(got) == exact_sum(v)
+    z = acc.trailing
+    assert acc.units(z).tolist() == [u >> z for u in got] and all(u % (1 << z) == 0 for u in got)
+    with pytest.raises(ValueError, match="shift"):
+        acc.units(z + 1)
+    with pytest.raises(ValueError, match="groups must be in"):
+        acc.add(v[:2], np.array([0, ng]))
 
 
 @pytest.mark.parametrize("kind", ["ties", "probs", "wide", "tiny"])

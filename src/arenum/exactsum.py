@@ -224,25 +224,30 @@ class GroupedSum:
     """Exact per-group sums: ``units()[g] == exact_sum(all values added with group g)``.
 
     Fast when group ``g``'s values have biased exponents in ``e_top[g] - width + 1 .. e_top[g]``
-    (``width <= 8``): then two ``np.bincount`` over ``groups * width`` bins do the work. Values
-    outside their group's window are summed exactly one group at a time (correct, slower): a wrong
-    window costs time, never exactness.
+    (``width <= 8``, a window): scaled by the window's lowest ulp, each value is an integer below
+    ``2**(52 + width)``, split exactly at ``2**27``; two ``np.bincount`` over the groups sum the
+    parts in float64 (exact: every ``2**(27 - width)`` values are folded into int64 sums). Values
+    outside their group's window (and windows reaching below ``2**-971``) are summed exactly one
+    group at a time (correct, slower): a wrong window costs time, never exactness.
     """
 
     def __init__(self, e_top: np.ndarray, width: int) -> None:
         if not 1 <= width <= 8:
             raise ValueError(f"GroupedSum: width must be in 1..8, got {width!r}")
-        self.e_top = np.clip(np.asarray(e_top, np.int64), 0, _NE - 1)
-        self.ng = self.e_top.shape[0]
-        self.W = int(width)
-        self.nbins = self.ng * self.W
-        self._H = np.zeros(self.nbins)
-        self._L = np.zeros(self.nbins)
-        self._n = 0
-        self._emin = _NE  # the lowest biased exponent added
+        self.W = W = int(width)
+        e_top = np.clip(np.asarray(e_top, np.int64), 0, _NE - 2)
+        self.ng = e_top.shape[0]
+        self._q = np.maximum(e_top - (W - 1), 1) - 1075  # each window's lowest ulp is 2**q
+        self._scale = np.where(self._q >= -1023, np.ldexp(1.0, np.minimum(-self._q, 1023)), math.nan)
+        self._lim = 2.0 ** (52 + W)
+        self._fold = min(_CHUNK, 1 << (27 - W))  # float sums of the parts stay below 2**53
+        self._H = np.zeros(self.ng)
+        self._L = np.zeros(self.ng)
+        self._Ih = np.zeros(self.ng, np.int64)
+        self._Il = np.zeros(self.ng, np.int64)
+        self._n = self._folds = 0
+        self._extra: dict[int, int] = {}  # exact sums summed apart (out-of-window values, spills)
         self._buf: list[np.ndarray] | None = None
-        self._acc = np.zeros(self.ng, object)
-        self._acc[:] = 0
 
     def add(self, v: np.ndarray, g: np.ndarray) -> None:
         """Add values ``v`` (finite, ``>= 0``) to groups ``g`` (ints in ``0..groups-1``)."""
@@ -250,97 +255,93 @@ class GroupedSum:
         g = np.asarray(g)
         if g.dtype.kind not in "iu":
             raise TypeError(f"GroupedSum.add: groups must be integers, got dtype {g.dtype}")
-        for s in range(0, v.shape[0], _CHUNK):
-            self._add(v[s : s + _CHUNK], g[s : s + _CHUNK])
+        if g.shape != v.shape:
+            raise ValueError(f"GroupedSum.add: {v.shape[0]} values but groups of shape {g.shape}")
+        if g.shape[0] and not (int(g.min()) >= 0 and int(g.max()) < self.ng):
+            raise ValueError(f"GroupedSum.add: groups must be in 0..{self.ng - 1}")
+        for s in range(0, v.shape[0], self._fold):
+            self._add(v[s : s + self._fold], g[s : s + self._fold])
 
     def _buffers(self, n: int) -> list[np.ndarray]:
-        """Work arrays, reused from call to call (fresh memory costs page faults): the keys and
-        parts of ``n`` values, and cache-sized temporaries of one step."""
+        """Work arrays, reused from call to call (fresh memory costs page faults): the groups and
+        parts of ``n`` values."""
         if self._buf is None or self._buf[0].shape[0] < n:
-            m = min(n, _STEP)
-            self._buf = [np.empty(n, np.int64), np.empty(n), np.empty(n), np.empty(m, np.int64),
-                         np.empty(m, np.int64), np.empty(m, bool)]
-        return self._buf
+            self._buf = [np.empty(n, np.intp), np.empty(n), np.empty(n)]
+        return [b[:n] for b in self._buf]
 
     def _add(self, v: np.ndarray, g: np.ndarray) -> None:
-        if self._n + v.shape[0] > _CHUNK:
-            self._flush()
         n = v.shape[0]
-        if n == 0:
-            return
+        if self._n + n > self._fold:
+            self._fold_sums()
         self._n += n
-        buf = self._buffers(n)
-        key, hi, lo = buf[0][:n], buf[1][:n], buf[2][:n]
+        key, hi, lo = self._buffers(n)
         for s in range(0, n, _STEP):
             e = min(n, s + _STEP)
-            self._step(v[s:e], g[s:e], key[s:e], hi[s:e], lo[s:e], *(b[: e - s] for b in buf[3:]))
-        self._H += np.bincount(key, hi, self.nbins)
-        self._L += np.bincount(key, lo, self.nbins)
+            self._step(v[s:e], g[s:e], key[s:e], hi[s:e], lo[s:e])
+        self._H += np.bincount(key, hi, self.ng)
+        self._L += np.bincount(key, lo, self.ng)
 
-    def _step(self, v, g, key, hi, lo, E, rel, ok) -> None:
-        """Keys (``group * W + e_top[group] - E``) and high/low parts of one cache-sized step."""
-        i = v.view(np.int64)
-        np.right_shift(i, 52, out=E)  # the biased exponent (negative: a sign bit)
-        np.bitwise_and(i, _HI_MASK, out=hi.view(np.int64))  # the top 26 significand bits
-        with np.errstate(invalid="ignore"):  # inf - inf: refused below
-            np.subtract(v, hi, out=lo)  # the other 27
-        self._emin = min(self._emin, int(E.min()))
-        np.copyto(key, g, casting="unsafe")  # the group, as int64 (checked in range by take)
-        np.take(self.e_top, key, out=rel)
-        rel -= E
-        np.less(rel.view(np.uint64), self.W, out=ok)  # 0 <= e_top[g] - E < W
-        if not ok.all():  # outside the window: summed exactly, group by group
-            out = np.flatnonzero(~ok)
-            vo, go = v[out], key[out]
-            keep = vo != 0
-            vo, go = vo[keep], go[keep]
-            if vo.shape[0]:
-                for k in np.unique(go).tolist():
-                    self._acc[k] += exact_sum(vo[go == k])
-            rel[out] = 0
-            hi[out] = 0.0
-            lo[out] = 0.0
-        key *= self.W
-        key += rel
+    def _step(self, v: np.ndarray, g: np.ndarray, key: np.ndarray, h: np.ndarray, w: np.ndarray) -> None:
+        """Groups and high/low parts (in units of each window's ulp) of one cache-sized step."""
+        np.copyto(key, g, casting="unsafe")
+        np.take(self._scale, key, out=w, mode="clip")  # (groups checked in range by add)
+        with np.errstate(invalid="ignore", over="ignore"):
+            w *= v  # an integer below lim for every value in its window
+            if not (w.shape[0] == 0 or (w.min() >= 2.0**52 and w.max() < self._lim)):
+                bad = ~((w >= 2.0**52) & (w < self._lim)) & (v != 0)
+                if bad.any():  # outside the window: summed exactly, group by group
+                    out = np.flatnonzero(bad)
+                    vo, go = v[out], key[out]
+                    for k in np.unique(go).tolist():
+                        self._extra[k] = self._extra.get(k, 0) + exact_sum(vo[go == k])
+                    w[out] = 0.0
+                w[v == 0] = 0.0  # zeros (and -0.0) add nothing
+        np.multiply(w, 2.0**-27, out=h)
+        np.floor(h, out=h)  # the bits from 2**27 up
+        w -= h * 2.0**27  # the bits below
 
-    def _flush(self) -> None:
+    def _fold_sums(self) -> None:
+        """Fold the float sums into the int64 ones (exact: each is an integer below ``2**53``)."""
         if self._n == 0:
             return
-        W = self.W
-        H = self._H.reshape(self.ng, W)
-        L = self._L.reshape(self.ng, W)
-        r = np.arange(W)
-        Eb = self.e_top[:, None] - r  # each bin's exponent
-        Eb1 = np.maximum(Eb, 1)
-        q = Eb1 - 1075
-        Kh = np.ldexp(H, -(q + 27)).astype(np.int64)
-        Kl = np.ldexp(L, -q).astype(np.int64)
-        low = self.e_top - (W - 1)  # the group's lowest bin exponent
-        lin = low >= 2  # bins of normal exponents only: one shift per group
-        sh = (W - 1 - r)[None, :]
-        A = (Kh << sh).sum(axis=1)  # < 2**62 for W <= 8
-        B = (Kl << sh).sum(axis=1)
-        nz = np.flatnonzero(lin & ((A != 0) | (B != 0)))
-        if nz.shape[0]:
-            u = (A[nz].astype(object) << 27) + B[nz].astype(object)
-            u = u << (low[nz] - 1).astype(object)
-            self._acc[nz] += u
-        for k in np.flatnonzero(~lin & ((H != 0) | (L != 0)).any(axis=1)).tolist():
-            for j in range(W):
-                kh, kl = int(Kh[k, j]), int(Kl[k, j])
-                if kh or kl:
-                    self._acc[k] += ((kh << 27) + kl) << int(Eb1[k, j] - 1)
+        self._Ih += self._H.astype(np.int64)
+        self._Il += self._L.astype(np.int64)
         self._H[:] = 0
         self._L[:] = 0
         self._n = 0
+        self._folds += 1
+        if self._folds >= 1 << 9:  # int64 sums near 2**62: spill them into Python ints
+            for k, u in enumerate(self._window_units(0).tolist()):
+                if u:
+                    self._extra[k] = self._extra.get(k, 0) + u
+            self._Ih[:] = 0
+            self._Il[:] = 0
+            self._folds = 0
+
+    def _window_units(self, shift: int) -> np.ndarray:
+        """The windows' sums, in units of ``2**shift`` (object array of ints)."""
+        out = np.zeros(self.ng, object)
+        nz = np.flatnonzero((self._Ih != 0) | (self._Il != 0))
+        if nz.shape[0]:
+            u = (self._Ih[nz].astype(object) << 27) + self._Il[nz].astype(object)
+            out[nz] = u << (self._q[nz] + SCALE - shift).astype(object)
+        return out
 
     @property
     def trailing(self) -> int:
-        """A number of trailing zero bits every group's units have (every value added is a
-        multiple of ``2**trailing`` units): ``units() >> trailing`` is exact, and smaller."""
-        return max(min(self._emin, _NE - 1), 1) - 1
+        """A number of trailing zero bits all groups' units have: ``units(trailing)`` is exact."""
+        self._fold_sums()
+        nz = (self._Ih != 0) | (self._Il != 0)
+        t = [int(self._q[nz].min()) + SCALE] if nz.any() else []
+        t += [(u & -u).bit_length() - 1 for u in self._extra.values() if u]
+        return min(t, default=0)
 
-    def units(self) -> np.ndarray:
-        """Each group's exact sum (units of ``2**-SCALE``): an object array of Python ints."""
-        self._flush()
-        return self._acc
+    def units(self, shift: int = 0) -> np.ndarray:
+        """Each group's exact sum in units of ``2**(shift - SCALE)`` (``0 <= shift <= trailing``,
+        else ``ValueError``): an object array of Python ints."""
+        if not 0 <= shift <= self.trailing:
+            raise ValueError(f"GroupedSum.units: shift must be in 0..{self.trailing}, got {shift!r}")
+        out = self._window_units(shift)
+        for k, u in self._extra.items():
+            out[k] += u >> shift
+        return out

@@ -537,10 +537,10 @@ class ExactIndex:
         n = np.diff(self.cum)  # the window: wide enough for all but ~1% of the items (summed apart)
         W = next((w for w in range(1, 9) if n[span > w].sum() <= self.N // 100), 8)
         acc = GroupedSum(e_hi, W)
-        for _, xc in self._chunks(max(4 * _CHUNK, 2 * acc.nbins)):
+        for _, xc in self._chunks(4 * _CHUNK):
             acc.add(values(xc), self._bucket_of_array(xc))
         self._mass_shift = z = acc.trailing  # kept in units of 2**z: smaller ints, same values
-        return [0] + np.cumsum(acc.units() >> z).tolist()
+        return [0] + np.cumsum(acc.units(z)).tolist()
 
     def _prefix(self, b: int) -> PrefixSums:
         """Exact prefix sums of bucket ``b``'s values in order; computed once."""
