@@ -146,7 +146,7 @@ class PrefixSums:
 
     def __init__(self, v: np.ndarray) -> None:
         v = np.ascontiguousarray(v, np.float64).ravel()
-        self.v = v
+        self.v: np.ndarray | None = v
         self.n = n = v.shape[0]
         self._fast = False
         if n == 0 or n >= _CHUNK:
@@ -163,6 +163,7 @@ class PrefixSums:
             w -= h * 2.0**27
             self._h, self._l, self._e = np.cumsum(h), np.cumsum(w), e + SCALE
             self._fast = True
+            self.v = None  # not needed: the running sums say everything
             return
         i = v.view(np.int64)
         E = i >> 52
@@ -181,6 +182,7 @@ class PrefixSums:
         self._l = np.cumsum((M & ((1 << 27) - 1)) << sh)
         self._e = lo - 1  # units(k) = (h[k - 1] * 2**27 + l[k - 1]) << _e
         self._fast = True
+        self.v = None
 
     def _rel(self, k: int) -> int:
         return (int(self._h[k - 1]) << 27) + int(self._l[k - 1]) if k else 0
