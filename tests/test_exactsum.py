@@ -180,3 +180,18 @@ def test_values_is_numpys_exp_on_contiguous_arrays():
     v = values(x)
     assert np.array_equal(values(x[::2]), v[::2])
     assert all(values(np.array([x[i]]))[0] == v[i] for i in range(0, 4001, 37))
+
+
+def test_windows_from_value_ranges():
+    """Windows from each group's value range: in-window values take the fast path, and a group
+    whose range was understated is still summed exactly."""
+    rng = np.random.default_rng(10)
+    lo = np.array([0.5, 1e-5, 1e-300, 3e-320])
+    hi = np.array([1.0, 4e-5, 1e-290, 1e-310])
+    acc = GroupedSum.for_ranges(lo, hi, np.array([1000, 1000, 5, 1]))
+    assert acc.W == 5  # 1e-5..4e-5: 3 binades and a slack binade each side; the wide groups hold < 1%
+    g = rng.choice(4, 2000, p=[0.45, 0.45, 0.05, 0.05])
+    v = lo[g] + (hi[g] - lo[g]) * rng.random(2000)
+    v[:5] = [2.0, 1e-7, 0.0, 5e-324, 1.0]  # outside their windows
+    acc.add(v, g)
+    assert acc.units().tolist() == [_ref(v[g == k]) for k in range(4)]

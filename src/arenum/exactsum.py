@@ -251,6 +251,18 @@ class GroupedSum:
         self._extra: dict[int, int] = {}  # exact sums summed apart (out-of-window values, spills)
         self._buf: list[np.ndarray] | None = None
 
+    @classmethod
+    def for_ranges(cls, lo: np.ndarray, hi: np.ndarray, counts: np.ndarray) -> "GroupedSum":
+        """Windows for groups whose values lie about in ``lo[g] .. hi[g]`` (``counts[g]`` of them):
+        one binade of slack at each end, and wide enough for all but about 1% of the values (the
+        others are summed apart)."""
+        e_hi = (np.asarray(hi, np.float64).view(np.int64) >> 52) + 1
+        e_lo = np.maximum((np.asarray(lo, np.float64).view(np.int64) >> 52) - 1, 0)
+        span = np.maximum(e_hi - e_lo + 1, 1)
+        n = np.asarray(counts)
+        W = next((w for w in range(1, 9) if n[span > w].sum() <= n.sum() // 100), 8)
+        return cls(e_hi, W)
+
     def add(self, v: np.ndarray, g: np.ndarray) -> None:
         """Add values ``v`` (finite, ``>= 0``) to groups ``g`` (ints in ``0..groups-1``)."""
         v = np.ascontiguousarray(v, np.float64)

@@ -522,21 +522,12 @@ class ExactIndex:
         return self._mass_cum
 
     def _bucket_units(self) -> list[int]:
-        nb = self.nb
-        b = np.arange(nb)
-        f0 = np.searchsorted(self.lut, b, side="left")
-        f1 = np.searchsorted(self.lut, b, side="right")
+        b = np.arange(self.nb)
+        f0, f1 = np.searchsorted(self.lut, b, side="left"), np.searchsorted(self.lut, b, side="right")
+        x_hi, x_lo = np.full(self.nb, self.top), np.full(self.nb, self._bottom)
         if self.fscale > 0:  # each bucket's score range, from its fine cells (a hint: see GroupedSum)
-            x_hi = np.minimum(self.top - f0 / self.fscale, self.top)
-            x_lo = np.maximum(self.top - f1 / self.fscale, self._bottom)
-        else:
-            x_hi, x_lo = np.full(nb, self.top), np.full(nb, self._bottom)
-        e_hi = (values(x_hi).view(np.int64) >> 52) + 1
-        e_lo = np.maximum((values(x_lo).view(np.int64) >> 52) - 1, 0)
-        span = np.where(f1 > f0, e_hi - e_lo + 1, 1)
-        n = np.diff(self.cum)  # the window: wide enough for all but ~1% of the items (summed apart)
-        W = next((w for w in range(1, 9) if n[span > w].sum() <= self.N // 100), 8)
-        acc = GroupedSum(e_hi, W)
+            x_hi, x_lo = np.minimum(self.top - f0 / self.fscale, x_hi), np.maximum(self.top - f1 / self.fscale, x_lo)
+        acc = GroupedSum.for_ranges(values(x_lo), values(x_hi), np.diff(self.cum))
         for _, xc in self._chunks(4 * _CHUNK):
             acc.add(values(xc), self._bucket_of_array(xc))
         self._mass_shift = z = acc.trailing  # kept in units of 2**z: smaller ints, same values
