@@ -51,7 +51,7 @@ def _bracket(m: float, n: int) -> tuple[float, float]:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "V%d-L%d-%s-p%s%s" % (c[0], c[1], "term" if c[2] else "fix", c[3], "-ties" if c[4] else ""))
 def test_masses_are_the_correctly_rounded_exact_sums(case):
-    m, bf, mk = _setup(*case, seed=case[0] * 7 + case[1])
+    _, bf, mk = _setup(*case, seed=case[0] * 7 + case[1])
     scores = [s for _, s in bf]
     ar, idx = _full_index(mk, len(bf))
     assert idx.N == len(bf)
@@ -95,9 +95,9 @@ def _nucleus_bf(scores, target: float) -> int | None:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "V%d-L%d-%s-p%s%s" % (c[0], c[1], "term" if c[2] else "fix", c[3], "-ties" if c[4] else ""))
 def test_nucleus_is_the_exact_smallest_head(case):
-    m, bf, mk = _setup(*case, seed=case[0] * 5 + case[1])
+    _, bf, mk = _setup(*case, seed=case[0] * 5 + case[1])
     scores = [s for _, s in bf]
-    ar, idx = _full_index(mk, len(bf))
+    _, idx = _full_index(mk, len(bf))
     cum = np.cumsum(values(np.array(scores)))
     ps = [0.01, 0.3, 0.5, 0.9, 0.999, 1.0] + [float(c) for c in cum[:: max(1, len(cum) // 20)]]
     ps += [math.nextafter(float(c), 1.0) for c in cum[:: max(1, len(cum) // 20)]]
@@ -122,7 +122,7 @@ def test_nucleus_is_the_exact_smallest_head(case):
 def test_masses_do_not_depend_on_the_bucket_layout_or_the_index_depth(monkeypatch):
     """The same items under other buckets (chunked build, sampled lookup tables, a deeper index
     with other bucket counts) give the same exact units, and halves of the items add up."""
-    m, bf, mk = _setup(5, 4, False, 1.5, True, seed=3)
+    _, bf, mk = _setup(5, 4, False, 1.5, True, seed=3)
     scores = np.array([s for _, s in bf])
     ar, full = _full_index(mk, len(bf))
     T = float(np.sort(scores)[::-1][len(scores) // 3])
@@ -147,3 +147,34 @@ def test_masses_do_not_depend_on_the_bucket_layout_or_the_index_depth(monkeypatc
     for p in (0.2, 0.5, 0.8):
         assert chunked.nucleus(p) == full.nucleus(p)
     chunked._check()
+
+
+def test_subnormal_and_underflowing_values(monkeypatch):
+    """Scores down to -2000: values that are subnormal or 0.0 (``exp`` underflows) are summed exactly
+    too, in wide buckets whose exponent windows miss some of them."""
+    rng = np.random.default_rng(4)
+    rows = {}
+
+    def model(prefix):
+        key = tuple(prefix)
+        if key not in rows:
+            x = np.concatenate([[0.0], -rng.uniform(200.0, 760.0, 5)])
+            rows[key] = x - np.logaddexp.reduce(x)
+        return rows[key]
+
+    monkeypatch.setattr(index_mod, "_ONE_SHOT", 0)
+    L = 3
+    ar = AutoregressiveEnumerable(model, max_len=L)
+    n = 6**L
+    assert len(ar.slice(0, n + 1)) == n
+    idx = index_mod.ExactIndex(ar._tree, ar._tree.built)
+    scores = idx.items(0, n)[1]
+    assert (values(scores) == 0).any() and ((values(scores) > 0) & (values(scores) < 2.0**-1022)).any()
+    for t in sorted(set(scores.tolist()), reverse=True)[::5] + [-math.inf]:
+        assert idx.mass_ge_units(t) == _units([s for s in scores.tolist() if s >= t])
+        assert idx.mass_gt_units(t) == _units([s for s in scores.tolist() if s > t])
+    for p in (0.5, 0.999999, 1.0):
+        e = (idx.N + 8) * _U
+        lo, hi = _nucleus_bf(list(scores), p / (1 + e)), _nucleus_bf(list(scores), p / (1 - e))
+        assert idx.nucleus(p) == (None if lo is None else (lo, hi if hi is not None else idx.N))
+    idx._check()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import arenum.exactsum as xs
-from arenum.exactsum import SCALE, GroupedSum, exact_sum, float_units, prefix_reaching, to_float, values
+from arenum.exactsum import SCALE, GroupedSum, PrefixSums, exact_sum, float_units, to_float, values
 
 TINY = [0.0, 5e-324, 1e-323, 2.2250738585072014e-308, 2.225073858507201e-308, 1e-310, 4.9e-320]
 
@@ -65,7 +65,9 @@ def test_small_chunks_and_steps_give_the_same_sums(monkeypatch):
         acc = GroupedSum(e_top, 3)
         for a in range(0, v.shape[0], 333):
             acc.add(v[a : a + 333], g[a : a + 333])
-        assert acc.units() == want_g
+        assert acc.units().tolist() == want_g
+        ps = PrefixSums(v[:100])  # longer than a chunk: exact sums per query
+        assert ps.units(100) == _ref(v[:100]) and ps.units(37) == _ref(v[:37])
 
 
 def test_huge_values_and_negative_zero():
@@ -132,31 +134,45 @@ def test_grouped_sums_with_right_and_wrong_windows(width):
     acc = GroupedSum(e_top, width)
     for a in range(0, n, 1000):
         acc.add(v[a : a + 1000], g[a : a + 1000])
-    got = acc.units()
+    got = acc.units().tolist()
     assert got == [_ref(v[g == k]) for k in range(ng)]
     assert sum(got) == exact_sum(v)
+    z = acc.trailing
+    assert acc.units(z).tolist() == [u >> z for u in got] and all(u % (1 << z) == 0 for u in got)
+    with pytest.raises(ValueError, match="shift"):
+        acc.units(z + 1)
+    with pytest.raises(ValueError, match="groups must be in"):
+        acc.add(v[:2], np.array([0, ng]))
 
 
-def test_prefix_reaching_is_the_smallest_prefix_reaching_the_units():
+@pytest.mark.parametrize("kind", ["ties", "probs", "wide", "tiny"])
+def test_prefix_sums_and_the_smallest_prefix_reaching_the_units(kind):
+    """Narrow arrays take the int64 running sums, wide ones (``wide``) the exact sums per query."""
     rng = np.random.default_rng(8)
-    for trial in range(60):
+    for trial in range(40):
         n = int(rng.integers(1, 60))
-        v = np.sort(_array(rng, n, "ties" if trial % 2 else "probs"))[::-1]
+        v = np.sort(_array(rng, n, kind))[::-1]
+        if kind == "probs" and trial % 2:
+            v = np.sort(np.exp(-rng.uniform(3.0, 6.0, n)))[::-1]  # a bucket: a few binades
         pre = [0]
         for x in v.tolist():
             pre.append(pre[-1] + float_units(x))
+        ps = PrefixSums(v)
+        assert [ps.units(k) for k in range(n + 1)] == pre
         if pre[-1] == 0:
             continue
         cands = {1, pre[-1], *pre[1:5], *(p + 1 for p in pre[1:5])}
         cands |= {max(1, int(Fraction(r) * pre[-1])) for r in rng.random(8).tolist()}
         for units in sorted(u for u in cands if 0 < u <= pre[-1]):
             k = next(i for i in range(1, n + 1) if pre[i] >= units)
-            assert prefix_reaching(v, units) == k
+            assert ps.reaching(units) == k
             if k > 1:  # a tied run at the crossing: k - a = ceil((units - S(a)) / w)
                 a = int(np.flatnonzero(v == v[k - 1])[0])
                 assert k == a + -(-(units - pre[a]) // float_units(v[k - 1]))
     with pytest.raises(ValueError, match="units"):
-        prefix_reaching(np.array([0.5]), float_units(0.75))
+        PrefixSums(np.array([0.5])).reaching(float_units(0.75))
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        PrefixSums(np.array([0.5, -1.0]))
 
 
 def test_values_is_numpys_exp_on_contiguous_arrays():
@@ -164,3 +180,18 @@ def test_values_is_numpys_exp_on_contiguous_arrays():
     v = values(x)
     assert np.array_equal(values(x[::2]), v[::2])
     assert all(values(np.array([x[i]]))[0] == v[i] for i in range(0, 4001, 37))
+
+
+def test_windows_from_value_ranges():
+    """Windows from each group's value range: in-window values take the fast path, and a group
+    whose range was understated is still summed exactly."""
+    rng = np.random.default_rng(10)
+    lo = np.array([0.5, 1e-5, 1e-300, 3e-320])
+    hi = np.array([1.0, 4e-5, 1e-290, 1e-310])
+    acc = GroupedSum.for_ranges(lo, hi, np.array([1000, 1000, 5, 1]))
+    assert acc.W == 5  # 1e-5..4e-5: 3 binades and a slack binade each side; the wide groups hold < 1%
+    g = rng.choice(4, 2000, p=[0.45, 0.45, 0.05, 0.05])
+    v = lo[g] + (hi[g] - lo[g]) * rng.random(2000)
+    v[:5] = [2.0, 1e-7, 0.0, 5e-324, 1.0]  # outside their windows
+    acc.add(v, g)
+    assert acc.units().tolist() == [_ref(v[g == k]) for k in range(4)]

@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from ._arrays import page_empty, seg_first_below
-from .exactsum import GroupedSum, exact_sum, float_units, prefix_reaching, to_float, values
+from .exactsum import GroupedSum, PrefixSums, exact_sum, float_units, to_float, values
 from .results import MassBracket
 from .tree import PrefixTree
 
@@ -93,6 +93,8 @@ class ExactIndex:
         self.span = sum(b.span for b in self.blocks)
         self._bucket_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._mass_cum: list[int] | None = None
+        self._mass_shift = 0
+        self._prefix_cache: dict[int, PrefixSums] = {}
         self.bucketed = False
         if buckets:
             self.complete()
@@ -513,31 +515,30 @@ class ExactIndex:
     # exact sum of those values as an int of units ``2**-SCALE`` (``exactsum``), rounded once. So
     # they do not depend on summation order or bucket layout, and shards' units add exactly.
     def _mass_units(self) -> list[int]:
-        """Exact cumulative units before each bucket (``nb + 1`` ints); computed once."""
+        """Exact cumulative units before each bucket (``nb + 1`` ints, in units of
+        ``2**_mass_shift``); computed once."""
         if self._mass_cum is None:
             self._mass_cum = self._bucket_units()
         return self._mass_cum
 
     def _bucket_units(self) -> list[int]:
-        nb = self.nb
-        b = np.arange(nb)
-        f0 = np.searchsorted(self.lut, b, side="left")
-        f1 = np.searchsorted(self.lut, b, side="right")
+        b = np.arange(self.nb)
+        f0, f1 = np.searchsorted(self.lut, b, side="left"), np.searchsorted(self.lut, b, side="right")
+        x_hi, x_lo = np.full(self.nb, self.top), np.full(self.nb, self._bottom)
         if self.fscale > 0:  # each bucket's score range, from its fine cells (a hint: see GroupedSum)
-            x_hi = np.minimum(self.top - f0 / self.fscale, self.top)
-            x_lo = np.maximum(self.top - f1 / self.fscale, self._bottom)
-        else:
-            x_hi, x_lo = np.full(nb, self.top), np.full(nb, self._bottom)
-        e_hi = (values(x_hi).view(np.int64) >> 52) + 1
-        e_lo = np.maximum((values(x_lo).view(np.int64) >> 52) - 1, 0)
-        span = np.where(f1 > f0, e_hi - e_lo + 1, 1)
-        acc = GroupedSum(e_hi, int(min(8, max(1, span.max(initial=1)))))
-        for _, xc in self._chunks(max(4 * _CHUNK, 2 * acc.nbins)):
+            x_hi, x_lo = np.minimum(self.top - f0 / self.fscale, x_hi), np.maximum(self.top - f1 / self.fscale, x_lo)
+        acc = GroupedSum.for_ranges(values(x_lo), values(x_hi), np.diff(self.cum))
+        for _, xc in self._chunks(4 * _CHUNK):
             acc.add(values(xc), self._bucket_of_array(xc))
-        cum = [0]
-        for u in acc.units():
-            cum.append(cum[-1] + u)
-        return cum
+        self._mass_shift = z = acc.trailing  # kept in units of 2**z: smaller ints, same values
+        return [0] + np.cumsum(acc.units(z)).tolist()
+
+    def _prefix(self, b: int) -> PrefixSums:
+        """Exact prefix sums of bucket ``b``'s values in order; computed once."""
+        ps = self._prefix_cache.get(b)
+        if ps is None:
+            ps = self._prefix_cache[b] = PrefixSums(values(self._sorted_bucket(b)[1]))
+        return ps
 
     def _mass_side(self, t: float, side: str) -> tuple[int, int]:
         """(exact units, count) of the items with score ``>= t`` (``side='right'``) or ``> t``."""
@@ -546,10 +547,10 @@ class ExactIndex:
             return 0, 0
         mc = self._mass_units()
         if b >= self.nb:
-            return mc[-1], self.N
+            return mc[-1] << self._mass_shift, self.N
         _, xb = self._sorted_bucket(b)
         k = int(np.searchsorted(-xb, -t, side=side))
-        return mc[b] + exact_sum(values(xb[:k])), int(self.cum[b]) + k
+        return (mc[b] << self._mass_shift) + self._prefix(b).units(k), int(self.cum[b]) + k
 
     def mass_ge_units(self, t: float) -> int:
         """``sum(fl(exp(s)) for s in scores if s >= t) * 2**SCALE``, exactly (an int; see
@@ -564,7 +565,7 @@ class ExactIndex:
         """Exact units of all items; also before the buckets are built (one pass over them)."""
         if not self.bucketed:
             return sum(exact_sum(values(xc)) for _, xc in self._chunks(4 * _CHUNK))
-        return self._mass_units()[-1]
+        return self._mass_units()[-1] << self._mass_shift
 
     def mass_ge(self, t: float) -> MassBracket:
         """Bracket on ``sum(exp(score))`` over items with score ``>= t`` (float rounding only): the
@@ -586,22 +587,24 @@ class ExactIndex:
         ``S(> s*) < target <= S(>= s*)``, then ``k = count(> s*) + ceil((target - S(> s*)) / v)``
         with ``v = fl(exp(s*))``: tied items have one value, so the top-``k`` sums, hence ``k``, do
         not depend on the order of ties, and a merge of shards' exact sums reproduces it (the bucket
-        from the exact cumulative units, then :func:`~arenum.exactsum.prefix_reaching` in it).
+        from the exact cumulative units, then :meth:`~arenum.exactsum.PrefixSums.reaching` in it).
         ``None`` if even all items may hold less than ``p``.
         """
         mc = self._mass_units()
+        z = self._mass_shift
         n = max(self.N, 1)
         e = (n + 8) * _U
         out: list[int | None] = []
         for target in (p / (1 + e), p / (1 - e)):
             tu = float_units(target)
-            if tu > mc[-1]:
+            tz = -((-tu) >> z)  # ceil(tu / 2**z): mc[j] >= tz iff mc[j] << z >= tu
+            if tz > mc[-1]:
                 out.append(None)
             elif tu <= 0:
                 out.append(min(1, self.N))
             else:
-                b = bisect.bisect_left(mc, tu) - 1  # mc[b] < tu <= mc[b + 1]
-                out.append(int(self.cum[b]) + prefix_reaching(values(self._sorted_bucket(b)[1]), tu - mc[b]))
+                b = bisect.bisect_left(mc, tz) - 1  # (mc[b] << z) < tu <= (mc[b + 1] << z)
+                out.append(int(self.cum[b]) + self._prefix(b).reaching(tu - (mc[b] << z)))
         if out[0] is None:
             return None
         return out[0], (out[1] if out[1] is not None else self.N)
