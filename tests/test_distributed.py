@@ -145,6 +145,16 @@ def test_bad_arguments_are_refused():
         DistributedEnumerable(fac, 2, backend="threads")
     with pytest.raises(ValueError, match="workers"):
         DistributedEnumerable(fac, 0, backend="local")
+    with DistributedEnumerable(fac, 2, backend="local") as dist:
+        with pytest.raises(NotImplementedError):
+            dist.envelope_index()
+        with pytest.raises(NotImplementedError):
+            dist.sampler()
+        with pytest.raises(IndexError):
+            dist.unrank(10**6)
+        with pytest.raises(ValueError):
+            dist.rank((9, 9, 9, 9))  # a token outside the model: probability 0
+        assert dist.log_density((9, 9, 9, 9)) == -math.inf
     capped = EnumerableFactory(3, seed=1, options={"max_len": 3, "branch_cap": 2})
     with pytest.raises(ValueError, match="branch_cap"):
         DistributedEnumerable(capped, 2, backend="local")

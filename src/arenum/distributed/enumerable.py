@@ -249,7 +249,14 @@ class DistributedEnumerable(AutoregressiveEnumerable):
         return self.seek_index().iter_from(0)
 
     def sampler(self, seed: int | None = None):  # type: ignore[override]
-        raise NotImplementedError("draw with a single-process AutoregressiveEnumerable of the same model")
+        raise NotImplementedError("draw with monte_carlo(n), or a single-process AutoregressiveEnumerable")
+
+    def envelope_index(self, **kwargs: Any):  # type: ignore[override]
+        raise NotImplementedError("the envelope index samples the model in one process: build it on a "
+                                  "single-process AutoregressiveEnumerable of the same model")
+
+    def finite_state_sampler(self) -> None:  # type: ignore[override]
+        return None
 
     def monte_carlo(self, n: int | None = None, *, seed: int | None = -1, head: bool = False,  # type: ignore[override]
                     interval: Interval = "bernstein") -> MonteCarloEstimator:
