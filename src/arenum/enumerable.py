@@ -159,19 +159,7 @@ class AutoregressiveEnumerable(BeyondExact):
             max_bytes=max_bytes, table_bytes=table_bytes, exact_limit=exact_limit, estimate_samples=estimate_samples,
             estimate_seed=estimate_seed, confidence=confidence, logprob_error=logprob_error,
         )
-        # the public attributes of the spec, read from the validated settings
-        self.max_len, self.max_depth, self.eos, self.cap = cfg.max_len, cfg.max_depth, cfg.eos, cfg.cap
-        self.terminating = cfg.terminating
-        self.batch_size, self.branch_cap, self.count_mode = cfg.batch_size, cfg.branch_cap, cfg.count_mode
-        self.quantizer = cfg.quantizer
-        self.bin_width_bits, self.oversample = cfg.quantizer.bin_width_bits, cfg.quantizer.oversample
-        self.exact_limit, self.confidence = cfg.exact_limit, cfg.confidence
-        self.estimate_samples, self.estimate_seed = cfg.estimate_samples, cfg.estimate_seed
-        self.logprob_error = cfg.logprob_error
-        self._limits = cfg.limits()
-        self._mc: dict[tuple, MonteCarloEstimator] = {}
-        self._fs_sampler: FiniteStateSampler | None = None
-        self._envelopes: dict[tuple, Any] = {}
+        self._take_settings(cfg)
         self._oracle = StepOracle(
             next_logprobs,
             batch_next_logprobs=batch_next_logprobs,
@@ -202,6 +190,22 @@ class AutoregressiveEnumerable(BeyondExact):
         self.certified_resolution_bits = DEFAULT_RESOLUTION_BITS
         self.store: TreeStore | None = open_store(store, self._tree, self.settings, fingerprint, store_readonly)
         """The :class:`~arenum.store.TreeStore` keeping the tree on disk (``None``: memory only)."""
+
+    def _take_settings(self, cfg: Settings) -> None:
+        """The public attributes of the spec, read from the validated settings, and empty caches."""
+        self.settings = cfg
+        self.max_len, self.max_depth, self.eos, self.cap = cfg.max_len, cfg.max_depth, cfg.eos, cfg.cap
+        self.terminating = cfg.terminating
+        self.batch_size, self.branch_cap, self.count_mode = cfg.batch_size, cfg.branch_cap, cfg.count_mode
+        self.quantizer = cfg.quantizer
+        self.bin_width_bits, self.oversample = cfg.quantizer.bin_width_bits, cfg.quantizer.oversample
+        self.exact_limit, self.confidence = cfg.exact_limit, cfg.confidence
+        self.estimate_samples, self.estimate_seed = cfg.estimate_samples, cfg.estimate_seed
+        self.logprob_error = cfg.logprob_error
+        self._limits = cfg.limits()
+        self._mc: dict[tuple, MonteCarloEstimator] = {}
+        self._fs_sampler: FiniteStateSampler | None = None
+        self._envelopes: dict[tuple, Any] = {}
 
     # ------------------------------------------------------------------ the store
     @locked

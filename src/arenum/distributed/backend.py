@@ -34,16 +34,7 @@ class LocalBackend:
         return getattr(self.workers[j], method)(*args)
 
     def map(self, method: str, args: list[tuple]) -> list[Any]:
-        out, err = [], None
-        for w, a in zip(self.workers, args):
-            try:
-                out.append(getattr(w, method)(*a))
-            except Exception as exc:  # the others still run: every worker stops in a known state
-                out.append(None)
-                err = err or exc
-        if err is not None:
-            raise err
-        return out
+        return _gather([lambda w=w, a=a: getattr(w, method)(*a) for w, a in zip(self.workers, args)])
 
     def map_some(self, method: str, args: dict[int, tuple]) -> dict[int, Any]:
         return {j: self.call(j, method, *a) for j, a in args.items()}
@@ -102,16 +93,7 @@ class RayBackend:
 
     def map(self, method: str, args: list[tuple]) -> list[Any]:
         refs = [getattr(a, method).remote(*x) for a, x in zip(self.actors, args)]
-        out, err = [], None
-        for r in refs:
-            try:
-                out.append(self._get(r))
-            except Exception as exc:
-                out.append(None)
-                err = err or exc
-        if err is not None:
-            raise err
-        return out
+        return _gather([lambda r=r: self._get(r) for r in refs])
 
     def map_some(self, method: str, args: dict[int, tuple]) -> dict[int, Any]:
         refs = {j: getattr(self.actors[j], method).remote(*a) for j, a in args.items()}
@@ -127,6 +109,21 @@ class RayBackend:
             for a in self.actors:
                 self.ray.kill(a, no_restart=True)
             self.actors = []
+
+
+def _gather(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Every call's result; the first failure is raised after all have run (every worker stops in a
+    known state)."""
+    out, err = [], None
+    for c in calls:
+        try:
+            out.append(c())
+        except Exception as exc:
+            out.append(None)
+            err = err or exc
+    if err is not None:
+        raise err
+    return out
 
 
 def _first_line(exc: BaseException) -> str:

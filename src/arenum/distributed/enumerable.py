@@ -109,19 +109,10 @@ class DistributedEnumerable(AutoregressiveEnumerable):
         cfg = be.call(0, "settings")
         if cfg.branch_cap is not None or cfg.logprob_error or cfg.exact_limit is not None:
             raise ValueError("branch_cap, logprob_error and exact_limit are not supported across workers")
-        self.settings = cfg
+        self._take_settings(cfg)
         self.fingerprint = ref["fingerprint"]
         self._int_mode = ref["int_mode"]
-        self.max_len, self.max_depth, self.eos, self.cap = cfg.max_len, cfg.max_depth, cfg.eos, cfg.cap
-        self.terminating = cfg.terminating
-        self.batch_size, self.branch_cap, self.count_mode = cfg.batch_size, cfg.branch_cap, cfg.count_mode
-        self.quantizer = cfg.quantizer
-        self.bin_width_bits, self.oversample = cfg.quantizer.bin_width_bits, cfg.quantizer.oversample
-        self.exact_limit, self.confidence = cfg.exact_limit, cfg.confidence
-        self.estimate_samples, self.estimate_seed = cfg.estimate_samples, cfg.estimate_seed
-        self.logprob_error = cfg.logprob_error
-        self._limits = cfg.limits()
-        self._mc, self._fs_sampler, self._envelopes, self._certified = {}, None, {}, {}
+        self._certified = {}
         self._finite_state, self._finite_state_ok = None, False
         self.certified_resolution_bits = 1.0
         self.support = be.call(0, "support")
