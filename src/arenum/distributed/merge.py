@@ -38,6 +38,9 @@ __all__ = ["MergedTree", "MergedIndex", "DistributedSeek", "SAMPLES_PER_ROUND"]
 
 SAMPLES_PER_ROUND = 32
 """Scores each worker sends per selection round (the window shrinks about this much a round)."""
+WHOLE_WINDOW = 512
+"""A worker with at most this many items in the window sends all their scores: when every worker
+does, the coordinator places the position itself, with no further message."""
 _U = 2.0**-53
 
 
@@ -258,8 +261,13 @@ class MergedIndex:
         W = self.backend.n
         while True:
             slo, shi = (lo, hi) if hint is None else hint
-            got = self.backend.map("sample_scores", [(self.T, slo, lo_strict, shi, SAMPLES_PER_ROUND)] * W)
-            pool = {x for _, xs in got for x in xs}
+            got = self.backend.map("sample_scores",
+                                   [(self.T, slo, lo_strict, shi, SAMPLES_PER_ROUND, WHOLE_WINDOW)] * W)
+            if kind == "count" and all(len(xs) == n for n, xs, _ in got):
+                done = _select_in_window(got, goal)  # every item of the window is here: no more messages
+                if done is not None:
+                    return done
+            pool = {x for _, xs, _ in got for x in xs}
             if hint is not None:
                 pool |= {hint[0], hint[1]}
                 hint = None
@@ -361,6 +369,23 @@ class MergedIndex:
 
     def _check(self) -> None:
         assert self.N == sum(self.sizes)
+
+
+def _select_in_window(got: list[tuple[int, list[float], int]], goal: int) -> tuple[float, np.ndarray] | None:
+    """:meth:`MergedIndex._select` when every worker sent every score of the window (descending) and
+    how many of its items lie above it: ``None`` if the window does not hold position ``goal - 1``."""
+    above = sum(a for _, _, a in got)
+    inside = sum(n for n, _, _ in got)
+    if not above < goal <= above + inside:
+        return None
+    merged = sorted((x for _, xs, _ in got for x in xs), reverse=True)
+    s = merged[goal - above - 1]
+    cnt = np.zeros((len(got), 2), np.int64)
+    for j, (_, xs, a) in enumerate(got):
+        neg = -np.asarray(xs, np.float64)  # ascending
+        cnt[j, 0] = a + int(np.searchsorted(neg, -s, side="right"))
+        cnt[j, 1] = a + int(np.searchsorted(neg, -s, side="left"))
+    return s, cnt
 
 
 class DistributedSeek(SeekIndex):

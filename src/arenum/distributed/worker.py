@@ -221,16 +221,20 @@ class ShardWorker:
     def total_mass(self, T: float) -> int:
         return self._index(T).total_mass_units()
 
-    def sample_scores(self, T: float, lo: float, lo_strict: bool, hi: float, k: int) -> tuple[int, list[float]]:
+    def sample_scores(self, T: float, lo: float, lo_strict: bool, hi: float, k: int,
+                      full: int = 0) -> tuple[int, list[float], int]:
         """Items with ``lo <= score < hi`` (``lo < score`` when ``lo_strict``; ``hi`` may be ``+inf``):
-        how many, and the scores at up to ``k`` positions spread evenly over them (in order)."""
+        ``(how many, scores, items above hi)``. The scores: every one in order when there are at most
+        ``full``, else those at up to ``k`` positions spread evenly over them (in order)."""
         idx = self._ready(T)
         a = idx.count_ge(hi) if hi != math.inf else 0
         b = idx.count_gt(lo) if lo_strict else idx.count_ge(lo)
         if b <= a:
-            return 0, []
+            return 0, [], a
+        if b - a <= full:
+            return b - a, idx.items(a, b)[1].tolist(), a
         pos = np.unique(np.linspace(a, b - 1, min(k, b - a)).round().astype(np.int64))
-        return b - a, [idx.item(int(p))[1] for p in pos]
+        return b - a, [idx.item(int(p))[1] for p in pos], a
 
     def top(self, T: float) -> float:
         return self._index(T).top_score()
