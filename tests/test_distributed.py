@@ -196,12 +196,13 @@ def _ngram_file(tmp_path):
     return path
 
 
-def test_ray_workers_answer_as_one_process_on_an_ngram(ray_session, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_ray_workers_answer_as_one_process_on_an_ngram(ray_session, tmp_path, workers):
     path = _ngram_file(tmp_path)
     spec = ModelSpec.ngram(path, max_len=6, batch_size=64)
     one = spec()[0]
-    with DistributedEnumerable(spec, 2) as dist:
-        assert dist.backend.kind == "ray" and len(set(dist.backend.pids())) == 2
+    with DistributedEnumerable(spec, workers) as dist:
+        assert dist.backend.kind == "ray" and len(set(dist.backend.pids())) == workers
         for k in (1, 10, 300, 2000):
             assert dist.threshold(k) == one.threshold(k)
         assert dist.slice(0, 300) == one.slice(0, 300)

@@ -9,6 +9,7 @@ which reopens its store: no saved forward is paid again.
 """
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Callable
 
@@ -62,6 +63,7 @@ class RayBackend:
         self.ray = ray
         self.started_ray = False
         if not ray.is_initialized():
+            logging.getLogger("ray").setLevel(logging.ERROR)  # no start-up chatter on the user's stderr
             ray.init(address=address, include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
             self.started_ray = True

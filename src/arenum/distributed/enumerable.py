@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import logging
 import os
 import shutil
 import tempfile
@@ -310,6 +311,7 @@ def _default_workers(backend: str, address: str | None, gpus: float) -> int:
     import ray
 
     if not ray.is_initialized():
+        logging.getLogger("ray").setLevel(logging.ERROR)
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     res = ray.cluster_resources()
     n = res.get("GPU", 0) if gpus else res.get("CPU", 1)
