@@ -343,6 +343,9 @@ def test_cli_workers_give_the_single_process_answers(ray_session, tmp_path):
     got = cli("rank", "admin", "login", *M, *W, "--store", tmp_path / "s", "--json")
     strip = lambda ds: [{k: v for k, v in d.items() if k not in ("forwards", "forwards_total", "seconds", "workers")} for d in ds]  # noqa: E731
     assert len(one) == 2 and strip(got) == strip(one)
+    info = cli("info", tmp_path / "s", "--json")
+    assert info["workers"] == 2 and len(info["stores"]) == 2
+    assert sum(w["forwards"] for w in info["stores"]) >= doc["forwards"] - 2  # all but the plan's
     err = cli("threshold", 5, *M, "--ray-address", "auto", code=2)
     assert "--ray-address needs --workers" in err
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
 
 from .common import LN2, CLIError, kv
@@ -34,6 +35,8 @@ def cmd_build(args: argparse.Namespace, m: Loaded) -> Output:
 def cmd_info(args: argparse.Namespace) -> Output:
     from ..store import describe_store
 
+    if os.path.exists(os.path.join(args.store_dir, "cluster.json")):  # --workers: one store per worker
+        return _cluster_info(args.store_dir, describe_store)
     d = describe_store(args.store_dir)
     meta = d["meta"]
     support = "terminating" if meta.get("terminating") else "fixed-length"
@@ -46,4 +49,31 @@ def cmd_info(args: argparse.Namespace) -> Output:
     if d["journal_bytes"]:
         rows.append(("note", "the journal holds commits after the snapshot (figures above are the snapshot's)"))
     doc = {"command": "info", **{k: v for k, v in d.items() if not (isinstance(v, float) and math.isinf(v))}}
+    return Output(doc, kv(rows))
+
+
+def _cluster_info(root: str, describe_store) -> Output:
+    """``arenum info`` of a store built with ``--workers``: the plan and every worker's store."""
+    import json
+
+    try:
+        with open(os.path.join(root, "cluster.json"), encoding="utf-8") as f:
+            c = json.load(f)
+        n = int(c["workers"])
+        plan = json.loads(c["plan"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CLIError(f"{os.path.join(root, 'cluster.json')}: not a readable cluster file ({exc})") from None
+    ws = [describe_store(os.path.join(root, f"worker-{j}")) for j in range(n)]
+    meta = ws[0]["meta"]
+    support = "terminating" if meta.get("terminating") else "fixed-length"
+    fp = str(c.get("fingerprint", ""))
+    rows = [("store", root), ("workers", f"{n}, plan of {len(plan['units'])} units, {len(plan['tables'])} interior prefixes"),
+            ("model", fp[:40] + ("..." if len(fp) > 40 else "")),
+            ("support", f"{support}, max_len {meta.get('max_len')}, cap {meta.get('cap')}"),
+            ("built", f"{min(w['built_bits'] for w in ws):.3f} bits, {sum(w['prefixes'] for w in ws):,} prefixes"),
+            ("forwards", " + ".join(f"{w['forwards']:,}" for w in ws)),
+            ("size", f"{sum(w['snapshot_bytes'] for w in ws) / 1e6:.1f} MB snapshots + "
+                     f"{sum(w['journal_bytes'] for w in ws) / 1e6:.1f} MB journals")]
+    doc = {"command": "info", "path": root, "workers": n, "fingerprint": fp, "units": len(plan["units"]),
+           "stores": [{k: v for k, v in w.items() if not (isinstance(v, float) and math.isinf(v))} for w in ws]}
     return Output(doc, kv(rows))
