@@ -248,7 +248,7 @@ def test_a_worker_that_cannot_load_the_model_fails_construction_with_its_own_mes
     bad.write_bytes(b"hello")
     with pytest.raises((WorkerError, Exception), match="not-a-model|zip|npz|not a"):
         DistributedEnumerable(ModelSpec.ngram(bad, max_len=4), 2)
-    with pytest.raises(WorkerError, match="does not exist"):
+    with pytest.raises(FileNotFoundError, match="a worker could not start: .*missing.npz.* does not exist"):
         DistributedEnumerable(ModelSpec.ngram(tmp_path / "missing.npz", max_len=4), 2)
 
 
@@ -455,3 +455,19 @@ def test_progress_is_reported_once_a_round():
     assert seen and all(d["workers"] == 2 for d in seen)
     assert [d["round"] for d in seen] == list(range(1, len(seen) + 1))
     assert 0 < seen[-1]["forwards"] <= dist.stats["forwards"]
+
+
+def test_a_foreign_model_spec_is_refused_by_the_workers_store(ray_session, tmp_path):
+    from arenum.models.ngram import NGramModel
+
+    path = _ngram_file(tmp_path)
+    other = str(tmp_path / "other.npz")
+    NGramModel.fit(["zebra", "yak", "xylophone"] * 4, order=2).save(other)
+    with DistributedEnumerable(ModelSpec.ngram(path, max_len=5), 2, store=tmp_path / "s") as dist:
+        t = dist.threshold(100)
+    with pytest.raises(StoreError, match="built with|another model"):  # one line, naming what differs
+        DistributedEnumerable(ModelSpec.ngram(other, max_len=5), 2, store=tmp_path / "s")
+    with pytest.raises(StoreError):  # other settings of the same model
+        DistributedEnumerable(ModelSpec.ngram(path, max_len=4), 2, store=tmp_path / "s")
+    with DistributedEnumerable(ModelSpec.ngram(path, max_len=5), 2, store=tmp_path / "s") as dist:
+        assert dist.threshold(100) == t and dist.stats["forwards"] == 0  # reopened: nothing paid again

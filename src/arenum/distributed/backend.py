@@ -13,6 +13,7 @@ import logging
 import os
 from typing import Any, Callable
 
+from ..store import StoreError
 from .worker import ShardWorker
 
 __all__ = ["LocalBackend", "RayBackend", "WorkerError"]
@@ -88,7 +89,7 @@ class RayBackend:
                 raise cause from None
             raise WorkerError(_first_line(exc)) from None
         except ray.exceptions.RayActorError as exc:
-            raise WorkerError(f"a worker could not start or died: {_actor_reason(exc)}") from None
+            raise _start_error(exc) from None
 
     def call(self, j: int, method: str, *args: Any) -> Any:
         return self._get(getattr(self.actors[j], method).remote(*args))
@@ -131,6 +132,21 @@ def _gather(calls: list[Callable[[], Any]]) -> list[Any]:
 def _first_line(exc: BaseException) -> str:
     lines = [ln for ln in str(exc).splitlines() if ln.strip()]
     return lines[-1] if lines else type(exc).__name__
+
+
+_KNOWN = {"StoreError": StoreError, "FileNotFoundError": FileNotFoundError, "ValueError": ValueError,
+          "TypeError": TypeError, "OSError": OSError, "ImportError": ImportError, "KeyError": KeyError}
+
+
+def _start_error(exc: BaseException) -> BaseException:
+    """A dead actor's error: the worker's own exception type and message when its constructor
+    raised one of the usual ones (Ray passes it only as text), else a :class:`WorkerError`."""
+    reason = _actor_reason(exc)
+    name, _, msg = reason.partition(": ")
+    cls = _KNOWN.get(name.rsplit(".", 1)[-1])
+    if cls is not None and getattr(exc, "actor_init_failed", False) and msg:
+        return cls(f"a worker could not start: {msg}")
+    return WorkerError(f"a worker could not start or died: {reason}")
 
 
 def _actor_reason(exc: BaseException) -> str:
