@@ -16,11 +16,23 @@ from typing import Any, Callable
 from ..store import StoreError
 from .worker import ShardWorker
 
-__all__ = ["LocalBackend", "RayBackend", "WorkerError"]
+__all__ = ["LocalBackend", "RayBackend", "WorkerError", "start_ray"]
 
 
 class WorkerError(RuntimeError):
     """A worker failed outside the model's own errors (it could not start, or died for good)."""
+
+
+def start_ray(address: str | None) -> bool:
+    """Join ``address`` (or start a local instance) unless this process already runs Ray; whether it
+    started one."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    logging.getLogger("ray").setLevel(logging.ERROR)  # no start-up chatter on the user's stderr
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return True
 
 
 class LocalBackend:
@@ -62,12 +74,7 @@ class RayBackend:
         except ImportError:
             raise ImportError("workers on Ray need the ray package: pip install 'arenum[ray]'") from None
         self.ray = ray
-        self.started_ray = False
-        if not ray.is_initialized():
-            logging.getLogger("ray").setLevel(logging.ERROR)  # no start-up chatter on the user's stderr
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
-            self.started_ray = True
+        self.started_ray = start_ray(address)
         actor = ray.remote(ShardWorker).options(max_restarts=-1, max_task_retries=-1, num_cpus=num_cpus,
                                                 num_gpus=num_gpus)
         self.actors = [actor.remote(factory, j, stores[j], fingerprint) for j in range(n)]

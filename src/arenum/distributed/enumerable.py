@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import logging
 import os
 import shutil
 import tempfile
@@ -25,7 +24,7 @@ from ..estimate import INTERVALS, Interval, MonteCarloEstimator
 from ..sampling import SampleSet
 from ..seek import INDEX_BYTES_PER_SEQUENCE, SeekIndex
 from ..store import StoreError
-from .backend import LocalBackend, RayBackend
+from .backend import LocalBackend, RayBackend, start_ray
 from .merge import DistributedSeek, MergedTree
 from .plan import ShardPlan, plan_shards
 from .worker import write_atomic
@@ -310,9 +309,7 @@ def _default_workers(backend: str, address: str | None, gpus: float) -> int:
         return 1
     import ray
 
-    if not ray.is_initialized():
-        logging.getLogger("ray").setLevel(logging.ERROR)
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    start_ray(address)
     res = ray.cluster_resources()
     n = res.get("GPU", 0) if gpus else res.get("CPU", 1)
     return max(1, int(n))

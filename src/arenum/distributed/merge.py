@@ -31,7 +31,7 @@ from ..index import mass_bracket
 from ..results import MassBracket
 from ..seek import SeekIndex
 from ..quantize import LN2
-from ..tree import HIST_BINS_PER_BIT
+from ..tree import HIST_BINS_PER_BIT, PrefixTree
 from .plan import ShardPlan
 
 __all__ = ["MergedTree", "MergedIndex", "DistributedSeek", "SAMPLES_PER_ROUND"]
@@ -67,7 +67,7 @@ class MergedTree:
         for s in sums:
             hc[: len(s["h_comp"])] += s["h_comp"]
             hp[: len(s["h_pref"])] += s["h_pref"]
-        self.completions_hist, self.prefixes_hist = hc, hp
+        self.h_comp, self.h_pref = hc, hp
 
     def refresh(self) -> None:
         self._set(self.backend.map("summary", [()] * self.backend.n))
@@ -96,21 +96,12 @@ class MergedTree:
     def memory_bytes(self) -> int:
         return sum(s["memory"] for s in self.summaries)
 
-    def bits_for(self, hist: np.ndarray, count: float) -> float | None:
-        """Smallest budget (bits, at a bin edge) at which ``hist`` reaches ``count``; None if never."""
-        cum = np.cumsum(hist)
-        if cum.size == 0 or cum[-1] < count:
-            return None
-        return (int(np.searchsorted(cum, count)) + 1) / HIST_BINS_PER_BIT
-
-    def known_prefixes(self, bits: float) -> int:
-        if bits == math.inf:
-            return 1 + int(self.prefixes_hist.sum())
-        b = int(math.floor(bits * HIST_BINS_PER_BIT))
-        return 1 + int(self.prefixes_hist[: max(0, b)].sum())
-
-    def completions_beyond(self, bits: float) -> bool:
-        return bool(self.completions_hist[int(bits * HIST_BINS_PER_BIT):].any())
+    # the single tree's readers, over the summed histograms (same names, same lengths)
+    completions_hist = PrefixTree.completions_hist
+    prefixes_hist = PrefixTree.prefixes_hist
+    bits_for = PrefixTree.bits_for
+    known_prefixes = PrefixTree.known_prefixes
+    completions_beyond = PrefixTree.completions_beyond
 
     def deepen(self, T: float, keep: float | None = None, max_prefixes: int | None = None,
                max_bytes: int | None = None) -> None:
@@ -185,9 +176,15 @@ class MergedIndex:
         out = self.backend.map("counts", [(self.T, ts)] * self.backend.n)
         return np.asarray(out, np.int64).reshape(self.backend.n, len(ts), 2)
 
-    def _masses(self, ts: list[float]) -> list[list[tuple[int, int]]]:
+    def _masses(self, ts: list[float]) -> np.ndarray:
+        """``(workers, len(ts), 4)`` object array: mass units ``>= t``, ``> t``, ``count_ge``, ``count_gt``."""
         self.complete()
-        return self.backend.map("masses", [(self.T, ts)] * self.backend.n)
+        out = self.backend.map("masses", [(self.T, ts)] * self.backend.n)
+        arr = np.empty((self.backend.n, len(ts), 4), object)
+        for j, rows in enumerate(out):
+            for c, row in enumerate(rows):
+                arr[j, c] = row
+        return arr
 
     def count_ge(self, t: float) -> int:
         return int(self._counts([t])[:, 0, 0].sum())
@@ -199,8 +196,8 @@ class MergedIndex:
         return max(self.backend.map("top", [(self.T,)] * self.backend.n), default=-math.inf)
 
     def mass_ge(self, t: float) -> MassBracket:
-        units = sum(m[0][0] for m in self._masses([t]))
-        return mass_bracket(to_float(units), self.count_ge(t))
+        m = self._masses([t])[:, 0, :].sum(axis=0)
+        return mass_bracket(to_float(int(m[0])), int(m[2]))
 
     def total_mass(self) -> MassBracket:
         units = sum(self.backend.map("total_mass", [(self.T,)] * self.backend.n))
@@ -221,11 +218,10 @@ class MergedIndex:
             if goal <= 0:
                 out.append(min(1, self.N))
                 continue
-            s, ge_gt = self._select(goal, "mass")
-            m = self._masses([s])
-            gt_units = sum(w[0][1] for w in m)
+            s, at = self._select(goal, "mass")  # at: per worker (units >=, units >, count_ge, count_gt)
+            gt_units = int(at[:, 1].sum())
             v = float_units(float(values(np.array([s], np.float64))[0]))
-            k = int(ge_gt[:, 1].sum()) + -(-(goal - gt_units) // v)
+            k = int(at[:, 3].sum()) + -(-(goal - gt_units) // v)
             out.append(min(k, self.N))
         if out[0] is None:
             return None
@@ -251,7 +247,8 @@ class MergedIndex:
 
     def _select(self, goal: int, kind: str, hint: tuple[float, float] | None = None) -> tuple[float, np.ndarray]:
         """The highest item score ``s*`` whose ``>=`` total (count or exact mass) reaches ``goal``,
-        with ``(count_ge, count_gt)`` per worker at ``s*``. Requires the total at ``T`` to reach it.
+        with ``(count_ge, count_gt)`` per worker at ``s*`` (for ``kind="mass"``: ``(units >=, units >,
+        count_ge, count_gt)``). Requires the total at ``T`` to reach it.
 
         Each round, every worker sends up to ``SAMPLES_PER_ROUND`` scores spread over its items in the
         window still in question, and every worker counts at all of them; the window shrinks to
@@ -274,14 +271,10 @@ class MergedIndex:
             cands = sorted(pool, reverse=True)
             if not cands:
                 raise RuntimeError(f"selection found no item between {lo!r} and {hi!r} (goal {goal})")
-            cnt = self._counts(cands)  # (W, C, 2)
-            if kind == "count":
-                ge = cnt[:, :, 0].sum(axis=0)
-                gt = cnt[:, :, 1].sum(axis=0)
-            else:
-                ms = self._masses(cands)
-                ge = np.array([sum(w[c][0] for w in ms) for c in range(len(cands))], object)
-                gt = np.array([sum(w[c][1] for w in ms) for c in range(len(cands))], object)
+            # (W, C, 2) counts ge/gt, or (W, C, 4) masses ge/gt then counts: one message either way
+            cnt = self._counts(cands) if kind == "count" else self._masses(cands)
+            ge = cnt[:, :, 0].sum(axis=0)
+            gt = cnt[:, :, 1].sum(axis=0)
             for c, x in enumerate(cands):  # descending: the first reaching the goal is the highest
                 if ge[c] >= goal:
                     if gt[c] < goal:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -167,12 +168,18 @@ class ShardWorker:
 
     def deepen(self, T: float, keep: float | None, max_prefixes: int | None, max_bytes: int | None) -> dict:
         """Deepen this worker's tree to threshold ``T`` (see :meth:`PrefixTree.deepen`)."""
+        with self._busy():
+            self._need_tree().deepen(T, keep, max_prefixes=max_prefixes, max_bytes=max_bytes)
+        return self.summary()
+
+    @contextmanager
+    def _busy(self) -> Iterator[None]:
+        """Count the time inside as building (``summary()["busy"]``)."""
         t0 = time.perf_counter()
         try:
-            self._need_tree().deepen(T, keep, max_prefixes=max_prefixes, max_bytes=max_bytes)
+            yield
         finally:
             self.busy += time.perf_counter() - t0
-        return self.summary()
 
     def _need_tree(self) -> PrefixTree:
         if self.tree is None:
@@ -194,29 +201,24 @@ class ShardWorker:
 
     def index_size(self, T: float) -> int:
         """Items with score ``>= T`` (the index at ``T``, its buckets not built yet)."""
-        t0 = time.perf_counter()
-        n = self._index(T).N
-        self.busy += time.perf_counter() - t0
-        return n
+        with self._busy():
+            return self._index(T).N
 
     def complete(self, T: float) -> int:
         """Build the buckets of the index at ``T``; returns its size."""
-        t0 = time.perf_counter()
-        idx = self._index(T)
-        if not idx.bucketed:
-            idx.complete()
-        self.busy += time.perf_counter() - t0
-        return idx.N
+        with self._busy():
+            return self._ready(T).N
 
     def counts(self, T: float, ts: list[float]) -> list[tuple[int, int]]:
         """``(count_ge(t), count_gt(t))`` for each ``t``."""
         idx = self._ready(T)
         return [(idx.count_ge(t), idx.count_gt(t)) for t in ts]
 
-    def masses(self, T: float, ts: list[float]) -> list[tuple[int, int]]:
-        """Exact masses ``(units >= t, units > t)`` (``arenum.exactsum`` units) for each ``t``."""
+    def masses(self, T: float, ts: list[float]) -> list[tuple[int, int, int, int]]:
+        """``(units >= t, units > t, count_ge(t), count_gt(t))`` for each ``t`` (exact masses in
+        ``arenum.exactsum`` units, with the counts a mass bracket needs)."""
         idx = self._ready(T)
-        return [(idx.mass_ge_units(t), idx.mass_gt_units(t)) for t in ts]
+        return [(idx.mass_ge_units(t), idx.mass_gt_units(t), idx.count_ge(t), idx.count_gt(t)) for t in ts]
 
     def total_mass(self, T: float) -> int:
         return self._index(T).total_mass_units()
