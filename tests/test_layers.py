@@ -11,7 +11,7 @@ SRC = Path(arenum.__file__).parent
 # lowest first; a module may import only modules of a lower (or, without a circle, the same) layer
 LAYERS = [
     {"_validate", "_arrays", "_io", "_guard", "exactsum", "quantize", "results", "support", "atoms", "finite_state",
-     "budget", "dense"},
+     "budget", "dense", "kernels", "_numba_kernels"},
     {"tables", "draws"},
     {"oracle"},
     {"levels"},

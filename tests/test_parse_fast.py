@@ -1,4 +1,4 @@
-"""The fast dense-row parser (one sweep, BLAS row sums, packed-key sorts) against a plain reference.
+"""The fast dense-row parser (one sweep, compiled or numpy; packed-key sorts) against a plain reference.
 
 Every answer bit must match a straightforward implementation written here: which rows are
 renormalized and by what, which entries make a head, their order (ties in column order), the
@@ -16,9 +16,18 @@ import pytest
 
 import arenum.dense as dense_mod
 import arenum.tables as tables_mod
+from arenum import kernels
 from arenum.oracle import StepOracle
 
 RENORM_TOL = tables_mod.RENORM_TOL
+
+
+@pytest.fixture(autouse=True, params=["numba", "numpy"])
+def sweep_backend(request):
+    """Every test here runs on the compiled sweep (numba, which the tests require) and on numpy's."""
+    kernels.set_backend(request.param)
+    yield request.param
+    kernels.set_backend(None)
 
 
 # ---------------------------------------------------------------- the reference, written plainly

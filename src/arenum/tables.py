@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import kernels
 from .dense import desc_order, desc_sort_row, sorted_heads, sweep
 
 __all__ = [
@@ -350,7 +351,10 @@ def parse_dense_batch(
     arr = _as_float64(arr, scratch)
     n, V = arr.shape
     with np.errstate(**_QUIET):
-        if fast:
+        s = kernels.rows_sum(arr) if fast else None  # compiled: NaN for a row with an entry > 0
+        if s is not None:
+            odd = np.flatnonzero(~(np.abs(s - 1.0) <= _CLEAR))
+        elif fast:
             s, mx, _, _ = sweep(arr, _block_rows(V), scratch, row_max=True)
             odd = np.flatnonzero(~((np.abs(s - 1.0) <= _CLEAR) & (mx <= 0.0)))
         else:
@@ -398,7 +402,11 @@ def parse_dense_heads(
     cap = np.minimum(floors, 0.0)
     with np.errstate(**_QUIET):
         if fast:
-            s, _, flats, vals = sweep(arr, _block_rows(V), scratch, cap, candidates=_CANDIDATES)
+            ks = kernels.heads_sweep(arr, cap, scratch)  # compiled, fused; None: the numpy sweep
+            if ks is not None:
+                s, flats, vals = ks
+            else:
+                s, _, flats, vals = sweep(arr, _block_rows(V), scratch, cap, candidates=_CANDIDATES)
             r, c, lp, pos_rows = sorted_heads(flats, vals, V, cap)
             odd_mask = ~(np.abs(s - 1.0) <= _CLEAR)
             odd_mask[pos_rows] = True

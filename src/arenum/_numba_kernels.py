@@ -1,0 +1,124 @@
+"""The numba kernels behind :mod:`arenum.kernels` (imported only when numba is installed and in use).
+
+Compiled on first use and cached on disk (numba's ``cache=True``: next to this file, or numba's
+user-wide cache directory when that is not writable). Every kernel runs without the GIL.
+See :mod:`arenum.kernels` for the precision argument.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+CHUNK = 1024  # == arenum.kernels.CHUNK
+_LOG2E = 1.4426950408889634
+_LN2HI = 6.93147180369123816490e-01  # ln 2 = _LN2HI + _LN2LO; _LN2HI has 32 trailing zero bits: k * _LN2HI is exact
+_LN2LO = 1.90821492927058770002e-10
+# exp(r) on [-ln2/2, ln2/2]: Chebyshev.interpolate(np.exp, 10, domain=[-h, h]).convert(kind=Polynomial)
+_C0, _C1, _C2, _C3, _C4, _C5 = (1.0000000000000007, 1.0000000000000044, 0.4999999999998164, 0.1666666666658354,
+                                0.0416666666792648, 0.00833333337602627)
+_C6, _C7, _C8, _C9, _C10 = (0.0013888885723103987, 0.00019841181925838063, 2.4804821741504393e-05,
+                            2.763554450594373e-06, 2.643646585673587e-07)
+_OPTS = {"cache": True, "nogil": True, "boundscheck": False, "error_model": "numpy"}
+
+
+@intrinsic
+def _bits_to_float(typingctx, x):
+    """The float64 whose bits are the int64 ``x``."""
+    sig = types.float64(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return sig, codegen
+
+
+@njit(fastmath={"contract"}, **_OPTS)
+def _exp(v):
+    """``exp(v)`` for ``v <= 709`` (larger: garbage, which the callers catch); below ``-708``,
+    ``exp(-708)``; NaN stays NaN. Contract only (fused multiply-adds), no reassociation."""
+    t = -708.0 if v < -708.0 else v
+    kf = math.floor(t * _LOG2E + 0.5)
+    r = (t - kf * _LN2HI) - kf * _LN2LO
+    p = _C0 + r * (_C1 + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * (_C6 + r * (_C7 + r * (
+        _C8 + r * (_C9 + r * _C10)))))))))
+    return p * _bits_to_float((np.int64(kf) + 1023) << 52)
+
+
+@njit(fastmath={"reassoc"}, **_OPTS)
+def _chunk_cut(x, f, mk):
+    """The sum of ``exp`` over ``x`` (vector lanes, any order); ``mk[j] = x[j] >= f``."""
+    acc = 0.0
+    for j in range(x.shape[0]):
+        v = x[j]
+        mk[j] = v >= f
+        acc += _exp(v)
+    return acc
+
+
+@njit(fastmath={"reassoc"}, **_OPTS)
+def _chunk_sum(x):
+    """The sum of ``exp`` over ``x`` (vector lanes, any order), and how many entries are ``> 0``."""
+    acc = 0.0
+    pos = 0
+    for j in range(x.shape[0]):
+        v = x[j]
+        pos += v > 0.0
+        acc += _exp(v)
+    return acc, pos
+
+
+@njit(**_OPTS)
+def heads(arr, floors, s, mask, pos, vals, counts, start, m):
+    """Rows ``start..`` of ``arr``: ``s[i]``, and the entries ``>= floors[i]`` appended at
+    ``pos[m:]`` (flat positions) and ``vals[m:]``, row-major, ``counts[i]`` of them per row.
+    ``mask``: ``uint8`` scratch of ``V`` rounded up to whole words, zero past ``V``. Returns
+    ``(next row, m)``; stops before a row whose entries do not fit (grow the buffers, call again)."""
+    n, V = arr.shape
+    cap = pos.shape[0]
+    words = mask.view(np.uint64)
+    for i in range(start, n):
+        row = arr[i]
+        f = floors[i]
+        tot = 0.0
+        for a in range(0, V, CHUNK):  # chunk sums added in order
+            b = min(V, a + CHUNK)
+            tot += _chunk_cut(row[a:b], f, mask[a:b])
+        s[i] = tot
+        m0 = m
+        for w in range(words.shape[0]):
+            if words[w] != 0:
+                for j in range(w * 8, w * 8 + 8):
+                    if mask[j]:
+                        if m == cap:
+                            return i, m0
+                        pos[m] = i * V + j
+                        vals[m] = row[j]
+                        m += 1
+        counts[i] = m - m0
+    return n, m
+
+
+@njit(**_OPTS)
+def rows(arr, s):
+    """``s[i]``: the sum of ``exp`` over row ``i``; NaN when the row holds an entry ``> 0``."""
+    n, V = arr.shape
+    for i in range(n):
+        row = arr[i]
+        tot = 0.0
+        bad = 0
+        for a in range(0, V, CHUNK):
+            b = min(V, a + CHUNK)
+            acc, p = _chunk_sum(row[a:b])
+            tot += acc
+            bad += p
+        s[i] = np.nan if bad else tot
+
+
+@njit(**_OPTS)
+def exp_values(x, out):
+    """``out[j]`` = the kernels' ``exp(x[j])`` (for the tests)."""
+    for j in range(x.shape[0]):
+        out[j] = _exp(x[j])

@@ -1,0 +1,154 @@
+"""Compiled kernels for the dense-row sweep (optional: ``pip install 'arenum[fast]'``, which adds numba).
+
+One pass over each row of a float64 ``(n, V)`` batch computes ``s[i] = sum(exp(row i))`` (the
+normalization check) and, for the heads, marks the entries ``>= floors[i]`` and writes their
+positions and values (the head cut): the ``exp``, the sum, the comparison and the cut fused, the row
+read once. The numpy path (:func:`arenum.dense.sweep`) does the same in several passes per block
+and stays the reference: every caller falls back to it when numba is not installed, when
+``ARENUM_KERNELS=numpy`` is set, or for a batch the kernel does not take (not float64, rows wider
+than :data:`MAX_V`).
+
+**Precision.** The callers use ``s`` for one decision only: a row with ``|s - 1| <= 1e-13`` is
+normalized to float64 precision and used verbatim (:mod:`arenum.tables`); any other row gets the
+reference formula. So ``s`` needs a proven error bound, not numpy's exact values:
+
+- ``exp`` is ``2**k * P(r)``, ``k = round(v / ln 2)``, ``r = v - k ln 2`` (two-part ``ln 2``), ``P``
+  the degree-10 Chebyshev interpolant of ``exp`` on ``[-ln2/2, ln2/2]``: relative error at most
+  :data:`EXP_REL_ERR` (``tests/test_kernels.py`` measures it on a dense grid). Entries below
+  ``-708`` count as ``exp(-708)`` (``3.3e-308``; a row holds at most ``MAX_V`` of them: an absolute
+  error under ``4e-302``).
+- the sum adds each chunk of :data:`CHUNK` entries in any order (vectorized lanes), then the chunk
+  sums in order: relative error at most ``(CHUNK + V / CHUNK) * 2**-53`` (non-negative terms), under
+  ``2.5e-13`` for every ``V <= MAX_V``.
+
+So a row the kernel clears has a true ``|sum - 1|`` under ``1e-13 + 2.5e-13 + 1e-14``, well inside
+``RENORM_TOL`` (``1e-12``): exactly the rows the reference formula would leave verbatim, and
+the heads, messages and values are the numpy path's bit for bit (tested).
+
+**Bad entries.** A NaN makes ``s`` NaN (it goes through ``P``); ``+inf`` makes it ``inf`` or NaN. An
+entry above 0 is not seen by ``s``: the heads cut catches it (floors are capped at 0, so it lands
+in the head and the caller checks its row), and the full-row kernel counts such entries and sets
+``s = NaN`` for their rows.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["CHUNK", "EXP_REL_ERR", "MAX_V", "backend", "set_backend", "heads_sweep", "rows_sum"]
+
+CHUNK = 1024
+"""Entries summed in any order (vector lanes) before the chunk sums are added in order."""
+MAX_V = 1 << 20
+"""Widest row the kernels take (the summation bound above holds up to here)."""
+EXP_REL_ERR = 4e-15
+"""Bound on the relative error of the kernel's ``exp`` (measured maximum about ``1.6e-15``)."""
+ENV = "ARENUM_KERNELS"
+"""``numpy`` forces the numpy path; ``auto`` (default) uses numba when it is installed."""
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {"choice": None, "kernels": None, "error": None}
+
+
+def set_backend(name: str | None) -> None:
+    """Choose the sweep: ``"numba"`` (raises ``ImportError`` when numba is missing), ``"numpy"``, or
+    ``None`` for the default (``$ARENUM_KERNELS``, else numba when installed)."""
+    if name not in (None, "numba", "numpy", "auto"):
+        raise ValueError(f"unknown kernel backend {name!r}: use 'numba', 'numpy' or None")
+    if name == "numba":
+        _compiled()  # raises when numba is missing
+    _state["choice"] = None if name == "auto" else name
+
+
+def backend() -> str:
+    """``"numba"`` when the compiled sweep is in use, else ``"numpy"``."""
+    return "numba" if _active() is not None else "numpy"
+
+
+def _active() -> dict[str, Callable] | None:
+    choice = _state["choice"]
+    if choice is None:
+        choice = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if choice == "numpy":
+        return None
+    try:
+        return _compiled()
+    except ImportError:
+        if choice == "numba":
+            raise
+        return None
+
+
+def _compiled() -> dict[str, Callable]:
+    k = _state["kernels"]
+    if k is not None:
+        return k
+    with _lock:
+        if _state["kernels"] is None:
+            _state["kernels"] = _build()
+        return _state["kernels"]
+
+
+def _build() -> dict[str, Callable]:
+    from . import _numba_kernels as nk  # ImportError without numba: the numpy path
+
+    return {"heads": nk.heads, "rows": nk.rows, "exp": nk.exp_values}
+
+
+def takes(arr: np.ndarray) -> bool:
+    """Whether the kernels take this batch (C-contiguous float64, ``0 < V <= MAX_V``)."""
+    return arr.dtype == np.float64 and arr.flags.c_contiguous and arr.ndim == 2 and 0 < arr.shape[1] <= MAX_V
+
+
+def heads_sweep(arr: np.ndarray, floors: np.ndarray, bufs: Callable[..., np.ndarray], guess: int = 64
+                ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]] | None:
+    """The compiled :func:`arenum.dense.sweep` with per-row floors: ``(s, flats, vals)`` (flat
+    positions and values of exactly the entries ``>= floors[row]``, row-major, in pieces of about
+    16k entries at row boundaries), or ``None`` when the numpy path must do it (no numba, or
+    ``not takes(arr)``). ``guess``: entries expected per row (the buffers start at that)."""
+    k = _active()
+    if k is None or not takes(arr):
+        return None
+    n, V = arr.shape
+    s = np.empty(n)
+    counts = np.zeros(n, np.int64)
+    mask = np.zeros(-(-V // 8) * 8, np.uint8)  # padded to whole words, the padding stays 0
+    cap = max(1024, min(n * V, n * guess))
+    pos, vals = np.empty(cap, np.int64), np.empty(cap)
+    fl = np.ascontiguousarray(floors, dtype=np.float64)
+    i = m = 0
+    while True:
+        i, m = k["heads"](arr, fl, s, mask, pos, vals, counts, i, m)
+        if i == n:
+            break
+        cap = min(n * V, 2 * cap + V)
+        pos2, vals2 = np.empty(cap, np.int64), np.empty(cap)
+        pos2[:m], vals2[:m] = pos[:m], vals[:m]
+        pos, vals = pos2, vals2
+    pos, vals = pos[:m], vals[:m]
+    if m <= 16384:
+        return s, [pos], [vals]
+    ends = np.cumsum(counts)  # pieces of whole rows, each closed at the row that reaches a multiple of 16384
+    bounds = np.unique(np.concatenate(([0], ends[np.searchsorted(ends, np.arange(16384, m, 16384))], [m]))).tolist()
+    return s, [pos[a:b] for a, b in zip(bounds, bounds[1:])], [vals[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def rows_sum(arr: np.ndarray) -> np.ndarray | None:
+    """``s[i] = sum(exp(row i))``, NaN for a row holding an entry ``> 0`` (or NaN or ``+inf``); or
+    ``None`` when the numpy path must do it."""
+    k = _active()
+    if k is None or not takes(arr):
+        return None
+    s = np.empty(arr.shape[0])
+    k["rows"](arr, s)
+    return s
+
+
+def kernel_exp(x: np.ndarray) -> np.ndarray:
+    """The kernels' ``exp`` of a float64 vector (for tests); raises ``ImportError`` without numba."""
+    out = np.empty(x.shape[0])
+    _compiled()["exp"](np.ascontiguousarray(x, dtype=np.float64), out)
+    return out
