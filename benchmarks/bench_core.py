@@ -16,7 +16,8 @@ then 1000 random ``unrank(i)`` with ``i < k``, ``count(threshold(k))`` and 200 `
 - peak memory: the process's max RSS (each size runs in its own subprocess).
 
 Run: ``python benchmarks/bench_core.py`` (add ``--sizes 6 7`` to choose 10**6, 10**7; default
-6 7 8). Writes ``benchmarks/results/core.json``.
+6 7 8). Writes ``benchmarks/results/core.json``. The dense rows are parsed by the compiled sweep
+when numba is installed; ``ARENUM_KERNELS=numpy`` times the numpy sweep (column ``sweep``).
 """
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ class SyntheticLM:
 
 
 def run_one(kind: str, exp: int, seed: int = 0) -> dict:
-    from arenum import AutoregressiveEnumerable
+    from arenum import AutoregressiveEnumerable, kernels
 
     k = 10**exp
     term = kind == "terminating"
@@ -127,7 +128,8 @@ def run_one(kind: str, exp: int, seed: int = 0) -> dict:
         "index_builds": st["index_builds"],
         "tree_s": tree_s, "index_s": index_s,
         "prefixes_per_s": st["tree_prefixes"] / tree_s, "sequences_per_s": n_indexed / index_s,
-        "parse_us_per_forward": 1e6 * parse_s / st["forwards"],
+        "parse_us_per_forward": 1e6 * parse_s / st["forwards"], "parse_share": parse_s / build,
+        "sweep": kernels.backend(),  # the dense-row sweep: numba, or numpy (ARENUM_KERNELS=numpy)
         "unrank_ms": ms(lat_unrank), "count_ms": ms(lat_count), "threshold_ms": ms(lat_thr), "rank_ms": ms(lat_rank),
         "tree_MB": st["tree_bytes"] / 2**20,
         "peak_rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -155,7 +157,7 @@ def main() -> None:
             r = json.loads(p.stdout.strip().splitlines()[-1])
             rows.append(r)
             print(f"done {kind} 1e{e} in {r['build_s']:.1f}s", file=sys.stderr)
-    hdr = ("model", "k", "bits", "build s", "model s", "parse s", "tree s", "index s", "fwd", "min fwd", "fwd/min",
+    hdr = ("model", "k", "bits", "build s", "model s", "parse s", "parse us/fwd", "parse %", "sweep", "tree s", "index s", "fwd", "min fwd", "fwd/min",
            "indexed", "prefix/s", "seq/s", "unrank ms med/p99", "count ms", "thresh ms", "rank ms", "peak MB")
     print("\n" + " | ".join(hdr))
     print("-" * 160)
@@ -165,7 +167,8 @@ def main() -> None:
             continue
         print(" | ".join([
             r["model"], f"{r['k']:.0e}", f"{r['threshold_bits']:.2f}", f"{r['build_s']:.2f}", f"{r['model_s']:.2f}",
-            f"{r['parse_s']:.2f}", f"{r['tree_s']:.2f}", f"{r['index_s']:.2f}", str(r["forwards"]), str(r["min_forwards"]), f"{r['forwards_over_min']:.3f}",
+            f"{r['parse_s']:.2f}", f"{r['parse_us_per_forward']:.2f}", f"{100 * r['parse_share']:.0f}", r["sweep"],
+            f"{r['tree_s']:.2f}", f"{r['index_s']:.2f}", str(r["forwards"]), str(r["min_forwards"]), f"{r['forwards_over_min']:.3f}",
             str(r["indexed"]), f"{r['prefixes_per_s']:.3g}", f"{r['sequences_per_s']:.3g}",
             "%.3f/%.3f" % tuple(r["unrank_ms"]), "%.3f/%.3f" % tuple(r["count_ms"]),
             "%.3f/%.3f" % tuple(r["threshold_ms"]), "%.3f/%.3f" % tuple(r["rank_ms"]), f"{r['peak_rss_MB']:.0f}",

@@ -19,9 +19,13 @@ machine is shared, and wall time would count other work), microseconds per row; 
 is excluded (its callback returns a slice of a prebuilt array). Memory bandwidth reference: one
 read of the row (``row.sum()``).
 
-Run: ``python benchmarks/bench_parse.py`` (options ``--V 2000 --batch 4096 --head 8 --whole 1024``).
-Writes ``benchmarks/results/parse.json``. The script only drives ``StepOracle``: run it with
-``PYTHONPATH`` on two checkouts to compare them.
+Each path is timed on every sweep in ``--backends`` (default ``numba,numpy``: the compiled sweep of
+:mod:`arenum.kernels` and the numpy one), interleaved in one process.
+
+Run: ``python benchmarks/bench_parse.py`` (options ``--V 2000 --batch 4096 --head 8 --whole 1024
+--backends numba,numpy``). Writes ``benchmarks/results/parse.json``. The script only drives
+``StepOracle`` (and :mod:`arenum.kernels`, so it needs a checkout that has it): run it with
+``PYTHONPATH`` on two such checkouts to compare them.
 """
 from __future__ import annotations
 
@@ -51,6 +55,7 @@ def _median_time(fn, repeat: int) -> float:
 
 
 def main() -> None:
+    from arenum import kernels
     from arenum.oracle import StepOracle
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -60,6 +65,8 @@ def main() -> None:
     ap.add_argument("--single", type=int, default=2000, help="single-prefix calls timed")
     ap.add_argument("--whole", type=int, default=1024, help="rows of the whole-row heads batch")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--backends", default="numba,numpy",
+                    help="sweeps to time, interleaved in this process (arenum.kernels: numba, numpy)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "parse.json"))
     a = ap.parse_args()
     V, n = a.V, a.batch
@@ -68,8 +75,11 @@ def main() -> None:
     keep = np.random.default_rng(1).integers(1, 2 * a.head, size=n)  # about `head` entries per row, varying
     floors = srt[np.arange(n), np.minimum(keep, V) - 1].copy()
     prefixes = [(i,) for i in range(n)]
+    backends = [b.strip() for b in a.backends.split(",") if b.strip()]
+    for b in backends:
+        kernels.set_backend(b)  # a missing numba fails here, before any timing
 
-    out = {"benchmark": "parse", "V": V, "batch": n, "head": a.head}
+    out = {"benchmark": "parse", "V": V, "batch": n, "head": a.head, "backends": {}}
     # memory bandwidth reference: one read of every row
     out["read_us_per_row"] = 1e6 * _median_time(lambda: rows.sum(), a.repeat) / n
 
@@ -77,7 +87,6 @@ def main() -> None:
         o = StepOracle(lambda p: rows[p[0]], batch_next_logprobs=lambda ps: rows, batch_size=n)
         h = o.fetch_heads(prefixes, floors)
         assert h.lens.sum() >= n
-    out["heads_us_per_row"] = 1e6 * _median_time(heads, a.repeat) / n
 
     nw = min(n, a.whole)
     whole_floors = np.full(nw, -np.inf)
@@ -86,12 +95,10 @@ def main() -> None:
         o = StepOracle(lambda p: rows[p[0]], batch_next_logprobs=lambda ps: rows[: len(ps)], batch_size=n)
         h = o.fetch_heads(prefixes[:nw], whole_floors)
         assert h.lens.sum() == nw * V
-    out["heads_whole_us_per_row"] = 1e6 * _median_time(heads_whole, a.repeat) / nw
 
     def full_rows() -> None:
         o = StepOracle(lambda p: rows[p[0]], batch_next_logprobs=lambda ps: rows, batch_size=n)
         o.fetch_rows(prefixes)
-    out["rows_us_per_row"] = 1e6 * _median_time(full_rows, a.repeat) / n
 
     m = min(a.single, n)
 
@@ -99,15 +106,22 @@ def main() -> None:
         o = StepOracle(lambda p: rows[p[0]])
         for p in prefixes[:m]:
             o.table(p)
-    out["table_us_per_call"] = 1e6 * _median_time(singles, a.repeat) / m
 
-    print(f"V={V} batch={n} head~{a.head}: best of {a.repeat} runs, model time excluded")
-    print(f"{'path':<28} {'us/row':>10}")
-    print(f"{'read (bandwidth reference)':<28} {out['read_us_per_row']:>10.2f}")
-    print(f"{'fetch_heads (dense batch)':<28} {out['heads_us_per_row']:>10.2f}")
-    print(f"{'fetch_heads (whole rows)':<28} {out['heads_whole_us_per_row']:>10.2f}")
-    print(f"{'fetch_rows (full rows)':<28} {out['rows_us_per_row']:>10.2f}")
-    print(f"{'table(prefix) (single)':<28} {out['table_us_per_call']:>10.2f}")
+    paths = [("heads_us_per_row", "fetch_heads (dense batch)", heads, n),
+             ("heads_whole_us_per_row", "fetch_heads (whole rows)", heads_whole, nw),
+             ("rows_us_per_row", "fetch_rows (full rows)", full_rows, n),
+             ("table_us_per_call", "table(prefix) (single)", singles, m)]
+    for key, _, fn, count in paths:  # interleaved: each path timed on every backend before the next path
+        for b in backends:
+            kernels.set_backend(b)
+            out["backends"].setdefault(b, {})[key] = 1e6 * _median_time(fn, a.repeat) / count
+    kernels.set_backend(None)
+
+    print(f"V={V} batch={n} head~{a.head}: best of {a.repeat} runs, model time excluded, CPU us per row")
+    print(f"{'path':<28}" + "".join(f"{b:>10}" for b in backends))
+    print(f"{'read (bandwidth reference)':<28}{out['read_us_per_row']:>10.2f}")
+    for key, label, _, _ in paths:
+        print(f"{label:<28}" + "".join(f"{out['backends'][b][key]:>10.2f}" for b in backends))
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(out, f, indent=2)

@@ -64,7 +64,7 @@ def test_row_sums_within_the_stated_bound(V):
         rows[i] = x
     rows[-1, : V // 2] = -np.inf
     s = kernels.rows_sum(rows)
-    s2, _, _ = kernels.heads_sweep(rows, np.zeros(n), Scratch())
+    s2, _, _ = kernels.heads_sweep(rows, np.zeros(n))
     bound = (kernels.CHUNK + V / kernels.CHUNK + 2) * U + kernels.EXP_REL_ERR
     for i in range(n):
         exact = _exact_sum(rows[i])
@@ -86,7 +86,7 @@ def test_bad_entries_reach_the_checks():
     assert math.isnan(s[1]) and math.isnan(s[2]) and math.isnan(s[3]) and math.isnan(s[5])
     assert s[4] < 1e-300
     floors = np.zeros(6)  # a cut at 0 catches every entry > 0
-    s2, flats, vals = kernels.heads_sweep(rows, floors, Scratch())
+    s2, flats, vals = kernels.heads_sweep(rows, floors)
     f = np.concatenate(flats)
     assert math.isnan(s2[1]) and not math.isfinite(s2[2])
     assert set((f // V).tolist()) == {2, 3, 5}  # NaN is never >= a floor; +inf, 1e-9 and 800 are
@@ -117,7 +117,7 @@ def test_cut_and_sums_match_numpy(seed):
               else np.minimum(np.sort(rows, axis=1)[:, max(0, V - int(rng.integers(1, 9)))], 0.0))
     with np.errstate(all="ignore"):
         s_np, _, fl_np, va_np = sweep(rows, 8, Scratch(), floors)
-        s_k, fl_k, va_k = kernels.heads_sweep(rows, floors, Scratch(), guess=int(rng.integers(1, 4)))  # grows its buffers
+        s_k, fl_k, va_k = kernels.heads_sweep(rows, floors, guess=int(rng.integers(1, 4)))  # grows its buffers
     f_np, v_np = np.concatenate(fl_np), np.concatenate(va_np)
     keep = v_np >= floors[f_np // V]  # numpy's sweep returns a superset: its exact cut
     f_k = np.concatenate(fl_k)
@@ -139,7 +139,7 @@ def test_backend_selection(monkeypatch):
     kernels.set_backend("numpy")
     assert kernels.backend() == "numpy"
     assert kernels.rows_sum(np.zeros((1, 1))) is None
-    assert kernels.heads_sweep(np.zeros((1, 1)), np.zeros(1), Scratch()) is None
+    assert kernels.heads_sweep(np.zeros((1, 1)), np.zeros(1)) is None
     kernels.set_backend(None)
     monkeypatch.setenv(kernels.ENV, "numpy")
     assert kernels.backend() == "numpy"
@@ -147,6 +147,36 @@ def test_backend_selection(monkeypatch):
     assert kernels.backend() == "numba"
     with pytest.raises(ValueError, match="unknown kernel backend"):
         kernels.set_backend("cuda")
+
+
+def test_bad_environment_value_is_refused(monkeypatch):
+    kernels.set_backend(None)
+    monkeypatch.setenv(kernels.ENV, "gpu")
+    with pytest.raises(ValueError, match="ARENUM_KERNELS='gpu'"):
+        kernels.backend()
+
+
+@pytest.mark.parametrize("failure", [ImportError("No module named 'numba'"), RuntimeError("LLVM says no")])
+def test_unavailable_kernels_fall_back_to_numpy(monkeypatch, failure):
+    monkeypatch.setitem(kernels._state, "kernels", None)
+    monkeypatch.setitem(kernels._state, "error", None)
+
+    def broken():
+        raise failure
+    monkeypatch.setattr(kernels, "_build", broken)
+    kernels.set_backend(None)
+    if isinstance(failure, ImportError):
+        assert kernels.backend() == "numpy"
+    else:
+        with pytest.warns(RuntimeWarning, match="LLVM says no"):
+            assert kernels.backend() == "numpy"
+    assert kernels.backend() == "numpy"  # decided once
+    rows = np.log(np.full((3, 4), 0.25))
+    o = StepOracle(lambda p: rows[p[0]], batch_next_logprobs=lambda ps: rows[: len(ps)], batch_size=8)
+    h = o.fetch_heads([(0,), (1,), (2,)], np.full(3, -np.inf))  # the numpy sweep
+    assert h.lens.tolist() == [4, 4, 4]
+    with pytest.raises(kernels.KernelUnavailable, match="unavailable"):
+        kernels.set_backend("numba")
 
 
 def test_batches_the_kernels_do_not_take():
@@ -182,12 +212,12 @@ def test_threads_share_the_compiled_sweep():
     rng = np.random.default_rng(9)
     rows = np.log(rng.dirichlet(np.full(900, 0.5), size=200))
     floors = np.sort(rows, axis=1)[:, -3]
-    want = kernels.heads_sweep(rows, floors, Scratch())
+    want = kernels.heads_sweep(rows, floors)
     errors = []
 
     def work():
         for _ in range(20):
-            s, fl, va = kernels.heads_sweep(rows, floors, Scratch())
+            s, fl, va = kernels.heads_sweep(rows, floors)
             if not (np.array_equal(s, want[0]) and np.array_equal(np.concatenate(fl), np.concatenate(want[1]))):
                 errors.append("differs")
 

@@ -34,11 +34,13 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["CHUNK", "EXP_REL_ERR", "MAX_V", "backend", "set_backend", "heads_sweep", "rows_sum"]
+__all__ = ["CHUNK", "EXP_REL_ERR", "MAX_V", "KernelUnavailable", "backend", "set_backend", "heads_sweep", "rows_sum",
+           "takes"]
 
 CHUNK = 1024
 """Entries summed in any order (vector lanes) before the chunk sums are added in order."""
@@ -54,7 +56,8 @@ _state: dict[str, Any] = {"choice": None, "kernels": None, "error": None}
 
 
 def set_backend(name: str | None) -> None:
-    """Choose the sweep: ``"numba"`` (raises ``ImportError`` when numba is missing), ``"numpy"``, or
+    """Choose the sweep: ``"numba"`` (raises :class:`KernelUnavailable`, an ``ImportError``, when the
+    kernels cannot be used), ``"numpy"``, or
     ``None`` for the default (``$ARENUM_KERNELS``, else numba when installed)."""
     if name not in (None, "numba", "numpy", "auto"):
         raise ValueError(f"unknown kernel backend {name!r}: use 'numba', 'numpy' or None")
@@ -72,14 +75,21 @@ def _active() -> dict[str, Callable] | None:
     choice = _state["choice"]
     if choice is None:
         choice = os.environ.get(ENV, "auto").strip().lower() or "auto"
+        if choice not in ("auto", "numba", "numpy"):
+            raise ValueError(f"{ENV}={os.environ[ENV]!r}: use 'numba', 'numpy' or 'auto'")
     if choice == "numpy":
         return None
     try:
         return _compiled()
-    except ImportError:
+    except KernelUnavailable:
         if choice == "numba":
             raise
         return None
+
+
+class KernelUnavailable(ImportError):
+    """numba is missing, or the kernels do not compile or run on this machine (the reason is
+    in the message); the numpy path is used unless ``numba`` was asked for."""
 
 
 def _compiled() -> dict[str, Callable]:
@@ -88,13 +98,32 @@ def _compiled() -> dict[str, Callable]:
         return k
     with _lock:
         if _state["kernels"] is None:
-            _state["kernels"] = _build()
+            if _state["error"] is not None:
+                raise KernelUnavailable(_state["error"])
+            try:
+                _state["kernels"] = _build()
+            except Exception as e:  # noqa: BLE001  (any failure: numba missing, too old, not compiling)
+                _state["error"] = f"the compiled kernels are unavailable: {type(e).__name__}: {e}"
+                if not isinstance(e, ImportError):
+                    warnings.warn(_state["error"] + " (using numpy)", RuntimeWarning, stacklevel=3)
+                raise KernelUnavailable(_state["error"]) from e
         return _state["kernels"]
 
 
 def _build() -> dict[str, Callable]:
-    from . import _numba_kernels as nk  # ImportError without numba: the numpy path
+    """Import (compile, or load from numba's cache) and run each kernel once on a tiny batch."""
+    from . import _numba_kernels as nk
 
+    arr = np.log(np.full((2, 3), 1.0 / 3.0))
+    s, counts = np.empty(2), np.zeros(2, np.int64)
+    pos, vals = np.empty(6, np.int64), np.empty(6)
+    if nk.heads(arr, np.full(2, -np.inf), s, np.zeros(8, np.uint8), pos, vals, counts, 0, 0) != (2, 6):
+        raise RuntimeError("the heads kernel failed its self-check")
+    nk.rows(arr, s)
+    if not abs(s[0] - 1.0) < 1e-13:
+        raise RuntimeError("the row-sum kernel failed its self-check")
+    out = np.empty(1)
+    nk.exp_values(np.zeros(1), out)
     return {"heads": nk.heads, "rows": nk.rows, "exp": nk.exp_values}
 
 
@@ -103,7 +132,7 @@ def takes(arr: np.ndarray) -> bool:
     return arr.dtype == np.float64 and arr.flags.c_contiguous and arr.ndim == 2 and 0 < arr.shape[1] <= MAX_V
 
 
-def heads_sweep(arr: np.ndarray, floors: np.ndarray, bufs: Callable[..., np.ndarray], guess: int = 64
+def heads_sweep(arr: np.ndarray, floors: np.ndarray, guess: int = 64
                 ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]] | None:
     """The compiled :func:`arenum.dense.sweep` with per-row floors: ``(s, flats, vals)`` (flat
     positions and values of exactly the entries ``>= floors[row]``, row-major, in pieces of about

@@ -402,7 +402,7 @@ def parse_dense_heads(
     cap = np.minimum(floors, 0.0)
     with np.errstate(**_QUIET):
         if fast:
-            ks = kernels.heads_sweep(arr, cap, scratch)  # compiled, fused; None: the numpy sweep
+            ks = kernels.heads_sweep(arr, cap)  # compiled, fused; None: the numpy sweep
             if ks is not None:
                 s, flats, vals = ks
             else:
