@@ -22,6 +22,8 @@ _C0, _C1, _C2, _C3, _C4, _C5 = (1.0000000000000007, 1.0000000000000044, 0.499999
                                 0.0416666666792648, 0.00833333337602627)
 _C6, _C7, _C8, _C9, _C10 = (0.0013888885723103987, 0.00019841181925838063, 2.4804821741504393e-05,
                             2.763554450594373e-06, 2.643646585673587e-07)
+_ONES = np.uint64(0x0101010101010101)
+_TOP = np.uint64(56)
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False, "error_model": "numpy"}
 
 
@@ -71,14 +73,17 @@ def _chunk_sum(x):
 
 
 @njit(**_OPTS)
-def heads(arr, floors, s, mask, pos, vals, counts, start, m):
-    """Rows ``start..`` of ``arr``: ``s[i]``, and the entries ``>= floors[i]`` appended at
-    ``pos[m:]`` (flat positions) and ``vals[m:]``, row-major, ``counts[i]`` of them per row.
-    ``mask``: ``uint8`` scratch of ``V`` rounded up to whole words, zero past ``V``. Returns
-    ``(next row, m)``; stops before a row whose entries do not fit (grow the buffers, call again)."""
+def heads(arr, floors, s, mask, pos, vals, counts, start):
+    """Rows ``start..`` of ``arr``: ``s[i]``, and the entries ``>= floors[i]`` written at ``pos``
+    (flat positions) and ``vals`` from 0, row-major, ``counts[i]`` of them per row; a row kept
+    whole is not written (``counts[i] = -V``: the caller takes it from ``arr``). ``mask``:
+    ``uint8`` scratch of ``V`` rounded up to whole words, zero past ``V``. Returns ``(next row,
+    entries written)``; stops before a row whose entries do not fit (the caller gives a new buffer
+    and calls again from that row)."""
     n, V = arr.shape
     cap = pos.shape[0]
     words = mask.view(np.uint64)
+    m = 0
     for i in range(start, n):
         row = arr[i]
         f = floors[i]
@@ -86,18 +91,30 @@ def heads(arr, floors, s, mask, pos, vals, counts, start, m):
         for a in range(0, V, CHUNK):  # chunk sums added in order
             b = min(V, a + CHUNK)
             tot += _chunk_cut(row[a:b], f, mask[a:b])
+        cnt = 0
+        for w in range(words.shape[0]):  # bytes are 0 or 1: a word's byte sum is its top byte times ONES
+            cnt += np.int64((words[w] * _ONES) >> _TOP)
         s[i] = tot
-        m0 = m
-        for w in range(words.shape[0]):
-            if words[w] != 0:
-                for j in range(w * 8, w * 8 + 8):
-                    if mask[j]:
-                        if m == cap:
-                            return i, m0
-                        pos[m] = i * V + j
-                        vals[m] = row[j]
-                        m += 1
-        counts[i] = m - m0
+        if cnt == V:  # the whole row: not copied
+            counts[i] = -V
+            continue
+        if m + cnt + 1 > cap:  # +1: the branchless copy below writes one slot past its last entry
+            return i, m
+        counts[i] = cnt
+        base = i * V
+        if cnt * 8 > V:  # dense: every entry written, the index advanced on the kept ones
+            for j in range(V):
+                pos[m] = base + j
+                vals[m] = row[j]
+                m += mask[j]
+        elif cnt:  # sparse: only the words holding a kept entry
+            for w in range(words.shape[0]):
+                if words[w] != 0:
+                    for j in range(w * 8, w * 8 + 8):
+                        if mask[j]:
+                            pos[m] = base + j
+                            vals[m] = row[j]
+                            m += 1
     return n, m
 
 

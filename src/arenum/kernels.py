@@ -116,8 +116,8 @@ def _build() -> dict[str, Callable]:
 
     arr = np.log(np.full((2, 3), 1.0 / 3.0))
     s, counts = np.empty(2), np.zeros(2, np.int64)
-    pos, vals = np.empty(6, np.int64), np.empty(6)
-    if nk.heads(arr, np.full(2, -np.inf), s, np.zeros(8, np.uint8), pos, vals, counts, 0, 0) != (2, 6):
+    pos, vals = np.empty(7, np.int64), np.empty(7)
+    if nk.heads(arr, np.full(2, -np.inf), s, np.zeros(8, np.uint8), pos, vals, counts, 0) != (2, 0) or counts[1] != -3:
         raise RuntimeError("the heads kernel failed its self-check")
     nk.rows(arr, s)
     if not abs(s[0] - 1.0) < 1e-13:
@@ -145,24 +145,63 @@ def heads_sweep(arr: np.ndarray, floors: np.ndarray, guess: int = 64
     s = np.empty(n)
     counts = np.zeros(n, np.int64)
     mask = np.zeros(-(-V // 8) * 8, np.uint8)  # padded to whole words, the padding stays 0
-    cap = max(1024, min(n * V, n * guess))
-    pos, vals = np.empty(cap, np.int64), np.empty(cap)
     fl = np.ascontiguousarray(floors, dtype=np.float64)
-    i = m = 0
-    while True:
-        i, m = k["heads"](arr, fl, s, mask, pos, vals, counts, i, m)
-        if i == n:
-            break
-        cap = min(n * V, 2 * cap + V)
-        pos2, vals2 = np.empty(cap, np.int64), np.empty(cap)
-        pos2[:m], vals2[:m] = pos[:m], vals[:m]
-        pos, vals = pos2, vals2
-    pos, vals = pos[:m], vals[:m]
-    if m <= 16384:
-        return s, [pos], [vals]
-    ends = np.cumsum(counts)  # pieces of whole rows, each closed at the row that reaches a multiple of 16384
-    bounds = np.unique(np.concatenate(([0], ends[np.searchsorted(ends, np.arange(16384, m, 16384))], [m]))).tolist()
-    return s, [pos[a:b] for a, b in zip(bounds, bounds[1:])], [vals[a:b] for a, b in zip(bounds, bounds[1:])]
+    flats: list[np.ndarray] = []
+    lps: list[np.ndarray] = []
+    cap = max(1024, min(n * V, n * guess)) + 1
+    i = 0
+    while i < n:  # a full buffer is kept as it is and the next rows go to a new, larger one: no copies
+        pos, vals = np.empty(cap, np.int64), np.empty(cap)
+        j, m = k["heads"](arr, fl, s, mask, pos, vals, counts, i)
+        _pieces(arr, i, j, pos[:m], vals[:m], counts, flats, lps)
+        i = j
+        cap = min((n - i) * V, 2 * cap) + 1
+    if not flats:
+        flats.append(np.zeros(0, np.int64))
+        lps.append(np.zeros(0))
+    return s, flats, lps
+
+
+_PIECE = 16384  # entries per piece, about: the sort works a piece at a time, in cache
+
+
+def _pieces(arr: np.ndarray, a: int, b: int, pos: np.ndarray, vals: np.ndarray, counts: np.ndarray,
+            flats: list, lps: list) -> None:
+    """Append rows ``a..b-1`` in pieces of whole rows, in row order: the written rows from
+    ``pos``/``vals`` (each piece closed at the row that reaches a multiple of ``_PIECE`` entries),
+    the rows kept whole (``counts == -V``) as views of ``arr`` with their positions as a range."""
+    V = arr.shape[1]
+    whole = counts[a:b] < 0
+    if not whole.any():
+        runs = [(a, b, False)]
+    else:
+        edges = np.flatnonzero(np.diff(whole.view(np.int8))) + 1
+        starts = [0, *edges.tolist()]
+        ends = [*edges.tolist(), b - a]
+        runs = [(a + x, a + y, bool(whole[x])) for x, y in zip(starts, ends)]
+    off = 0
+    for r0, r1, w in runs:
+        if w:
+            step = max(1, 4 * _PIECE // V)  # as the numpy sweep's blocks: a whole-row piece is sorted alone
+            for x in range(r0, r1, step):
+                y = min(r1, x + step)
+                flats.append(np.arange(x * V, y * V, dtype=np.int64))
+                lps.append(arr[x:y].reshape(-1))
+            continue
+        c = counts[r0:r1]
+        m = int(c.sum())
+        p, v = pos[off : off + m], vals[off : off + m]
+        off += m
+        if m <= _PIECE:
+            if m:
+                flats.append(p)
+                lps.append(v)
+            continue
+        ends_ = np.cumsum(c)
+        bounds = np.unique(np.concatenate(([0], ends_[np.searchsorted(ends_, np.arange(_PIECE, m, _PIECE))], [m])))
+        bounds = bounds.tolist()
+        flats.extend(p[x:y] for x, y in zip(bounds, bounds[1:]))
+        lps.extend(v[x:y] for x, y in zip(bounds, bounds[1:]))
 
 
 def rows_sum(arr: np.ndarray) -> np.ndarray | None:
