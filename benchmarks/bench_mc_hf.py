@@ -52,10 +52,18 @@ def bare_generation(model: torch.nn.Module, rows_per_level: list[int], bos: int,
     """Generation-style draws with ``rows_per_level[d]`` rows at level ``d`` (parents chosen at random)."""
     from transformers import DynamicCache
 
+    import inspect
+
+    kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def returned(out):  # the cache the forward returns, under either name
+        c = getattr(out, "cache", None) if kw == "cache" else None
+        return c if c is not None else out.past_key_values
+
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
-    out = model(input_ids=torch.tensor([[bos]]), past_key_values=DynamicCache(), use_cache=True)
-    cache = out.past_key_values
+    out = model(input_ids=torch.tensor([[bos]]), use_cache=True, **{kw: DynamicCache()})
+    cache = returned(out)
     logits = out.logits[:, -1]
     for m in rows_per_level:
         parent = torch.randint(0, logits.shape[0], (m,), generator=gen)
@@ -64,8 +72,8 @@ def bare_generation(model: torch.nn.Module, rows_per_level: list[int], bos: int,
         for layer in cache.layers:
             layer.keys = layer.keys.index_select(0, parent)
             layer.values = layer.values.index_select(0, parent)
-        out = model(input_ids=tok, past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
+        out = model(input_ids=tok, use_cache=True, **{kw: cache})
+        cache = returned(out)
         logits = out.logits[:, -1]
     return time.perf_counter() - t0
 
