@@ -7,8 +7,9 @@ Accepted result forms for one prefix (``next_logprobs(prefix)``), parsed by :fun
 - a dense 1-D float array of length ``V`` whose index is the token id (``arenum`` extension).
 
 ``batch_next_logprobs(prefixes)`` returns a list of such results, or a dense 2-D array ``(n, V)``
-(:func:`parse_dense_batch`; :func:`parse_dense_heads` validates and cuts heads in one sweep of cache-sized
-blocks of rows; the array kernels, sweep and sorts, are :mod:`arenum.dense`).
+(:func:`parse_dense_batch`; :func:`parse_dense_heads` validates and cuts heads in one sweep: compiled, one
+pass per row, in :mod:`arenum.kernels` when numba is installed, else numpy's over cache-sized blocks of
+rows; the numpy sweep and the sorts are :mod:`arenum.dense`).
 ``batch_next_heads(prefixes, floors)`` returns table heads only; :func:`parse_heads` states that
 contract and checks it.
 
