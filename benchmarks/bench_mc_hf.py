@@ -1,7 +1,8 @@
 """Monte Carlo draws from a transformer: arenum's level-wise draws against the bare model's generation.
 
 Model: a GPT-2 with random weights (``--layers`` 2, ``--width`` 256, ``--vocab`` 2000; weights scaled
-so next-token distributions are peaked, as in ``tests/test_hf.py``), on the CPU, float32.
+so next-token distributions are peaked, as in ``tests/test_hf.py``), on the CPU in float32 by
+default; ``--device cuda --dtype bfloat16`` runs both paths on a GPU in bf16.
 
 - ``arenum``: ``CausalLMOracle(model).enumerable(max_len=L, eos=None).monte_carlo(n, head=False)``:
   every level's distinct prefixes in one ``batch_next_logprobs`` call per chunk; the oracle runs
@@ -14,7 +15,8 @@ so next-token distributions are peaked, as in ``tests/test_hf.py``), on the CPU,
 
 Reported: wall seconds of each (the best of ``--repeat`` alternated runs, one torch thread: the
 machine is shared), their ratio, and arenum's model seconds (inside the callback).
-Run: ``python benchmarks/bench_mc_hf.py`` (``--n 2000 --L 8``). Writes ``benchmarks/results/mc_hf.json``.
+Run: ``python benchmarks/bench_mc_hf.py`` (``--n 2000 --L 8 --device cpu --dtype float32``). Writes
+``benchmarks/results/mc_hf.json``.
 """
 from __future__ import annotations
 
@@ -49,7 +51,8 @@ def build(layers: int, width: int, vocab: int, std: float, seed: int = 0) -> tor
 
 @torch.no_grad()
 def bare_generation(model: torch.nn.Module, rows_per_level: list[int], bos: int, seed: int = 0) -> float:
-    """Generation-style draws with ``rows_per_level[d]`` rows at level ``d`` (parents chosen at random)."""
+    """Generation-style draws with ``rows_per_level[d]`` rows at level ``d`` (parents chosen at random),
+    on the model's device and in its dtype (the clock stops after the device has finished)."""
     from transformers import DynamicCache
 
     import inspect
@@ -60,22 +63,31 @@ def bare_generation(model: torch.nn.Module, rows_per_level: list[int], bos: int,
         c = getattr(out, "cache", None) if kw == "cache" else None
         return c if c is not None else out.past_key_values
 
+    dev = next(model.parameters()).device
     gen = torch.Generator().manual_seed(seed)
+    dgen = torch.Generator(device=dev).manual_seed(seed)
+    _sync(dev)
     t0 = time.perf_counter()
-    out = model(input_ids=torch.tensor([[bos]]), use_cache=True, **{kw: DynamicCache()})
+    out = model(input_ids=torch.tensor([[bos]], device=dev), use_cache=True, **{kw: DynamicCache()})
     cache = returned(out)
     logits = out.logits[:, -1]
     for m in rows_per_level:
-        parent = torch.randint(0, logits.shape[0], (m,), generator=gen)
+        parent = torch.randint(0, logits.shape[0], (m,), generator=gen).to(dev)
         lp = torch.log_softmax(logits.double()[parent], -1)
-        tok = torch.multinomial(lp.exp(), 1, generator=gen)
+        tok = torch.multinomial(lp.exp(), 1, generator=dgen)
         for layer in cache.layers:
             layer.keys = layer.keys.index_select(0, parent)
             layer.values = layer.values.index_select(0, parent)
         out = model(input_ids=tok, use_cache=True, **{kw: cache})
         cache = returned(out)
         logits = out.logits[:, -1]
+    _sync(dev)
     return time.perf_counter() - t0
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
 
 
 def main() -> None:
@@ -88,13 +100,19 @@ def main() -> None:
     ap.add_argument("--std", type=float, default=0.15)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: stable timings on a shared machine)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (both paths run there)")
+    ap.add_argument("--dtype", default="float32", help="float32 or bfloat16 (the weights of both paths)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "mc_hf.json"))
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    model = build(a.layers, a.width, a.vocab, a.std)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}.get(a.dtype)
+    if dtype is None:
+        ap.error(f"--dtype {a.dtype!r}: use float32 or bfloat16")
+    model = build(a.layers, a.width, a.vocab, a.std).to(device=a.device, dtype=dtype)
     arenum_runs, bare_runs = [], []
     for _ in range(a.repeat):  # alternated, best of each: the machine is shared
-        oracle = CausalLMOracle(model, eos=None, kv_cache_bytes=1 << 30, forward_batch_size=4096)
+        oracle = CausalLMOracle(model, eos=None, kv_cache_bytes=1 << 30, forward_batch_size=4096,
+                                device=a.device, dtype=dtype)
         enum = oracle.enumerable(max_len=a.L, eos=None, batch_size=4096)
         t0 = time.perf_counter()
         est = enum.monte_carlo(a.n, head=False, seed=0)
@@ -110,8 +128,9 @@ def main() -> None:
     fwd = est.samples.forwards
     row = {"n": a.n, "L": a.L, "forwards": fwd, "rows_per_level": per_level, "arenum_s": arenum_s,
            "model_s": st["model_seconds"], "parse_s": st["parse_seconds"], "bare_s": bare_s,
-           "ratio": arenum_s / bare_s, "torch_threads": torch.get_num_threads(), "machine": platform.platform()}
-    print(f"{a.n} draws of {a.L} tokens, GPT-2 {a.layers}x{a.width}, V={a.vocab}, CPU float32")
+           "ratio": arenum_s / bare_s, "torch_threads": torch.get_num_threads(), "machine": platform.platform(),
+           "device": a.device, "dtype": a.dtype}
+    print(f"{a.n} draws of {a.L} tokens, GPT-2 {a.layers}x{a.width}, V={a.vocab}, {a.device} {a.dtype}")
     print(f"rows per level: {per_level}")
     print(f"{'path':<10} {'seconds':>9}")
     print(f"{'arenum':<10} {arenum_s:>9.3f}  (model callback {st['model_seconds']:.3f}, parse {st['parse_seconds']:.3f})")

@@ -381,6 +381,8 @@ class StepOracle:
         chunks when available; cached tables are reused but, unless ``remember``, nothing is added
         to the cache (Monte Carlo draws visit each prefix about once). ``known``: whole tables the
         caller already holds (row index -> ``(ids, lps)``, e.g. the prefix tree's), used as cached.
+        Read the rows before the next call to this oracle: a dense batch answered in one call comes
+        back as it was parsed (the model's own array, or a work buffer the next call reuses).
         """
         m = len(prefixes)
         hit = [self._cache.get(p) for p in prefixes] if self._cache else [None] * m
@@ -398,6 +400,9 @@ class StepOracle:
             self.stats.forwards += len(chunk)
             if (isinstance(res, tuple) and len(todo) == m and (a == 0 or dense is not None)
                     and (ids_all is None or np.array_equal(ids_all, res[1]))):
+                if len(chunk) == m and not remember:  # the whole request in one call: its rows as they are
+                    dense, ids_all = res
+                    continue
                 if dense is None:
                     dense, ids_all = np.empty((m, res[0].shape[1])), res[1]
                 dense[a : a + len(chunk)] = res[0]  # todo is every row, in order
