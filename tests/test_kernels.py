@@ -237,3 +237,47 @@ def test_env_forces_numpy_in_a_fresh_process():
     env = dict(os.environ, **{kernels.ENV: "numpy"})
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "numpy"
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_quantized_cumsum_is_numpys_bit_for_bit(seed):
+    from arenum.draws import K_BITS, quantize_rows, quantized_cumsum
+
+    rng = np.random.default_rng(seed)
+    m, V = int(rng.integers(1, 40)), int(rng.choice([1, 2, 7, 300, 2001]))
+    p = rng.dirichlet(np.full(V, float(rng.choice([0.01, 0.3, 5.0]))), size=m) * float(rng.choice([1.0, 1e-300, 7.5]))
+    p[rng.random((m, V)) < 0.1] = 0.0
+    p[:, 0] += 1e-300  # every row keeps a positive entry
+    if V > 2:
+        p[0, 1] = p[0, 2] = p[0].max() * 2  # tied largest widths: the first takes the excess
+    want = np.cumsum(quantize_rows(p), axis=1)
+    got = quantized_cumsum(p)
+    assert np.array_equal(got, want)
+    assert np.all(got[:, -1] == 2.0**K_BITS)  # rows of total 1e-300 included (no overflow)
+    widths = np.diff(got, axis=1, prepend=0.0)
+    assert np.all(widths >= 0) and np.all((widths > 0) | (p == 0))
+    kernels.set_backend("numpy")
+    assert np.array_equal(quantized_cumsum(p), want)
+
+
+def test_quantized_cumsum_refuses_an_empty_row():
+    from arenum.draws import quantized_cumsum
+
+    with pytest.raises(ValueError, match="no entry of positive weight"):
+        quantized_cumsum(np.array([[0.5, 0.5], [0.0, 0.0]]))
+
+
+def test_draws_identical_on_both_backends():
+    from arenum import AutoregressiveEnumerable
+    from arenum.testing import RandomModel
+
+    m = RandomModel(300, seed=3, peak=2.0, eos=0, eos_boost=20.0, form="dense")
+    out = {}
+    for b in ("numba", "numpy"):
+        kernels.set_backend(b)
+        ar = AutoregressiveEnumerable(m, batch_next_logprobs=lambda ps: np.stack([m.logprobs(p) for p in ps]),
+                                      eos=0, max_len=5, batch_size=97)
+        s = ar.monte_carlo(3000, head=False, seed=11).samples
+        out[b] = (s.score, s.log_q, s.length, s.keys)
+    for x, y in zip(out["numba"], out["numpy"]):
+        assert np.array_equal(x, y)

@@ -139,3 +139,64 @@ def exp_values(x, out):
     """``out[j]`` = the kernels' ``exp(x[j])`` (for the tests)."""
     for j in range(x.shape[0]):
         out[j] = _exp(x[j])
+
+
+@njit(**_OPTS)
+def _scaled_ceil(p, sc, tot, one, out):
+    """``out[j] = ceil(p[j] * sc)`` (``ceil((p[j] / tot) * one)`` when ``sc`` overflowed), as
+    :func:`arenum.draws.quantize_rows` computes them: no fast-math."""
+    if sc == math.inf:
+        for j in range(p.shape[0]):
+            out[j] = math.ceil((p[j] / tot) * one)
+    else:
+        for j in range(p.shape[0]):
+            out[j] = math.ceil(p[j] * sc)
+
+
+@njit(fastmath={"reassoc", "nnan"}, **_OPTS)
+def _sum_max(x):
+    """Sum and max of integer-valued floats whose sum is below 2**53: exact in any order."""
+    s = 0.0
+    mx = 0.0
+    for j in range(x.shape[0]):
+        v = x[j]
+        s += v
+        mx = max(mx, v)
+    return s, mx
+
+
+@njit(**_OPTS)
+def quantized_cum(p, tot, one, cum):
+    """``cum[i]``: the running sums of row ``i``'s integer widths, ``ceil(p * (one / tot[i]))`` with
+    the excess over ``one`` taken from the row's first largest width: exactly
+    ``np.cumsum(draws.quantize_rows(p), axis=1)`` (the widths and their sums are integers below
+    2**53: exact in any order, so the sums run as four interleaved chains)."""
+    m, V = p.shape
+    q = (V + 3) // 4
+    for i in range(m):
+        row = cum[i]
+        _scaled_ceil(p[i], one / tot[i], tot[i], one, row)
+        s, mx = _sum_max(row)
+        for j in range(V):  # the first largest width takes the excess
+            if row[j] == mx:
+                row[j] -= s - one
+                break
+        a0 = a1 = a2 = a3 = 0.0  # running sums of the four quarters, side by side
+        for k in range(q):
+            a0 += row[k]
+            row[k] = a0
+            if q + k < V:
+                a1 += row[q + k]
+                row[q + k] = a1
+            if 2 * q + k < V:
+                a2 += row[2 * q + k]
+                row[2 * q + k] = a2
+            if 3 * q + k < V:
+                a3 += row[3 * q + k]
+                row[3 * q + k] = a3
+        for j in range(q, min(V, 2 * q)):  # each quarter offset by the quarters before it
+            row[j] += a0
+        for j in range(2 * q, min(V, 3 * q)):
+            row[j] += a0 + a1
+        for j in range(3 * q, V):
+            row[j] += a0 + a1 + a2

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import kernels
 from .finite_state import FiniteStateTables
 
-__all__ = ["K_BITS", "quantize_rows", "log_width", "row_search", "scan_search", "guide_tables", "guide_search", "uniform_ints", "mix_keys",
+__all__ = ["K_BITS", "quantize_rows", "quantized_cumsum", "log_width", "row_search", "scan_search", "guide_tables", "guide_search", "uniform_ints", "mix_keys",
            "FiniteStateSampler", "walk_finite_state"]
 
 K_BITS = 52
@@ -49,7 +50,8 @@ def quantize_rows(p: np.ndarray) -> np.ndarray:
 
     Widths are rounded up (zero weights get width 0, positive ones width ``>= 1``); the excess
     (at most about ``V``) is taken from the largest entry of the row. A row of zero total weight is
-    refused (``ValueError``).
+    refused (``ValueError``); a row whose total is below ``2**52 / DBL_MAX`` (about ``2.5e-256``)
+    is scaled by its shares ``p / total`` (``2**52 / total`` would overflow).
 
     >>> w = quantize_rows(np.array([[0.5, 0.25, 0.25, 0.0], [1e-30, 1.0, 0.0, 0.0]]))
     >>> [int(x) for x in w.sum(axis=1)] == [2**52, 2**52], [int(x) for x in w[1]]
@@ -58,11 +60,34 @@ def quantize_rows(p: np.ndarray) -> np.ndarray:
     tot = p.sum(axis=1)
     if not (tot > 0).all():
         raise ValueError("a step has no entry of positive weight")
-    w = p * (_ONE / tot)[:, None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        sc = _ONE / tot
+        w = p * sc[:, None]
+    tiny = np.flatnonzero(sc == math.inf)  # a total below 2**52 / DBL_MAX: scale the shares instead
+    if tiny.size:
+        w[tiny] = (p[tiny] / tot[tiny, None]) * _ONE
     np.ceil(w, out=w)
     top = np.argmax(w, axis=1)
     w[np.arange(w.shape[0]), top] -= w.sum(axis=1) - _ONE
     return w
+
+
+def quantized_cumsum(p: np.ndarray) -> np.ndarray:
+    """``np.cumsum(quantize_rows(p), axis=1)``: each row's running sums of its integer widths (the
+    last one ``2**K_BITS``), what :func:`row_search` searches; the width of column ``j`` is
+    ``cum[j] - cum[j - 1]`` (exact: integers below ``2**53``). One fused pass per row when the
+    compiled kernels are in use (:mod:`arenum.kernels`), the same floats bit for bit.
+
+    >>> [int(x) for x in quantized_cumsum(np.array([[0.5, 0.25, 0.25, 0.0]]))[0]] == [2**51, 3 * 2**50, 2**52, 2**52]
+    True
+    """
+    tot = p.sum(axis=1)
+    if not (tot > 0).all():
+        raise ValueError("a step has no entry of positive weight")
+    cum = kernels.quantized_cum(p, tot, _ONE)
+    if cum is None:
+        cum = np.cumsum(quantize_rows(p), axis=1)
+    return cum
 
 
 def log_width(w: np.ndarray) -> np.ndarray:

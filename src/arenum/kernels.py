@@ -40,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["CHUNK", "EXP_REL_ERR", "MAX_V", "KernelUnavailable", "backend", "set_backend", "heads_sweep", "rows_sum",
-           "takes"]
+           "quantized_cum", "takes"]
 
 CHUNK = 1024
 """Entries summed in any order (vector lanes) before the chunk sums are added in order."""
@@ -124,7 +124,11 @@ def _build() -> dict[str, Callable]:
         raise RuntimeError("the row-sum kernel failed its self-check")
     out = np.empty(1)
     nk.exp_values(np.zeros(1), out)
-    return {"heads": nk.heads, "rows": nk.rows, "exp": nk.exp_values}
+    cum = np.empty((1, 2))
+    nk.quantized_cum(np.array([[1.0, 3.0]]), np.array([4.0]), 8.0, cum)
+    if cum.tolist() != [[2.0, 8.0]]:
+        raise RuntimeError("the quantization kernel failed its self-check")
+    return {"heads": nk.heads, "rows": nk.rows, "exp": nk.exp_values, "quantized_cum": nk.quantized_cum}
 
 
 def takes(arr: np.ndarray) -> bool:
@@ -213,6 +217,18 @@ def rows_sum(arr: np.ndarray) -> np.ndarray | None:
     s = np.empty(arr.shape[0])
     k["rows"](arr, s)
     return s
+
+
+def quantized_cum(p: np.ndarray, tot: np.ndarray, one: float) -> np.ndarray | None:
+    """``np.cumsum(quantize_rows(p), axis=1)`` of :mod:`arenum.draws` in one fused pass per row, bit
+    for bit (``tot = p.sum(axis=1)``, all ``> 0``, computed by the caller); ``None`` when the numpy
+    path must do it."""
+    k = _active()
+    if k is None or not takes(p):
+        return None
+    cum = np.empty(p.shape)
+    k["quantized_cum"](p, np.ascontiguousarray(tot, dtype=np.float64), float(one), cum)
+    return cum
 
 
 def kernel_exp(x: np.ndarray) -> np.ndarray:

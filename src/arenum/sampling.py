@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ._validate import exact_int
-from .draws import FiniteStateSampler, log_width, mix_keys, quantize_rows, row_search, uniform_ints, walk_finite_state
+from .draws import FiniteStateSampler, log_width, mix_keys, quantized_cumsum, row_search, uniform_ints, walk_finite_state
 from .results import BudgetExceeded
 from .support import Support
 
@@ -224,8 +224,7 @@ def draw_samples(
             child = None
             if use_head and (nodes >= 0).any():
                 child = _tail_weights(tree, H, head_T, d, nodes, lps, ids, w, eos_id, terminal_level)
-            wq = quantize_rows(w)
-            cum = np.cumsum(wq, axis=1).reshape(-1)
+            cum = quantized_cumsum(w).reshape(-1)  # running integer widths, row by row
             if order is None:
                 idx = slice(None)
                 base = pid * W
@@ -236,7 +235,10 @@ def draw_samples(
             g = base + row_search(cum, base, W, uniform_ints(rng, base.shape[0]))
             tok[idx] = ids.reshape(-1)[g] if ids.ndim == 2 else ids[g - base]
             lp[idx] = lps.reshape(-1)[g]
-            lq[idx] = log_width(wq.reshape(-1)[g])
+            wg = cum[g]
+            inner = g > base
+            wg[inner] -= cum[g[inner] - 1]  # the drawn entry's own width (exact integers)
+            lq[idx] = log_width(wg)
             if child is not None:
                 nxt_node[idx] = child.reshape(-1)[g]
             a = b
