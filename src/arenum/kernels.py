@@ -1,4 +1,5 @@
-"""Compiled kernels for the dense-row sweep (optional: ``pip install 'arenum[fast]'``, which adds numba).
+"""Compiled kernels for dense rows (optional: ``pip install 'arenum[fast]'``, which adds numba): the
+validation sweep of the step oracle, and the quantization of the Monte Carlo sampler.
 
 One pass over each row of a float64 ``(n, V)`` batch computes ``s[i] = sum(exp(row i))`` (the
 normalization check) and, for the heads, marks the entries ``>= floors[i]`` and writes their
@@ -24,6 +25,11 @@ reference formula. So ``s`` needs a proven error bound, not numpy's exact values
 So a row the kernel clears has a true ``|sum - 1|`` under ``1e-13 + 2.5e-13 + 1e-14``, well inside
 ``RENORM_TOL`` (``1e-12``): exactly the rows the reference formula would leave verbatim, and
 the heads, messages and values are the numpy path's bit for bit (tested).
+
+**Quantization.** :func:`quantized_cum` is :func:`arenum.draws.quantize_rows` then ``cumsum``, in
+one pass per row: the same products and ``ceil`` (no fast-math), and sums of integers below
+``2**53``, which are exact in any order. Its results are numpy's bit for bit (tested), so the
+draws do not depend on the backend.
 
 **Bad entries.** A NaN makes ``s`` NaN (it goes through ``P``); ``+inf`` makes it ``inf`` or NaN. An
 entry above 0 is not seen by ``s``: the heads cut catches it (floors are capped at 0, so it lands
