@@ -96,6 +96,9 @@ class _Interrupter:
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
 @pytest.mark.parametrize("term", [False, True])
+# an interrupt that lands inside a garbage-collector callback (hypothesis installs one) is swallowed
+# by Python itself and reported as unraisable; that trial then simply runs to the end
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_ctrl_c_during_builds_leaves_the_object_exact(term):
     V, L = (8, 4) if not term else (6, 5)
     m, bf = _setup(V, L, term, seed=11)
