@@ -62,9 +62,9 @@ _state: dict[str, Any] = {"choice": None, "kernels": None, "error": None}
 
 
 def set_backend(name: str | None) -> None:
-    """Choose the sweep: ``"numba"`` (raises :class:`KernelUnavailable`, an ``ImportError``, when the
-    kernels cannot be used), ``"numpy"``, or
-    ``None`` for the default (``$ARENUM_KERNELS``, else numba when installed)."""
+    """Choose for this process: ``"numba"``, the compiled kernels (raises :class:`KernelUnavailable`,
+    an ``ImportError``, when they cannot be used), ``"numpy"``, or ``None`` for the default
+    (``$ARENUM_KERNELS``, else numba when installed). Both give the same results bit for bit."""
     if name not in (None, "numba", "numpy", "auto"):
         raise ValueError(f"unknown kernel backend {name!r}: use 'numba', 'numpy' or None")
     if name == "numba":
@@ -73,7 +73,7 @@ def set_backend(name: str | None) -> None:
 
 
 def backend() -> str:
-    """``"numba"`` when the compiled sweep is in use, else ``"numpy"``."""
+    """``"numba"`` when the compiled kernels are in use, else ``"numpy"``."""
     return "numba" if _active() is not None else "numpy"
 
 
