@@ -31,7 +31,7 @@ exact sum, relatively: ``4.6e-13`` at this width, which with the fast check's ``
 inside ``RENORM_TOL`` (``1e-12``), so a row the check clears is still one the reference formula
 would leave verbatim. Wider rows use numpy's pairwise sum (error ``O(log V)`` ulps)."""
 _SORT_ENTRIES = 1 << 16  # rows are sorted in chunks of about this many (padded) keys
-_CUT_ENTRIES = 1 << 14  # candidates are cut and sorted in chunks of blocks of about this many
+_CUT_ENTRIES = 1 << 15  # candidates are cut and sorted in chunks of pieces of about this many
 _PAD = np.uint64(2**64 - 1)
 _SIGN = np.uint64(2**63)
 
@@ -111,7 +111,7 @@ def sorted_heads(flats: list[np.ndarray], vals: list[np.ndarray], V: int, floors
     i = m = 0
     while i < len(flats):
         j, k = i, 0
-        while j < len(flats) and (k == 0 or k + flats[j].shape[0] <= 32768):
+        while j < len(flats) and (k == 0 or k + flats[j].shape[0] <= _CUT_ENTRIES):
             k += flats[j].shape[0]
             j += 1
         f = flats[i] if j == i + 1 else np.concatenate(flats[i:j])
