@@ -57,9 +57,18 @@ def quantize_rows(p: np.ndarray) -> np.ndarray:
     >>> [int(x) for x in w.sum(axis=1)] == [2**52, 2**52], [int(x) for x in w[1]]
     (True, [1, 4503599627370495, 0, 0])
     """
+    return _widths(p, _totals(p))
+
+
+def _totals(p: np.ndarray) -> np.ndarray:
     tot = p.sum(axis=1)
     if not (tot > 0).all():
         raise ValueError("a step has no entry of positive weight")
+    return tot
+
+
+def _widths(p: np.ndarray, tot: np.ndarray) -> np.ndarray:
+    """:func:`quantize_rows` of rows whose totals ``tot`` are known."""
     with np.errstate(over="ignore", invalid="ignore"):
         sc = _ONE / tot
         w = p * sc[:, None]
@@ -81,12 +90,10 @@ def quantized_cumsum(p: np.ndarray) -> np.ndarray:
     >>> [int(x) for x in quantized_cumsum(np.array([[0.5, 0.25, 0.25, 0.0]]))[0]] == [2**51, 3 * 2**50, 2**52, 2**52]
     True
     """
-    tot = p.sum(axis=1)
-    if not (tot > 0).all():
-        raise ValueError("a step has no entry of positive weight")
+    tot = _totals(p)
     cum = kernels.quantized_cum(p, tot, _ONE)
     if cum is None:
-        cum = np.cumsum(quantize_rows(p), axis=1)
+        cum = np.cumsum(_widths(p, tot), axis=1)
     return cum
 
 
