@@ -176,6 +176,17 @@ def test_a_store_reopens_without_forwards_and_refuses_another_model(tmp_path):
         DistributedEnumerable(other, 2, backend="local", store=tmp_path / "s")
 
 
+@pytest.mark.parametrize("vocab", [[b"a", b"bb", b"\xff", b"<eos>"], ["a", "b", "c", "<eos>"]])
+def test_bytes_and_string_tokens_split_and_reopen(tmp_path, vocab):
+    fac = EnumerableFactory(vocab, seed=5, peak=1.0, eos=vocab[-1], eos_boost=2.0, options={"max_len": 4})
+    m = fac.make_model()
+    bf = brute_force(m.table, eos=m.eos, cap=4)
+    for _ in range(2):  # built, then reopened from the store (the plan read back from cluster.json)
+        with DistributedEnumerable(fac, 3, backend="local", store=tmp_path / "s") as dist:
+            assert dist.slice(0, len(bf)) == bf
+            assert all(isinstance(t, type(vocab[0])) for u in dist.plan.units for t in u)
+
+
 # ---------------------------------------------------------------------------------------- Ray
 @pytest.fixture(scope="session")
 def ray_session():

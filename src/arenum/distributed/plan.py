@@ -28,6 +28,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..store import decode_token, encode_token
+
 __all__ = ["ShardPlan", "plan_shards", "SPLIT_FACTOR", "MAX_SPLITS_PER_WORKER"]
 
 SPLIT_FACTOR = 4
@@ -37,8 +39,17 @@ MAX_SPLITS_PER_WORKER = 16
 
 
 def _tok(t: Any) -> Any:
-    """A JSON-safe token (numpy ints become ints)."""
+    """A token as the plan holds it (numpy ints become ints)."""
     return int(t) if isinstance(t, (np.integer, int)) and not isinstance(t, bool) else t
+
+
+def _enc(t: Any) -> Any:
+    """A token's JSON form (the store's: ``str``, ``bytes`` or ``int``); ``None`` stays ``None``."""
+    return None if t is None else encode_token(t)
+
+
+def _dec(x: Any) -> Any:
+    return None if x is None else decode_token(x)
 
 
 @dataclass
@@ -120,18 +131,20 @@ class ShardPlan:
     def to_json(self) -> str:
         return json.dumps({
             "workers": self.workers,
-            "units": [[[_tok(t) for t in u], w] for u, w in self.units.items()],
-            "tables": [[[_tok(t) for t in p], [_tok(t) for t in toks]] for p, toks in self.tables.items()],
-            "eos_owner": [[[_tok(t) for t in p], w] for p, w in self.eos_owner.items()],
-            "eos": _tok(self.eos), "mass": self.mass,
+            "units": [[[_enc(t) for t in u], w] for u, w in self.units.items()],
+            "tables": [[[_enc(t) for t in p], [_enc(t) for t in toks]] for p, toks in self.tables.items()],
+            "eos_owner": [[[_enc(t) for t in p], w] for p, w in self.eos_owner.items()],
+            "eos": _enc(self.eos), "mass": self.mass,
         }, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "ShardPlan":
         d = json.loads(text)
-        return cls(workers=int(d["workers"]), units={tuple(u): int(w) for u, w in d["units"]},
-                   tables={tuple(p): list(t) for p, t in d["tables"]},
-                   eos_owner={tuple(p): int(w) for p, w in d["eos_owner"]}, eos=d["eos"], mass=list(d["mass"]))
+        def seq(xs: list) -> tuple:
+            return tuple(_dec(x) for x in xs)
+        return cls(workers=int(d["workers"]), units={seq(u): int(w) for u, w in d["units"]},
+                   tables={seq(p): list(seq(t)) for p, t in d["tables"]},
+                   eos_owner={seq(p): int(w) for p, w in d["eos_owner"]}, eos=_dec(d["eos"]), mass=list(d["mass"]))
 
     def digest(self) -> str:
         """A hash of the plan (part of each worker's store fingerprint)."""
