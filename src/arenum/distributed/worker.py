@@ -14,10 +14,12 @@ import math
 import os
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from .._io import atomic_write
 from ..index import ExactIndex
 from ..sampling import draw_samples
 from ..store import open_store, root_fingerprint
@@ -311,15 +313,6 @@ def _jsonable(t: Any) -> Any:
 
 
 def write_atomic(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Write ``text`` to ``path`` atomically (:func:`arenum._io.atomic_write`)."""
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
