@@ -156,10 +156,8 @@ def load_model(args: argparse.Namespace) -> Loaded:
 
 
 def _distributed(args: argparse.Namespace, m: Loaded, workers: int, store: str | None) -> Any:
-    try:
-        from ..distributed import DistributedEnumerable, ModelSpec
-    except ImportError as exc:
-        raise CLIError(f"--workers needs Ray: pip install 'arenum[ray]' ({exc})") from None
+    from ..distributed import DistributedEnumerable, ModelSpec  # Ray itself is imported by the workers' backend
+
     path = os.path.abspath(args.model[3:] if args.model.startswith("hf:") else args.model)
     if args.model.startswith("hf:"):
         spec = ModelSpec.hf(path, prompt=args.prompt, max_len=args.max_len, eos=args.eos,

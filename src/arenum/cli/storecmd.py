@@ -14,9 +14,8 @@ from .load import Loaded
 def cmd_build(args: argparse.Namespace, m: Loaded) -> Output:
     if not args.store:
         raise CLIError("build needs --store DIR (the folder that keeps the index)")
-    st = m.enum.store
     before, t0 = m.forwards(), time.perf_counter()
-    saved = st.forwards if st is not None else int(m.enum.stats.get("store_forwards", 0))  # workers: theirs
+    saved = int(m.enum.stats.get("store_forwards", 0))  # one process's store, or the workers' summed
     lp = float(m.enum.threshold(args.budget))
     stats = m.enum.stats
     doc = {"command": "build", "store": args.store, "budget": args.budget, "threshold_log_prob": lp,

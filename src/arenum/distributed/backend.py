@@ -74,7 +74,7 @@ class RayBackend:
         except ImportError:
             raise ImportError("workers on Ray need the ray package: pip install 'arenum[ray]'") from None
         self.ray = ray
-        self.started_ray = start_ray(address)
+        start_ray(address)
         actor = ray.remote(ShardWorker).options(max_restarts=-1, max_task_retries=-1, num_cpus=num_cpus,
                                                 num_gpus=num_gpus)
         self.actors = [actor.remote(factory, j, stores[j], fingerprint) for j in range(n)]

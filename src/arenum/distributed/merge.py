@@ -390,9 +390,3 @@ class DistributedSeek(SeekIndex):
 
     def _seq(self, idx: Any, P: Any) -> list[tuple]:
         return [self._decode(s) for s in idx.sequences(list(P))]
-
-    def dropped_bound(self, T: float) -> int:
-        return 0
-
-    def dropped_mass(self, T: float) -> float:
-        return 0.0
