@@ -195,3 +195,12 @@ def test_windows_from_value_ranges():
     v[:5] = [2.0, 1e-7, 0.0, 5e-324, 1.0]  # outside their windows
     acc.add(v, g)
     assert acc.units().tolist() == [_ref(v[g == k]) for k in range(4)]
+
+
+def test_a_chunk_of_huge_values_that_overflows_a_float_sum_is_summed_exactly():
+    x = 1.5 * 2.0**999  # below the old 2**1000 cut: 2**25 of them overflow a float sum (256 MB here)
+    n = 1 << 25
+    assert n <= xs._CHUNK  # one chunk: the retry used to recurse on that same chunk without end
+    v = np.full(n, x)
+    v[7] = 2.0**1023
+    assert exact_sum(v) == float_units(x) * (n - 1) + float_units(2.0**1023)

@@ -45,8 +45,10 @@ _STEP = 1 << 16
 """Values processed at a time (temporaries stay in cache)."""
 _NE = 2048
 _HI_MASK = np.int64(~((1 << 27) - 1))  # keeps sign, exponent and the top 25 fraction bits
-_BIG = 2.0**1000
-"""Bins of values at least this large could overflow a float sum; such values are summed scaled."""
+_BIG_EXP = 997
+_BIG = 2.0**_BIG_EXP
+"""Bins of values at least this large could overflow a float sum; such values are summed scaled
+(below it, no block of ``_STEP`` values can overflow, so the retry always ends)."""
 
 
 def values(x: np.ndarray) -> np.ndarray:
@@ -110,24 +112,25 @@ def exact_sum(v: np.ndarray) -> int:
         b = min(n, a + _CHUNK)
         H = np.zeros(_NE)
         L = np.zeros(_NE)
-        for s in range(a, b, _STEP):
-            c = v[s : min(b, s + _STEP)]
-            E, hi, lo = _parts(c)
-            try:
-                H += np.bincount(E, hi, _NE)
-                L += np.bincount(E, lo, _NE)
-            except ValueError:  # a negative exponent key: the sign bit is set
-                if not (c >= 0).all():
-                    raise _bad(c) from None
-                E, hi, lo = _parts(c + 0.0)  # only -0.0: make it +0.0
-                H += np.bincount(E, hi, _NE)
-                L += np.bincount(E, lo, _NE)
+        with np.errstate(over="ignore"):  # a bin that overflows is caught below and summed scaled
+            for s in range(a, b, _STEP):
+                c = v[s : min(b, s + _STEP)]
+                E, hi, lo = _parts(c)
+                try:
+                    H += np.bincount(E, hi, _NE)
+                    L += np.bincount(E, lo, _NE)
+                except ValueError:  # a negative exponent key: the sign bit is set
+                    if not (c >= 0).all():
+                        raise _bad(c) from None
+                    E, hi, lo = _parts(c + 0.0)  # only -0.0: make it +0.0
+                    H += np.bincount(E, hi, _NE)
+                    L += np.bincount(E, lo, _NE)
         if H[-1] != 0 or L[-1] != 0:  # E == 2047: inf or nan
             raise _bad(v[a:b])
         if not (np.isfinite(H).all() and np.isfinite(L).all()):  # a bin of huge values overflowed
             c = v[a:b]
             big = c >= _BIG
-            tot += exact_sum(c[~big]) + (exact_sum(c[big] / _BIG) << 1000)
+            tot += exact_sum(c[~big]) + (exact_sum(c[big] / _BIG) << _BIG_EXP)
             continue
         tot += _bin_units(H, L, Eall)
     return tot
