@@ -572,11 +572,11 @@ class ExactIndex:
         exact sum of the items' ``fl(exp(score))``, correctly rounded, widened by the bracket of
         ``exp``'s own rounding."""
         S, n = self._mass_side(t, "right")
-        return _bracket(to_float(S), n)
+        return mass_bracket(to_float(S), n)
 
     def total_mass(self) -> MassBracket:
         """Bracket on the mass of all items; also before the buckets are built (one pass over them)."""
-        return _bracket(to_float(self.total_mass_units()), self.N)
+        return mass_bracket(to_float(self.total_mass_units()), self.N)
 
     def nucleus(self, p: float) -> tuple[int, int] | None:
         """``(k_lo, k_hi)``: the smallest ``k`` whose top-``k`` mass is ``>= p`` lies in it.
@@ -635,11 +635,7 @@ class ExactIndex:
         assert np.array_equal(np.sort(np.concatenate(seen)), pos)
 
 
-def _bracket(m: float, n: int) -> MassBracket:
-    e = (n + 8) * _U * m
-    return MassBracket(max(0.0, m - e), m + e)
-
-
 def mass_bracket(m: float, n: int) -> MassBracket:
     """The bracket of a mass ``m`` summed over ``n`` items (float rounding of their values)."""
-    return _bracket(m, n)
+    e = (n + 8) * _U * m
+    return MassBracket(max(0.0, m - e), m + e)
