@@ -105,8 +105,10 @@ class MergedTree:
 
     def deepen(self, T: float, keep: float | None = None, max_prefixes: int | None = None,
                max_bytes: int | None = None) -> None:
-        """Deepen every worker to ``T`` in parallel. Each worker's caps leave the others' use: the
-        sums stay within the caps. A failure anywhere raises after every worker has stopped."""
+        """Deepen every worker to ``T`` in parallel. Each worker's cap is the total cap minus the
+        others' use before this round; as the workers grow together, the sum may pass a cap by what
+        the others add in the same round (``BudgetExceeded`` is still raised, by the worker that
+        reaches its own cap). A failure anywhere raises after every worker has stopped."""
         sums = self.summaries
         fetched = [s["fetched"] for s in sums]
         mem = [s["memory"] for s in sums]
