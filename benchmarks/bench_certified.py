@@ -43,7 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from arenum.certified import CertifiedCounter  # noqa: E402
+from arenum.beyond.certified import CertifiedCounter  # noqa: E402
 from arenum.models import NGramModel  # noqa: E402
 
 LN2 = math.log(2.0)

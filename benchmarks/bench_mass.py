@@ -66,7 +66,7 @@ def run_one(exp: int, seed: int = 0) -> dict:
     t_plain = clock() - a
     t_exact = None
     try:
-        from arenum.exactsum import exact_sum, values
+        from arenum.exact.exactsum import exact_sum, values
 
         a = clock()
         exact_sum(values(x))

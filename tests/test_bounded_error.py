@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from arenum import AutoregressiveEnumerable, Quantizer
-from arenum.quantize import logit_error_bucket_slack
-from arenum.tables import NORM_TOL
+from arenum.exact.quantize import logit_error_bucket_slack
+from arenum.step.tables import NORM_TOL
 from arenum.testing import RandomModel, brute_force
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from arenum import BudgetExceeded
-from arenum.evaluate import GuessCurve, guessing_curve
+from arenum.report.curves import GuessCurve, guessing_curve
 from arenum.models import NGramModel
 from arenum.models.ngram.fit import parse_weighted_line
 
@@ -326,7 +326,7 @@ def test_progress_shows_target_budget_and_eta():
 def test_position_floor_is_a_lower_bound(term, seed):
     """Whatever the tree has seen, position_floor(n) never exceeds the forwards n positions really need."""
     from arenum import AutoregressiveEnumerable
-    from arenum.budget import position_floor
+    from arenum.exact.budget import position_floor
     from arenum.testing import RandomModel
 
     m = RandomModel(5, seed=seed, eos=0 if term else None, eos_boost=1.5)
@@ -373,7 +373,7 @@ def test_cli_budget_errors_name_both_options(model_path):
 
 # ------------------------------------------------------------------ 9. plot: marks
 def test_plot_labels_never_overprint(tmp_path):
-    from arenum import plot
+    from arenum.report import plot
 
     m = NGramModel.fit(CORPUS, order=2)
     e = m.enumerable(max_len=6)

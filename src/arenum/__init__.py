@@ -5,16 +5,14 @@
 >>> ar.count(math.log(0.09)), ar.unrank(1)[0], round(ar.unrank(1)[1], 6)
 (3, (0, 1), -2.407946)
 """
-from .count_index import CountHistogram, CountIndex, autoregressive_count_index
+from .exact import CountHistogram, CountIndex, autoregressive_count_index, Quantizer, Limits, SeekIndex
 from .enumerable import AutoregressiveEnumerable, count_budget_index
-from .estimate import MonteCarloEstimator
-from .oracle import OracleStats
-from .quantize import Quantizer
+from .beyond import MonteCarloEstimator
+from .step import OracleStats
 from .results import (
     BudgetExceeded, CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, RankBracket,
     SeekResult, SequenceList, SequenceResult, ThresholdResult,
 )
-from .seek import Limits, SeekIndex
 
 __version__ = "0.1.0"
 
@@ -48,15 +46,15 @@ __all__ = [
 
 def __getattr__(name: str):
     if name == "RescoredIndex":
-        from .rescore import RescoredIndex
+        from .beyond import RescoredIndex
 
         return RescoredIndex
     if name == "AREnvelopeIndex":
-        from .envelope import AREnvelopeIndex
+        from .beyond import AREnvelopeIndex
 
         return AREnvelopeIndex
     if name == "LatticeEnvelopeIndex":
-        from .lattice import LatticeEnvelopeIndex
+        from .beyond import LatticeEnvelopeIndex
 
         return LatticeEnvelopeIndex
     raise AttributeError(f"module 'arenum' has no attribute {name!r}")

@@ -7,7 +7,7 @@ into the result records of :mod:`arenum.results`, in one order of preference:
 2. a certified bracket where a cap forbids exactness: ``branch_cap`` (the sub-support is counted
    exactly and the skipped part bounded) or a resource cap with no estimator allowed
    (``method='bracket'``, ``lo <= true <= hi``); for a finite-state model past a resource cap, the
-   DP of :mod:`arenum.certified` (``method='certified'``, ``lo <= true <= hi`` at any depth, the
+   DP of :mod:`arenum.beyond.certified` (``method='certified'``, ``lo <= true <= hi`` at any depth, the
    exact head's count folded in), preferred to an estimate;
 3. a Monte Carlo estimate with its interval, when the caller allowed one (``exact_limit``): the
    ``estimator`` callback gives the estimator and the exact head it adds to.
@@ -21,13 +21,11 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from .certified import CertifiedCounter
-from .estimate import ExactHead, MonteCarloEstimator, mass_count_bound
-from .index import ExactIndex
+from .beyond import CertifiedCounter, ExactHead, MonteCarloEstimator, mass_count_bound
+from .exact import ExactIndex, SeekIndex
 from .results import (
     BudgetExceeded, CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, ThresholdResult,
 )
-from .seek import SeekIndex
 from .support import Support
 
 __all__ = ["Answers"]
@@ -41,7 +39,7 @@ class Answers:
 
     ``estimator``: ``None`` (no estimates: past a cap, brackets or :class:`BudgetExceeded`), or the
     callback giving the Monte Carlo estimator of the automatic regime. ``certified``: ``None``, or
-    the callback giving the :class:`~arenum.certified.CertifiedCounter` of a finite-state model (or
+    the callback giving the :class:`~arenum.beyond.certified.CertifiedCounter` of a finite-state model (or
     ``None`` when it has none); preferred to the estimator past a cap.
     """
 
@@ -267,7 +265,7 @@ class Answers:
 
     # ------------------------------------------------------------------ the exact head
     def exact_head(self) -> ExactHead | None:
-        """The exact index built so far as an :class:`~arenum.estimate.ExactHead`; ``None`` when
+        """The exact index built so far as an :class:`~arenum.beyond.estimate.ExactHead`; ``None`` when
         nothing is built or under ``branch_cap`` (a sub-support is not a head of the support)."""
         seek = self.seek
         if self._capped or seek.tree.built == math.inf:

@@ -12,8 +12,8 @@ exactness (``branch_cap``, the depth cap, ``max_prefixes``/``max_sequences``) th
 certified bracket that says so. Cost: one forward per live prefix at the budget the answer needs
 (a prefix is live at a budget of ``B`` bits when its own bits are ``<= B``), never per rank.
 
-Data flow: model -> :mod:`arenum.oracle` -> :mod:`arenum.tree` -> :mod:`arenum.index` ->
-:mod:`arenum.seek` -> this facade.
+Data flow: model -> :mod:`arenum.step.oracle` -> :mod:`arenum.exact.tree` -> :mod:`arenum.exact.index` ->
+:mod:`arenum.exact.seek` -> this facade.
 """
 from __future__ import annotations
 
@@ -26,26 +26,21 @@ from ._guard import locked
 from ._validate import CountMode, exact_int, finite_float, optional_exact_int
 from .answers import Answers
 from .bounded import BoundedAnswers
-from .best_first import best_first
-from .beyond import BeyondExact
-from .count_index import CountIndex, build_count_index
+from .exact import (
+    best_first, CountIndex, build_count_index, Quantizer, INDEX_BYTES_PER_SEQUENCE, Limits, SeekIndex, TreeStore,
+    open_store, PrefixTree,
+)
+from .beyond import (
+    BeyondExact, DEFAULT_RESOLUTION_BITS, CertifiedCounter, MonteCarloEstimator, FiniteStateSampler, ARSampler,
+)
 
-from .certified import DEFAULT_RESOLUTION_BITS, CertifiedCounter
-from .finite_state import FiniteStateTables
-from .oracle import NORM_TOL, StepOracle
-from .quantize import Quantizer
-from .estimate import MonteCarloEstimator
+from .step import FiniteStateTables, NORM_TOL, StepOracle
 from .results import (
     CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult, SequenceList,
     SequenceResult, ThresholdResult,
 )
-from .draws import FiniteStateSampler
-from .sampling import ARSampler
-from .seek import INDEX_BYTES_PER_SEQUENCE, Limits, SeekIndex
-from .store import TreeStore, open_store
 from .settings import Settings
 from .support import Support
-from .tree import PrefixTree
 
 __all__ = ["AutoregressiveEnumerable", "count_budget_index"]
 
@@ -105,7 +100,7 @@ class AutoregressiveEnumerable(BeyondExact):
     first estimate deepens the exact head as far as ``exact_limit`` allows, then draws
     ``estimate_samples`` sequences from the tail beyond it (seeded by ``estimate_seed``), once; every
     later estimate reuses them. See :meth:`monte_carlo` and ``docs/estimates.md``.
-    ``finite_state``: the model's :class:`arenum.finite_state.FiniteStateTables` (or a callable
+    ``finite_state``: the model's :class:`arenum.step.finite_state.FiniteStateTables` (or a callable
     returning them, called when first needed) for certified brackets past the exact budget
     (``docs/certified.md``); ``NGramModel.enumerable()`` passes its own.
 
@@ -189,7 +184,7 @@ class AutoregressiveEnumerable(BeyondExact):
         #: grid cell (bits) of the certified brackets the automatic regime gives past a cap
         self.certified_resolution_bits = DEFAULT_RESOLUTION_BITS
         self.store: TreeStore | None = open_store(store, self._tree, self.settings, fingerprint, store_readonly)
-        """The :class:`~arenum.store.TreeStore` keeping the tree on disk (``None``: memory only)."""
+        """The :class:`~arenum.exact.store.TreeStore` keeping the tree on disk (``None``: memory only)."""
 
     def _take_settings(self, cfg: Settings) -> None:
         """The public attributes of the spec, read from the validated settings, and empty caches."""

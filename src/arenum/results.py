@@ -3,7 +3,7 @@
 ``exact`` says whether the point value is the true value; ``method`` names how it was obtained:
 ``"exact"`` (full index at the needed budget), ``"bracket"`` (a certified bracket, e.g. a resource
 cap or ``branch_cap`` prevented exactness), ``"certified"`` (the finite-state DP's certified bracket
-at any depth, :mod:`arenum.certified`) or an estimator's name (Monte Carlo, envelope), which
+at any depth, :mod:`arenum.beyond.certified`) or an estimator's name (Monte Carlo, envelope), which
 then carries standard errors and a confidence interval.
 """
 from __future__ import annotations

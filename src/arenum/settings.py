@@ -2,7 +2,7 @@
 
 :meth:`Settings.validate` checks each argument at the boundary (a ``TypeError``/``ValueError``
 naming the parameter and the value) and derives the support's length cap and the caps on an exact
-build (:class:`~arenum.seek.Limits`). Nothing here calls the model.
+build (:class:`~arenum.exact.seek.Limits`). Nothing here calls the model.
 """
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ from typing import Any
 import numpy as np
 
 from ._validate import check_count_mode, exact_int, finite_float, optional_exact_int
-from .quantize import Quantizer
-from .seek import Limits, default_max_bytes
-from .tree import DEFAULT_TABLE_BYTES
+from .exact import Quantizer, Limits, default_max_bytes, DEFAULT_TABLE_BYTES
 
 __all__ = ["Settings"]
 

@@ -37,7 +37,7 @@ from typing import Sequence
 from .common import DEMO_MAX_FORWARDS, CLIError, budget_message, dumps, one_line, make_progress
 from .parser import build_parser
 from .load import load_model
-from .commands import Output
+from .common import Output
 from .demo import demo_model_path, fit_demo_model
 
 __all__ = ["main", "build_parser", "demo_model_path", "fit_demo_model", "make_progress"]

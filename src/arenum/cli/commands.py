@@ -4,10 +4,10 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .common import (
+    Output,
     LN2,
     CLIError,
     read_lines,
@@ -22,18 +22,6 @@ from .common import (
     one_line,
 )
 from .load import Loaded, score_strings, threshold_arg
-
-
-@dataclass
-class Output:
-    """What a command prints: a JSON document (or JSON lines) and the readable text."""
-
-    doc: Any
-    text: list[str]
-    json_lines: bool = False
-    errors: list[str] = field(default_factory=list)  # one ``arenum: error:`` line each on stderr
-    status: int = 0  # the exit status once printed: 1 when part of a batch failed
-    notes: list[str] = field(default_factory=list)  # one ``arenum: note:`` line each on stderr
 
 
 def _header(m: Loaded) -> dict:
@@ -365,7 +353,7 @@ def need_matplotlib() -> None:
 
 
 def marks(recs: list[dict]) -> list:
-    from ..plot import Mark
+    from ..report import Mark
 
     return [Mark(label=d["string"], log_prob=d["log_prob"], rank_lo=d["rank_lo"], rank_hi=d["rank_hi"],
                  cum_lo=d["cumulative_lo"], cum_hi=d["cumulative_hi"], method=d["guarantee"],
@@ -375,7 +363,7 @@ def marks(recs: list[dict]) -> list:
 def estimates(m: Loaded, exact: list, to_bits: float, samples: int, seed: int,
                warn: Callable[[str], None]) -> list | None:
     """Estimated counts at 25 thresholds from the end of the exact region down to ``to_bits``."""
-    from .. import plot
+    from ..report import plot
 
     if not plot.estimator_available(m.enum):
         return None
@@ -398,7 +386,7 @@ def plot_marks(m: Loaded, strings: Sequence[str], boundary: float, *, exact_mark
     one gets a Monte Carlo estimate with its interval from draws beyond the exact head (no deeper
     build), unless ``exact_marks``: then it is ranked exactly (deepening the build up to
     ``--max-forwards``) and the note says how deep that went."""
-    from .. import plot
+    from ..report import plot
 
     if not strings:
         return [], []
@@ -431,7 +419,7 @@ def plot_marks(m: Loaded, strings: Sequence[str], boundary: float, *, exact_mark
 def cmd_plot(args: argparse.Namespace, m: Loaded) -> Output:
     need_matplotlib()
     check_writable(args.out)
-    from .. import plot
+    from ..report import plot
 
     before, t0 = m.forwards(), time.perf_counter()
     try:

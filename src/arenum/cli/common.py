@@ -8,6 +8,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .._io import atomic_write
@@ -22,6 +23,18 @@ DEMO_STRINGS = ("123456", "dragon", "password1", "iloveyou2", "correcthorse")
 
 class CLIError(Exception):
     """A user-facing error: printed as ``arenum: error: <message>``, exit status 2."""
+
+
+@dataclass
+class Output:
+    """What a command prints: a JSON document (or JSON lines) and the readable text."""
+
+    doc: Any
+    text: list[str]
+    json_lines: bool = False
+    errors: list[str] = field(default_factory=list)  # one ``arenum: error:`` line each on stderr
+    status: int = 0  # the exit status once printed: 1 when part of a batch failed
+    notes: list[str] = field(default_factory=list)  # one ``arenum: note:`` line each on stderr
 
 
 # --------------------------------------------------------------------------------- input/output
@@ -292,7 +305,7 @@ def one_line(exc: BaseException) -> str:
 def budget_message(exc: BaseException) -> str:
     """A :class:`~arenum.BudgetExceeded` in one line, without the API's hint (the command line gives
     its own, naming its options)."""
-    from ..budget import BUDGET_HINT
+    from ..exact import BUDGET_HINT
 
     return one_line(exc).replace(f"; {BUDGET_HINT}", "")
 

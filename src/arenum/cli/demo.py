@@ -114,7 +114,7 @@ def cmd_demo(args: argparse.Namespace) -> Output:
         say(f"  ({', '.join(repr(d['string']) for d in far)}: an exact rank needs the index down to "
             f"{max(d['bits'] for d in far):.1f} bits, past the demo's cap: a certified bracket)")
     report["rank"] = recs
-    from .. import plot
+    from ..report import plot
 
     if far and plot.estimator_available(m.enum):
         ests, f, s = step("estimate", lambda: estimate_ranks(m, far))
@@ -165,7 +165,7 @@ def estimate_ranks(m: Loaded, recs: list[dict]) -> list[dict]:
 
 
 def _demo_plot(m: Loaded, recs: list[dict], out: str) -> tuple[list, list | None, int]:
-    from .. import plot
+    from ..report import plot
 
     deepest = max([d["guess_number"] for d in recs if d["exact"]], default=1)
     exact = plot.exact_curve(m.enum, max(50_000, deepest), 40)

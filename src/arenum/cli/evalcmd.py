@@ -1,6 +1,6 @@
 """``arenum eval MODEL TEST [MODEL ...]``: the guessing curve of a test set under one or more models.
 
-Every line of TEST (blank lines skipped) is ranked by :func:`arenum.evaluate.guessing_curve`: exact
+Every line of TEST (blank lines skipped) is ranked by :func:`arenum.report.curves.guessing_curve`: exact
 where ``--max-forwards`` allows, past it a certified bracket plus a Monte Carlo estimate (flagged),
 or the estimate ``--exact-limit`` asks for. Prints the fraction guessed at 10**k guesses, and
 writes the curve as a PNG (``-o``), CSV (``--csv``) and JSON (``--json``).
@@ -28,8 +28,9 @@ def _fmt_g(g: float) -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> "object":
-    from .. import evaluate
-    from .commands import Output, need_matplotlib
+    from ..report import draw_guessing_curves, guessing_curve
+    from .commands import need_matplotlib
+    from .common import Output
 
     specs = [args.model] + list(args.more)
     test = args.test
@@ -59,7 +60,7 @@ def cmd_eval(args: argparse.Namespace) -> "object":
                 except CLIError as exc:
                     seqs.append(None)
                     errs.append(str(exc))
-            curves.append(evaluate.guessing_curve(m.enum, seqs, labels=lines, name=spec, errors=errs,
+            curves.append(guessing_curve(m.enum, seqs, labels=lines, name=spec, errors=errs,
                                                   samples=args.samples, seed=args.seed))
         finally:
             if bar is not None:
@@ -68,9 +69,9 @@ def cmd_eval(args: argparse.Namespace) -> "object":
     secs = time.perf_counter() - t0
     size = None
     if args.out is not None:
-        from .. import plot
+        from ..report import plot
 
-        fig = evaluate.draw_guessing_curves(curves, max_guesses=args.max_guesses,
+        fig = draw_guessing_curves(curves, max_guesses=args.max_guesses,
                                             title=f"arenum eval: {test} ({len(lines):,} lines)")
         size = plot.save_png(fig, args.out)
     if args.csv is not None:

@@ -7,7 +7,7 @@ import os
 import time
 
 from .common import LN2, CLIError, kv
-from .commands import Output
+from .common import Output
 from .load import Loaded
 
 
@@ -32,7 +32,7 @@ def cmd_build(args: argparse.Namespace, m: Loaded) -> Output:
 
 
 def cmd_info(args: argparse.Namespace) -> Output:
-    from ..store import describe_store
+    from ..exact import describe_store
 
     if os.path.exists(os.path.join(args.store_dir, "cluster.json")):  # --workers: one store per worker
         return _cluster_info(args.store_dir, describe_store)

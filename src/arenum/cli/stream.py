@@ -55,7 +55,7 @@ def cmd_guesses(args: argparse.Namespace, m: Loaded) -> Any:
     hashing those bytes could never match it); the count is reported on stderr at the end."""
     import codecs
 
-    from .commands import Output
+    from .common import Output
 
     try:
         enc = codecs.lookup(args.encoding).name

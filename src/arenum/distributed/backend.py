@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Any, Callable
 
-from ..store import StoreError
+from ..exact import StoreError
 from .worker import ShardWorker
 
 __all__ = ["LocalBackend", "RayBackend", "WorkerError", "start_ray"]

@@ -20,10 +20,8 @@ import numpy as np
 
 from .._validate import exact_int, finite_float, optional_exact_int
 from ..enumerable import AutoregressiveEnumerable
-from ..estimate import INTERVALS, Interval, MonteCarloEstimator
-from ..sampling import SampleSet
-from ..seek import INDEX_BYTES_PER_SEQUENCE, SeekIndex
-from ..store import StoreError
+from ..beyond import INTERVALS, Interval, MonteCarloEstimator, SampleSet
+from ..exact import INDEX_BYTES_PER_SEQUENCE, SeekIndex, StoreError
 from .backend import LocalBackend, RayBackend, start_ray
 from .merge import DistributedSeek, MergedTree
 from .plan import ShardPlan, plan_shards

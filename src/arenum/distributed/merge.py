@@ -1,11 +1,11 @@
 """The coordinator's view of a distributed enumeration: the workers' trees and indexes as one.
 
-:class:`MergedTree` stands where :class:`~arenum.seek.SeekIndex` expects a prefix tree: its steering
+:class:`MergedTree` stands where :class:`~arenum.exact.seek.SeekIndex` expects a prefix tree: its steering
 histograms are the sums of the workers' (so budgets are chosen exactly as for one tree), and
 ``deepen`` deepens every worker to the same threshold, in parallel. :class:`MergedIndex` stands where
-an :class:`~arenum.index.ExactIndex` is expected, for every item with score ``>= T`` over all workers:
+an :class:`~arenum.exact.index.ExactIndex` is expected, for every item with score ``>= T`` over all workers:
 
-- counts and masses add (masses are exact sums, :mod:`arenum.exactsum`, so they are the same floats
+- counts and masses add (masses are exact sums, :mod:`arenum.exact.exactsum`, so they are the same floats
   as one process's);
 - a position ``i`` is found by selection on the score: every worker sends scores sampled evenly from
   the part of its order still in question, every worker counts at those scores, and the window
@@ -26,12 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from ..exactsum import float_units, to_float, values
-from ..index import mass_bracket
+from ..exact import float_units, to_float, values, mass_bracket, SeekIndex, LN2, HIST_BINS_PER_BIT, PrefixTree
 from ..results import MassBracket
-from ..seek import SeekIndex
-from ..quantize import LN2
-from ..tree import HIST_BINS_PER_BIT, PrefixTree
 from .plan import ShardPlan
 
 __all__ = ["MergedTree", "MergedIndex", "DistributedSeek", "SAMPLES_PER_ROUND"]
@@ -206,7 +202,7 @@ class MergedIndex:
         return mass_bracket(to_float(units), self.N)
 
     def nucleus(self, p: float) -> tuple[int, int] | None:
-        """As :meth:`arenum.index.ExactIndex.nucleus`: for each target, the smallest ``k`` whose exact
+        """As :meth:`arenum.exact.index.ExactIndex.nucleus`: for each target, the smallest ``k`` whose exact
         top-``k`` mass reaches it, placed by the score level where the exact mass crosses it."""
         total = sum(self.backend.map("total_mass", [(self.T,)] * self.backend.n))
         n = max(self.N, 1)
@@ -384,7 +380,7 @@ def _select_in_window(got: list[tuple[int, list[float], int]], goal: int) -> tup
 
 
 class DistributedSeek(SeekIndex):
-    """:class:`~arenum.seek.SeekIndex` over a :class:`MergedTree`: the same budget steering, on the
+    """:class:`~arenum.exact.seek.SeekIndex` over a :class:`MergedTree`: the same budget steering, on the
     merged histograms, with :class:`MergedIndex` for indexes."""
 
     def _make_index(self, T: float) -> MergedIndex:  # type: ignore[override]

@@ -1,9 +1,9 @@
 """One worker of a distributed enumeration: its model replica, its part of the tree, its index.
 
 :class:`ShardWorker` is plain Python (the Ray backend wraps it in an actor; the local backend calls
-it in-process). It builds the model from a factory, owns a :class:`~arenum.tree.PrefixTree` whose
+it in-process). It builds the model from a factory, owns a :class:`~arenum.exact.tree.PrefixTree` whose
 interior tables are cut to what the :class:`~arenum.distributed.plan.ShardPlan` gives this worker
-(:class:`ShardOracle`), keeps it in a :class:`~arenum.store.TreeStore` when given a folder (a restarted
+(:class:`ShardOracle`), keeps it in a :class:`~arenum.exact.store.TreeStore` when given a folder (a restarted
 worker resumes from it, with no saved forward paid again), and answers the coordinator's questions
 about its own items: counts, masses, samples of scores, tie groups and items by local position.
 Every method takes and returns plain values (numbers, lists, small arrays), cheap to send.
@@ -20,11 +20,9 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from .._io import atomic_write
-from ..index import ExactIndex
-from ..sampling import draw_samples
-from ..store import open_store, root_fingerprint
-from ..tables import Heads
-from ..tree import PrefixTree
+from ..exact import ExactIndex, open_store, root_fingerprint, PrefixTree
+from ..beyond import draw_samples
+from ..step import Heads
 from .plan import ShardPlan
 
 __all__ = ["ShardOracle", "ShardWorker", "PLAN_FILE"]
@@ -36,7 +34,7 @@ _KEEP_INDEXES = 3  # indexes kept per worker (at the thresholds asked last)
 class ShardOracle:
     """A step oracle whose interior tables hold only this worker's entries (whole, never cut).
 
-    Everything but :meth:`fetch_heads` is the wrapped :class:`~arenum.oracle.StepOracle`'s.
+    Everything but :meth:`fetch_heads` is the wrapped :class:`~arenum.step.oracle.StepOracle`'s.
     """
 
     def __init__(self, inner: Any, plan: ShardPlan, worker: int) -> None:
@@ -218,7 +216,7 @@ class ShardWorker:
 
     def masses(self, T: float, ts: list[float]) -> list[tuple[int, int, int, int]]:
         """``(units >= t, units > t, count_ge(t), count_gt(t))`` for each ``t`` (exact masses in
-        ``arenum.exactsum`` units, with the counts a mass bracket needs)."""
+        ``arenum.exact.exactsum`` units, with the counts a mass bracket needs)."""
         idx = self._ready(T)
         return [(idx.mass_ge_units(t), idx.mass_gt_units(t), idx.count_ge(t), idx.count_gt(t)) for t in ts]
 
@@ -275,7 +273,7 @@ class ShardWorker:
     # ------------------------------------------------------------------ draws
     def draw(self, chunks: list[tuple[int, int | None]]) -> list[dict]:
         """Plain ancestral draws, one set per ``(n, seed)`` chunk (this worker's model replica; its
-        tree is not used): the arrays a :class:`~arenum.estimate.MonteCarloEstimator` needs."""
+        tree is not used): the arrays a :class:`~arenum.beyond.estimate.MonteCarloEstimator` needs."""
         out = []
         for n, seed in chunks:
             s = draw_samples(self.oracle, int(n), self.ar.support, seed=seed,

@@ -416,7 +416,7 @@ class CausalLMOracle:
         without ``max_len``) is past :attr:`max_positions`; a terminating enumeration with neither
         raises at the first prefix that would not fit.
         """
-        from arenum import AutoregressiveEnumerable
+        from ... import AutoregressiveEnumerable
 
         if isinstance(eos, str):
             if eos != "auto":

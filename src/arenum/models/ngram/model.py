@@ -335,7 +335,7 @@ class NGramModel:
         return float(self.score_sequences([self.encode(text_or_tokens, eos=eos)])[0])
 
     def finite_state(self) -> Any:
-        """The model's :class:`arenum.finite_state.FiniteStateTables` (computed once, cached).
+        """The model's :class:`arenum.step.finite_state.FiniteStateTables` (computed once, cached).
 
         A state is the longest suffix of the BOS-padded context observed in training (reachable
         states only); its row is bit-identical to :meth:`next_logprobs` of every prefix in it, for
@@ -359,7 +359,7 @@ class NGramModel:
             if max_len is None:
                 raise ValueError("max_len is required when terminating=False (fixed length)")
             eos = None
-        from arenum import AutoregressiveEnumerable
+        from ... import AutoregressiveEnumerable
 
         if kwargs.get("store") is not None and kwargs.get("fingerprint") is None:
             kwargs["fingerprint"] = self.fingerprint()

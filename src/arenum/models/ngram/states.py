@@ -1,4 +1,4 @@
-"""The finite-state tables of a fitted n-gram model (:class:`arenum.finite_state.FiniteStateTables`).
+"""The finite-state tables of a fitted n-gram model (:class:`arenum.step.finite_state.FiniteStateTables`).
 
 A prefix's state is the longest suffix of its BOS-padded context (its last ``order - 1`` tokens,
 BOS on the left when shorter) that was observed as a context in training: the ``(depth, id)``
@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from ...finite_state import FiniteStateTables
+from ...step import FiniteStateTables
 from .tables import CountTables
 
 __all__ = ["ngram_finite_state"]

@@ -1,0 +1,452 @@
+"""Certified brackets at any depth for finite-state models: a DP over (state, score cell).
+
+Same as brute force over the whole support, bracketed: for a model with
+:class:`~arenum.step.finite_state.FiniteStateTables`, :class:`CertifiedCounter` answers
+
+- ``count_bracket(t)``: ``lo <= #{x : s(x) >= t} <= hi``;
+- ``rank_bracket(s)``: ``lo <= #{x : s(x) > s} <= hi``;
+- ``threshold_bracket(k)``: ``t_lo <= (the k-th largest score) <= t_hi``;
+- ``mass_bracket(t)``: ``lo <= P(s(X) >= t) <= hi``,
+
+for every ``t`` and ``k``, at any depth, with zero model forwards (the tables are the model).
+
+How: every step's cost ``-log p`` (nats) is put on a grid of cell ``delta`` (a power of two, so
+``cost / delta`` is exact), rounded UP for the lower DP and DOWN for the upper DP.  ``N[K, s]`` is
+the number of completions from state ``s`` whose rounded cost is ``<= K`` cells (cumulative in K)::
+
+    N[K, s] = [end cost of s <= K] + sum_j N[K - c(s, j), next(s, j)]
+
+A completion whose rounded-up cost is ``<= K`` has true cost ``<= K delta``; one whose true cost is
+``<= K delta`` has rounded-down cost ``<= K``.  So ``N_lo[K] <= #{cost <= K delta} <= N_hi[K]``.
+The float64 score the engine sums left to right differs from the real sum of the same terms by at
+most ``gamma = (cap + 2) 2**-52`` relative; the query cells absorb it (``K_lo = floor(T/delta
+(1 - 3 gamma))``, ``K_hi = floor(T/delta (1 + 3 gamma))``).  The counts are float64: sums of
+integers below ``2**53`` are exact; a cell at or above ``2**53`` is scaled by ``1 -/+ (n + 8) 2**-53``
+(``n`` = terms summed into it) after it is summed, which covers its rounding, so the lower ends
+stay below and the upper ends above the truth at every depth (``docs/certified.md`` has the proof).
+
+Two sweeps, chosen per query (``mode`` in :attr:`CertifiedCounter.stats`):
+
+- ``unbounded`` (terminating supports): ``K`` ascending, one pass, no length dimension.  Work
+  ``O(E K)`` for ``E`` edges (state, token).  It counts completions of any length, so the upper
+  end is sound as is; the lower end is sound while ``K`` is below the cheapest (rounded-up) path
+  of ``cap`` tokens (a min-plus DP checks that), and beyond it the ``levels`` sweep answers.
+- ``levels`` (fixed length, or a terminating cap that binds): one sweep per length, ``O(cap E K)``.
+
+What it does not do: it never calls the model, and it does not order sequences (``unrank`` stays
+with the exact index).  Memory: ``8 S (K + 1)`` bytes per built DP (``stats["bytes"]``).
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from .._validate import exact_int, finite_float
+from .estimate import mass_count_bound
+from ..step import FiniteStateTables
+from ..results import CountBracket, MassBracket
+from ..support import Support
+
+__all__ = ["CertifiedCounter", "DEFAULT_RESOLUTION_BITS", "DEFAULT_MAX_BITS"]
+
+DEFAULT_RESOLUTION_BITS = 1.0 / 32
+DEFAULT_MAX_BITS = 256.0
+_U = 2.0**-53  # unit roundoff of float64
+_EXACT = 2.0**53  # float64 sums of integers below this are exact
+
+
+def _floor_int(v: float) -> int:
+    return int(math.floor(v)) if math.isfinite(v) else 0
+
+
+def _ceil_int(v: float) -> int | float:
+    return int(math.ceil(v)) if math.isfinite(v) else math.inf
+
+
+class _Edges:
+    """The transitions of one rounding as dense ``(S, V)`` tables: next state, cell cost, probability.
+
+    Impossible steps have probability 0 and next state 0 (never read: they are never ``bulk`` and
+    never ``cheap``). ``cheap`` lists the possible steps of cost ``< B`` cells (at most a few per state).
+    """
+
+    def __init__(self, nxt: np.ndarray, cost: np.ndarray, prob: np.ndarray, possible: np.ndarray, B: int) -> None:
+        self.S = nxt.shape[0]
+        self.nxt, self.cost, self.prob, self.possible = nxt, cost, prob, possible  # (S, V) each
+        self.degree = int(possible.sum(axis=1).max()) if possible.size else 0
+        self.bulk = possible & (cost >= B)  # (S, V) bool
+        cs, cj = np.nonzero(possible & (cost < B))
+        self.c_src, self.c_nxt, self.c_cost, self.c_prob = cs, nxt[cs, cj], cost[cs, cj], prob[cs, cj]
+        self.c_zero = self.c_cost == 0
+        src, col = np.nonzero(possible)
+        fn, fc = nxt[src, col], cost[src, col]  # (E,) each: the possible steps, for the min-plus DP
+        o = np.argsort(fn, kind="stable")  # grouped by next state: one reduceat per min-plus step
+        first = np.flatnonzero(np.r_[True, fn[o][1:] != fn[o][:-1]]) if len(o) else np.zeros(0, np.int64)
+        self.src = src
+        self.by_target = (src[o], fc[o], first, fn[o][first])
+        self.zero_depth = self._zero_depth(cs[self.c_zero], self.c_nxt[self.c_zero]) if self.c_zero.any() else 0
+
+    def _zero_depth(self, src: np.ndarray, nxt: np.ndarray) -> int:
+        """Longest path of zero-cost edges (they are resolved within one cell); cycles are refused."""
+        S = self.S
+        depth = np.zeros(S, dtype=np.int64)
+        for it in range(S + 1):
+            new = np.zeros(S, dtype=np.int64)
+            np.maximum.at(new, src, depth[nxt] + 1)
+            if np.array_equal(new, depth):
+                return it
+            depth = new
+        raise ValueError("the model has a cycle of steps that each round down to zero cells (p close to 1): "
+                         "use a finer resolution_bits")
+
+
+class _Sweep:
+    """One DP (count or mass, lower or upper) for cells ``0..K``, grown on demand.
+
+    ``N`` is state-major, ``(S + 1, columns)``; column ``PAD + k - o`` holds cell ``k`` (``o``: the
+    origin, 0 until the buffer slides); ``PAD`` zero cells on the left stand for negative cells, and
+    row ``S`` is all zeros.  An edge reads the window ``[K - cost, K - cost + B)`` of its next state
+    for a block of ``B`` cells at once (clamped into the padding when it lies wholly before cell 0;
+    an edge outside the block's set reads row ``S``).  Edges cheaper than ``B`` cells are added cell
+    by cell within the block (their reads may fall in it).  An unbounded sweep only ever reads the
+    last ``span`` (the costliest step) cells, so its buffer slides instead of growing past
+    ``span + 3 PAD + GROW`` columns; the start state's row is kept whole.
+    """
+
+    B = 64
+    GROW = 512
+
+    def __init__(self, edges: _Edges, end_cost: np.ndarray | None, end_prob: np.ndarray | None, S: int,
+                 start: int, *, lower: bool, mass: bool, levels: int | None, fixed: bool) -> None:
+        self.e, self.end_cost, self.end_prob, self.S, self.start = edges, end_cost, end_prob, S, start
+        self.lower, self.mass, self.levels, self.fixed = lower, mass, levels, fixed
+        n = edges.degree + 4 + (edges.degree + 4) * 2 * edges.zero_depth
+        eps = (n + 8) * _U * (1.0 if not mass else 2.0)
+        self.factor = 1.0 - eps if lower else 1.0 + eps
+        self.row = np.zeros(0)  # (K + 1,) float64: the start state's cumulative values
+        self.N: np.ndarray | None = None  # unbounded mode: (S + 1, columns) float64, see above
+        self.o = 0  # the cell in column PAD of N
+        costs = edges.cost[edges.possible]
+        self.span = int(costs.max()) + 1 if costs.size else 1  # the farthest read back, in cells
+        self.seconds = 0.0
+
+    @property
+    def K(self) -> int:
+        return len(self.row) - 1
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.row.nbytes + (self.N.nbytes if self.N is not None else 0))
+
+    def _slack(self, v: np.ndarray) -> None:
+        if self.mass:
+            v *= self.factor
+        else:
+            big = v >= _EXACT
+            if big.any():
+                v[big] *= self.factor
+
+    def _block(self, read: np.ndarray, K: int, B: int, bulk: np.ndarray, o: int) -> np.ndarray:
+        """``(S, B)``: the sums over the steps in ``bulk`` for cells ``K..K+B-1``, reading ``read``
+        (state-major, origin ``o``, ``PAD`` cells of padding, zero row ``S``)."""
+        e, P = self.e, self.B
+        S, V = e.nxt.shape
+        W = read.shape[1]
+        win = np.lib.stride_tricks.sliding_window_view(read.reshape(-1), B)
+        out = np.empty((S, B))
+        step = max(1, (1 << 22) // max(1, V * B))  # states per chunk: ~32 MB of windows
+        for a in range(0, S, step):
+            sl = slice(a, a + step)
+            idx = e.nxt[sl] * W + (np.maximum(K - e.cost[sl], -P) + P - o)  # window starts
+            idx[~bulk[sl]] = S * W  # the zero row
+            G = win[idx]  # (chunk, V, B) copies of contiguous windows
+            if self.mass:
+                G *= e.prob[sl, :, None]
+            G.sum(axis=1, out=out[sl])
+        return out
+
+    def _finish_cell(self, v: np.ndarray, read: np.ndarray, k: int, o: int) -> np.ndarray:
+        """Add the cheap steps (unbounded mode) and the ends to the block sums ``v`` of cell ``k``;
+        resolve the zero-cost steps."""
+        e, S, P = self.e, self.S, self.B
+        if len(e.c_src):
+            nz = ~e.c_zero
+            vals = read[e.c_nxt[nz], k - e.c_cost[nz] + P - o]  # cost < B = P: inside the padding at worst
+            if self.mass:
+                vals = vals * e.c_prob[nz]
+            v += np.bincount(e.c_src[nz], weights=vals, minlength=S)
+        if self.end_cost is not None:
+            v += np.where(self.end_cost <= k, self.end_prob if self.mass else 1.0, 0.0)
+        self._slack(v)
+        if e.c_zero.any():
+            zs, zn, zp = e.c_src[e.c_zero], e.c_nxt[e.c_zero], e.c_prob[e.c_zero]
+            base = v
+            for _ in range(e.zero_depth + 1):
+                w = v[zn] * zp if self.mass else v[zn]
+                v = base + np.bincount(zs, weights=w, minlength=S)
+                self._slack(v)
+        return v
+
+    def _slide(self, k: int, B: int) -> None:
+        """Make room in ``N`` for cells ``k..k+B-1``: move the last ``span + PAD`` cells to the front."""
+        N, P = self.N, self.B
+        if k + B - self.o + P <= N.shape[1]:
+            return
+        new_o = k - self.span - P
+        keep = N[:, new_o - self.o : k - self.o + P].copy()  # cells new_o - P .. k - 1
+        N[:, : keep.shape[1]] = keep
+        N[:, keep.shape[1]:] = 0.0
+        self.o = new_o
+
+    def _fill_unbounded(self, k0: int, k1: int) -> np.ndarray:
+        """Cells ``k0..k1`` of every state into ``N`` (sliding it as needed); the start state's values."""
+        P, start = self.B, self.start
+        out = np.empty(k1 - k0 + 1)
+        k = k0
+        while k <= k1:
+            B = min(P, k1 - k + 1)
+            self._slide(k, B)
+            N, o = self.N, self.o
+            blk = self._block(N, k, B, self.e.bulk, o)
+            for i in range(B):  # cheap steps may read cells of this block: cell by cell
+                N[: self.S, P + k + i - o] = v = self._finish_cell(blk[:, i], N, k + i, o)
+                out[k + i - k0] = v[start]
+            k += B
+        return out
+
+    def _fill_level(self, read: np.ndarray, write: np.ndarray, K: int) -> None:
+        """Cells ``0..K`` of one level from the previous one: every step reads ``read``, a block at once."""
+        P, S = self.B, self.S
+        k = 0
+        while k <= K:
+            B = min(P, K - k + 1)
+            blk = self._block(read, k, B, self.e.possible, 0)
+            if self.end_cost is not None:
+                blk += np.where(self.end_cost[:, None] <= k + np.arange(B),
+                                (self.end_prob if self.mass else np.ones(S))[:, None], 0.0)
+            self._slack(blk)
+            write[:S, P + k : P + k + B] = blk
+            k += B
+
+    def ensure(self, K: int) -> None:
+        """Build cells ``0..K`` (at least)."""
+        if K <= self.K:
+            return
+        t0 = time.perf_counter()
+        S, P = self.S, self.B
+        if self.levels is None:
+            K = max(K, int(self.K * 1.25) + 1)
+            limit = self.span + 3 * P + self.GROW
+            width = max(min(K - self.o + 2 * P + 1, limit), 0 if self.N is None else self.N.shape[1])
+            if self.N is None or width > self.N.shape[1]:
+                N = np.zeros((S + 1, width), dtype=np.float64)
+                if self.N is not None:
+                    N[:, : self.N.shape[1]] = self.N
+                self.N = N
+            self.row = np.concatenate([self.row, self._fill_unbounded(self.K + 1, K)])
+        else:
+            K = max(K, int(self.K * 1.5) + 1)  # a rebuild: grow geometrically
+            prev = np.zeros((S + 1, P + K + 1 + P))
+            if self.fixed:  # no token left: the empty completion, cost 0
+                prev[:S, P:] = 1.0
+            cur = np.zeros_like(prev)
+            for _ in range(self.levels):
+                self._fill_level(prev, cur, K)
+                prev, cur = cur, prev
+            self.row = prev[self.start, P : P + K + 1].copy()
+        self.seconds += time.perf_counter() - t0
+
+    def at(self, K: int) -> float:
+        """The start state's value at cell ``K`` (``K < 0``: 0)."""
+        if K < 0:
+            return 0.0
+        self.ensure(K)
+        return float(self.row[K])
+
+
+class CertifiedCounter:
+    """Certified count, rank, threshold and mass brackets of a finite-state model's support.
+
+    tables: the model's :class:`~arenum.step.finite_state.FiniteStateTables` (validated here).
+    support: the enumeration's :class:`~arenum.support.Support` (fixed length, or terminating with
+        its cap; ``branch_cap`` is not supported: the DP counts the whole support).
+    resolution_bits: the grid's cell, in bits (rounded down to a power of two in nats); each step
+        of a sequence can move its cell by one, so a bracket spans about ``length * resolution``
+        bits of score.  Finer is tighter and slower (build time and memory are linear in 1/it).
+    max_bits: the deepest score (bits) the DP is grown to; past it the lower ends stay at their last
+        value and the upper ends are the mass bound ``e**-t``.
+
+    Built lazily per query depth (cells grown geometrically), then answered in microseconds. Every
+    bracket holds for the float64 scores the exact engine computes; ``docs/certified.md``.
+
+    >>> from arenum.models import NGramModel
+    >>> m = NGramModel.fit(["ab", "abc", "b"], order=2)
+    >>> cc = CertifiedCounter(m.finite_state(), Support.terminating(m.eos, m.eos, 6))
+    >>> b = cc.count_bracket(-8.0)
+    >>> b.lo <= b.hi
+    True
+    """
+
+    def __init__(self, tables: FiniteStateTables, support: Support, *,
+                 resolution_bits: float = DEFAULT_RESOLUTION_BITS, max_bits: float = DEFAULT_MAX_BITS) -> None:
+        if not isinstance(tables, FiniteStateTables):
+            raise TypeError(f"tables must be FiniteStateTables, got {type(tables).__name__}")
+        if not isinstance(support, Support):
+            raise TypeError(f"support must be a Support, got {type(support).__name__}")
+        if support.branch_cap is not None:
+            raise ValueError("certified brackets count the whole support: branch_cap is not supported")
+        r = finite_float("resolution_bits", resolution_bits)
+        if not 0 < r <= 64:
+            raise ValueError(f"resolution_bits must be in (0, 64], got {resolution_bits!r}")
+        mb = finite_float("max_bits", max_bits)
+        if not 0 < mb <= 1000:  # at most 2**1000 sequences score within it: float64 holds the counts
+            raise ValueError(f"max_bits must be in (0, 1000], got {max_bits!r}")
+        tables.validate()
+        self.tables, self.support = tables, support
+        self.delta = 2.0 ** math.floor(math.log2(r * math.log(2)))  # cell, nats: a power of two
+        self.resolution_bits = self.delta / math.log(2)
+        self.max_bits = mb
+        self.max_cells = int(math.ceil(mb * math.log(2) / self.delta))
+        self.cap = support.cap
+        self.gamma = (self.cap + 2) * 2.0**-52  # relative error of a left-to-right float64 sum
+        self.terminating = support.is_terminating
+        t0 = time.perf_counter()
+        _, lp, nxt, end = tables.step_tables(self.terminating)
+        S = self.S = tables.n_states
+        possible = lp > -math.inf  # (S, V)
+        cost = np.where(possible, -lp, 0.0) / self.delta  # exact: delta is a power of two
+        prob = np.where(possible, np.exp(lp), 0.0)
+        nx = np.where(possible, nxt, 0).astype(np.int64)
+        B = _Sweep.B
+        self._edges = {
+            True: _Edges(nx, np.ceil(cost).astype(np.int64), prob * (1 - 4 * _U), possible, B),
+            False: _Edges(nx, np.floor(cost).astype(np.int64), prob * (1 + 4 * _U), possible, B),
+        }
+        big = np.iinfo(np.int64).max // 4
+        ec = -end / self.delta
+        fin = np.isfinite(ec)
+        self._end = {
+            True: (np.where(fin, np.ceil(np.where(fin, ec, 0)), big).astype(np.int64), np.exp(end) * (1 - 4 * _U)),
+            False: (np.where(fin, np.floor(np.where(fin, ec, 0)), big).astype(np.int64), np.exp(end) * (1 + 4 * _U)),
+        }
+        self._sweeps: dict[tuple, _Sweep] = {}
+        m0 = np.full(S, big, dtype=np.int64)
+        m0[tables.start] = 0
+        self._minplus = {True: (m0, 0), False: (m0, 0)}  # cheapest rounded cost of r-token paths, r
+        self.setup_seconds = time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ the sweeps
+    def _uncapped(self, lower: bool, K: int) -> bool:
+        """Whether no path of ``cap`` tokens has rounded cost ``<= K`` (a min-plus DP, extended on
+        demand): then the unbounded sweep counts exactly the completions the cap allows."""
+        e = self._edges[lower]
+        m, r = self._minplus[lower]
+
+        big = np.iinfo(np.int64).max // 4
+        src, cost, first, target = e.by_target
+        while r < self.cap and int(m.min()) <= K:
+            new = np.full(self.S, big, dtype=np.int64)
+            new[target] = np.minimum.reduceat(np.minimum(m[src] + cost, big), first)
+            m, r = new, r + 1
+        self._minplus[lower] = (m, r)
+        return int(m.min()) > K
+
+    def _sweep(self, lower: bool, mass: bool, K: int) -> _Sweep:
+        levels = None if self.terminating and self._uncapped(lower, K) else self.cap
+        key = (lower, mass, levels)
+        sw = self._sweeps.get(key)
+        if sw is None:
+            end_cost, end_prob = self._end[lower] if self.terminating else (None, None)
+            sw = self._sweeps[key] = _Sweep(self._edges[lower], end_cost, end_prob, self.S, self.tables.start,
+                                            lower=lower, mass=mass, levels=levels, fixed=not self.terminating)
+        return sw
+
+    def _value(self, lower: bool, mass: bool, K: int) -> float:
+        """The lower or upper DP at the start state at cell ``K`` (clamped at ``max_cells``)."""
+        if K < 0:
+            return 0.0
+        if K > self.max_cells:
+            if lower:
+                K = self.max_cells
+            else:
+                return 1.0 if mass else math.inf
+        return self._sweep(lower, mass, K).at(K)
+
+    def _cells(self, t: float) -> tuple[int, int]:
+        """``(K_lo, K_hi)``: the cells of threshold ``t`` for the lower and the upper DP."""
+        x = -t / self.delta
+        return math.floor(x * (1 - 3 * self.gamma)), math.floor(x * (1 + 3 * self.gamma))
+
+    # ------------------------------------------------------------------ answers
+    def count_bracket(self, t: float) -> CountBracket:
+        """Certified ``lo <= #{x in support : s(x) >= t} <= hi`` (``hi`` may be ``inf`` past
+        ``max_bits``). Same as ``sum(1 for x in support if score(x) >= t)``, bracketed."""
+        t = finite_float("t", t, allow_neg_inf=True)
+        if t > 0:
+            return CountBracket(0, 0)
+        if t == -math.inf:
+            return CountBracket(_floor_int(self._value(True, False, self.max_cells)), math.inf)
+        k_lo, k_hi = self._cells(t)
+        lo = _floor_int(self._value(True, False, k_lo))
+        hi = _ceil_int(self._value(False, False, k_hi))
+        hi = min(hi, mass_count_bound(t))  # each has mass >= e**t
+        return CountBracket(lo, max(lo, hi))
+
+    def rank_bracket(self, s: float) -> CountBracket:
+        """Certified ``lo <= #{x : s(x) > s} <= hi``: the count at the next float above ``s``."""
+        s = finite_float("s", s)
+        return self.count_bracket(float(np.nextafter(s, math.inf)))
+
+    def mass_bracket(self, t: float) -> MassBracket:
+        """Certified ``lo <= P(s(X) >= t) <= hi`` over the support."""
+        t = finite_float("t", t, allow_neg_inf=True)
+        if t > 0:
+            return MassBracket(0.0, 0.0)
+        if t == -math.inf:
+            return MassBracket(max(0.0, self._value(True, True, self.max_cells)), 1.0)
+        k_lo, k_hi = self._cells(t)
+        lo = max(0.0, self._value(True, True, k_lo))
+        hi = min(1.0, self._value(False, True, k_hi))
+        return MassBracket(lo, max(lo, hi))
+
+    def _first_cell(self, lower: bool, k: int) -> int | None:
+        """Smallest cell ``K <= max_cells`` whose lower (upper) count reaches ``k``, or None."""
+        K = min(64, self.max_cells)
+        while True:
+            sw = self._sweep(lower, False, K)
+            sw.ensure(K)
+            hit = np.flatnonzero(sw.row[: K + 1] >= k)
+            if len(hit):
+                return int(hit[0])
+            if K >= self.max_cells:
+                return None
+            K = min(self.max_cells, 2 * K)
+
+    def threshold_bracket(self, k: int) -> tuple[float, float]:
+        """Certified ``t_lo <= threshold(k) <= t_hi``: the ``k``-th largest score (1-based) of the
+        support, when it has ``k`` sequences. ``t_lo = -inf`` when the lower count does not reach
+        ``k`` within ``max_bits``."""
+        k = exact_int("k", k, minimum=1)
+        ka = self._first_cell(True, k)
+        t_lo = -math.inf if ka is None else float(np.nextafter(-(ka * self.delta) * (1 + 3 * self.gamma), -math.inf))
+        kb = self._first_cell(False, k)  # the upper count is below k up to cell kb - 1
+        if kb is None:
+            kb = self.max_cells + 1
+        t_hi = -(kb * self.delta) / (1 + 4 * self.gamma)
+        return (t_lo, min(0.0, float(np.nextafter(t_hi, math.inf))))
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """States, edges, cells built per DP, build seconds and bytes held."""
+        return {
+            "states": self.S,
+            "edges": int(len(self._edges[True].src)),
+            "resolution_bits": self.resolution_bits,
+            "cells": {f"{'lo' if k[0] else 'hi'}_{'mass' if k[1] else 'count'}_"
+                      f"{'unbounded' if k[2] is None else 'levels'}": sw.K for k, sw in self._sweeps.items()},
+            "seconds": self.setup_seconds + sum(sw.seconds for sw in self._sweeps.values()),
+            "bytes": sum(sw.nbytes for sw in self._sweeps.values()),
+        }

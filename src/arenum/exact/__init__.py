@@ -1,0 +1,31 @@
+"""Stage 2, the exact engine and the tree on disk.
+
+The prefix tree (``tree``, ``levels``, ``_arrays``) holds the live prefixes for a bit budget as
+arrays per level; the index (``index``, ``exactsum``, ``quantize``) files every complete sequence
+within the budget under its exact score; :class:`SeekIndex` (``seek``, ``budget``) deepens the
+tree on demand and answers count, threshold, unrank, rank and mass exactly; ``count_index`` is the
+spec's count index; ``best_first`` lists a support in exact order; ``store`` keeps the tree in a
+folder, journaled and crash-safe.
+
+Every answer of this stage is exact inside the budget it was built to. It never estimates: past a
+cap it raises or reports the cap, and the regime beyond is :mod:`arenum.beyond`'s.
+
+Exports: the names the other stages and the facade use (below).
+"""
+from .best_first import best_first
+from .budget import BUDGET_HINT
+from .count_index import CountHistogram, CountIndex, autoregressive_count_index, build_count_index
+from .exactsum import float_units, to_float, values
+from .index import ExactIndex, mass_bracket
+from .quantize import LN2, Quantizer
+from .seek import INDEX_BYTES_PER_SEQUENCE, Limits, SeekIndex, default_max_bytes
+from .store import StoreError, TreeStore, decode_token, describe_store, encode_token, open_store, root_fingerprint
+from .tree import DEFAULT_TABLE_BYTES, HIST_BINS_PER_BIT, PrefixTree
+
+__all__ = [
+    "BUDGET_HINT", "CountHistogram", "CountIndex", "DEFAULT_TABLE_BYTES", "ExactIndex", "HIST_BINS_PER_BIT",
+    "INDEX_BYTES_PER_SEQUENCE", "LN2", "Limits", "PrefixTree", "Quantizer", "SeekIndex", "StoreError", "TreeStore",
+    "autoregressive_count_index", "best_first", "build_count_index", "decode_token", "default_max_bytes",
+    "describe_store", "encode_token", "float_units", "mass_bracket", "open_store", "root_fingerprint", "to_float",
+    "values",
+]

@@ -1,0 +1,300 @@
+"""Guessing curves of a test set: what fraction of it a guesser who tries sequences in the model's
+order has found after ``g`` guesses (the figure password papers publish).
+
+:func:`guessing_curve` ranks every test sequence once, from the most probable to the least (each
+deepening reuses the forwards of the one before): exact where the caps allow, and past them what
+the answers stage gives (a certified bracket, or any other method it names, carried as is). A plain
+``"bracket"`` (``[indexed sequences, 1/p]``) is wide, so with ``estimate=True`` those sequences also
+get a Monte Carlo estimate from ONE set of draws beyond the exact head (``enum.monte_carlo``), its
+interval clipped to the certified bracket. :class:`GuessCurve` then reads the fraction guessed at
+any ``g``: a point value, a band ``lo <= fraction <= hi``, and ``exact`` when every test sequence is
+certainly on one side of ``g`` (then ``lo == hi`` is the true fraction). :func:`draw_guessing_curves`
+draws several curves on one plot (matplotlib, lazily): solid where exact, dashed with the band past
+it.
+
+Sequences a model cannot produce (probability 0, unknown symbols) are never guessed: they stay in
+the denominator and are counted as ``unrankable``. What it does not do: read files or encode
+strings (the command line does), or dedupe beyond counting repeated sequences once.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ..beyond import mass_count_bound
+
+__all__ = ["RankedItem", "CurvePoint", "GuessCurve", "guessing_curve", "predeepen", "draw_guessing_curves"]
+
+LN2 = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class RankedItem:
+    """One distinct test sequence: ``count`` occurrences, guess number ``rank + 1``.
+
+    ``cert_lo <= true rank <= cert_hi`` is certified (equal when ``exact``); ``rank_lo .. rank_hi`` is
+    the band drawn (the certified bracket, or an estimate's confidence interval inside it) and
+    ``rank`` its point value. ``method``: ``"exact"``, the answers stage's bracket method, an
+    estimator's name, or ``"unrankable"`` (``log_prob == -inf``: never guessed, ``error`` says why).
+    """
+
+    label: str
+    count: int
+    log_prob: float
+    rank: float
+    rank_lo: float
+    rank_hi: float
+    cert_lo: float
+    cert_hi: float
+    method: str
+    exact: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """The fraction of the test set guessed within ``guesses`` guesses: ``fraction`` (point value),
+    ``lo <= fraction <= hi`` (the band), ``exact``: every test sequence is certainly on one side."""
+
+    guesses: float
+    fraction: float
+    lo: float
+    hi: float
+    exact: bool
+
+
+class GuessCurve:
+    """The ranked test set of one model; read it with :meth:`at`, :meth:`points`, :meth:`decades`."""
+
+    def __init__(self, name: str, items: Sequence[RankedItem], forwards: int = 0, seconds: float = 0.0) -> None:
+        self.name = name
+        self.items = list(items)
+        self.forwards = forwards
+        self.seconds = seconds
+        w = np.array([it.count for it in self.items], dtype=np.float64)
+        self.n = int(w.sum())
+        self._arrays = {}
+        for key in ("rank", "rank_lo", "rank_hi", "cert_lo", "cert_hi"):
+            g = np.array([getattr(it, key) + 1.0 for it in self.items], dtype=np.float64)  # guess numbers
+            o = np.argsort(g, kind="stable")
+            self._arrays[key] = (g[o], np.concatenate([[0.0], np.cumsum(w[o])]))
+
+    @property
+    def unrankable(self) -> int:
+        """Test lines the model cannot produce (never guessed)."""
+        return sum(it.count for it in self.items if it.method == "unrankable")
+
+    @property
+    def exact_lines(self) -> int:
+        """Test lines ranked exactly."""
+        return sum(it.count for it in self.items if it.exact)
+
+    def _within(self, key: str, g: float) -> float:
+        gs, cum = self._arrays[key]
+        return float(cum[np.searchsorted(gs, g, side="right")])
+
+    def at(self, guesses: float) -> CurvePoint:
+        """Same as ``sum(count for x in test if rank(x) + 1 <= guesses) / len(test)``, with its band."""
+        g = float(guesses)
+        if not self.n:
+            return CurvePoint(g, 0.0, 0.0, 0.0, True)
+        lo, hi = self._within("rank_hi", g), self._within("rank_lo", g)
+        c_lo, c_hi = self._within("cert_hi", g), self._within("cert_lo", g)
+        exact = c_lo == c_hi
+        pt = c_lo if exact else min(max(self._within("rank", g), lo), hi)
+        if exact:
+            lo = hi = c_lo
+        return CurvePoint(g, pt / self.n, lo / self.n, hi / self.n, exact)
+
+    def decades(self, max_guesses: float = 1e14) -> list[CurvePoint]:
+        """:meth:`at` ``10**k`` guesses for ``k = 0, 1, ...`` up to ``max_guesses``."""
+        top = int(math.floor(math.log10(max(1.0, float(max_guesses))) + 1e-9))
+        return [self.at(10.0**k) for k in range(top + 1)]
+
+    def points(self, max_guesses: float = 1e14, per_decade: int = 16) -> list[CurvePoint]:
+        """:meth:`at` log-spaced guess counts from 1 to ``max_guesses`` (for plots and CSV)."""
+        d = math.log10(max(1.0, float(max_guesses)))
+        gs = np.logspace(0.0, d, max(2, int(math.ceil(d * per_decade)) + 1))
+        return [self.at(float(g)) for g in gs]
+
+    def exact_until(self) -> float:
+        """The largest guess count ``g`` such that the fraction is exact at every count up to ``g``
+        (``inf`` when the whole curve is exact)."""
+        straddle = [it.cert_lo + 1.0 for it in self.items if it.cert_lo != it.cert_hi and it.method != "unrankable"]
+        return max(1.0, min(straddle)) if straddle else math.inf
+
+    def as_dict(self, max_guesses: float = 1e14) -> dict:
+        """JSON-ready: the decades, counts and every distinct sequence's rank record."""
+        return {
+            "model": self.name, "lines": self.n, "distinct": len(self.items), "unrankable": self.unrankable,
+            "exact_lines": self.exact_lines, "exact_until_guesses": self.exact_until(),
+            "forwards": self.forwards, "seconds": round(self.seconds, 4),
+            "decades": [p.__dict__ for p in self.decades(max_guesses)],
+            "items": [{"string": it.label, "count": it.count, "log_prob": it.log_prob,
+                       "bits": -it.log_prob / LN2 if it.log_prob > -math.inf else None,
+                       "guess_number": it.rank + 1 if it.method != "unrankable" else None,
+                       "guess_lo": it.rank_lo + 1, "guess_hi": it.rank_hi + 1, "method": it.method,
+                       "exact": it.exact, **({"error": it.error} if it.error else {})} for it in self.items],
+        }
+
+
+def _item(enum: Any, label: str, count: int, r: Any) -> RankedItem:
+    """The item of rank result ``r``. An estimate's interval is not certified, so its certified ends
+    are rebuilt: every sequence indexed above it (``count_bracket`` just above its score, no deeper
+    build) and the mass bound (fewer than ``1/p`` sequences are more probable)."""
+    lp = float(r.log_prob)
+    cert_lo, cert_hi = float(r.rank_lo), float(r.rank_hi)
+    if getattr(r, "confidence", None) is not None and not r.exact:
+        cert_lo = float(enum.count_bracket(math.nextafter(lp, math.inf)).lo)
+        cert_hi = float(mass_count_bound(lp)) - 1.0
+    lo = min(max(float(r.rank_lo), cert_lo), cert_hi)
+    hi = max(min(float(r.rank_hi), cert_hi), lo)
+    return RankedItem(label, count, lp, min(max(float(r.rank), lo), hi), lo, hi, cert_lo, cert_hi, str(r.method),
+                      bool(r.exact))
+
+
+def predeepen(enum: Any, scores: Sequence[float], pad_bits: float = 1.0) -> float:
+    """Build the exact index down to the least probable of ``scores`` (descending) that the caps allow,
+    in steps that each reach ``pad_bits`` past the next score not yet covered: a few large deepenings
+    instead of one per score (the same forwards, a fraction of the bookkeeping). Near the cap the
+    padding halves down to 1/16 bit, then the step aims at the score itself. Returns the score built
+    to (``0.0``: nothing). Stops quietly at the first cap."""
+    from ..results import BudgetExceeded
+
+    seek = enum.seek_index()
+    built = 0.0
+    pad = float(pad_bits)
+    for s in scores:
+        while s < built:
+            t = s - pad * LN2 if pad > 0 else s
+            try:
+                seek.count(t)
+            except BudgetExceeded:
+                if pad <= 0:
+                    return built
+                pad = pad / 2 if pad > 1 / 16 else 0.0
+                continue
+            built = t
+    return built
+
+
+def guessing_curve(
+    enum: Any,
+    sequences: Iterable[Sequence[Any] | None],
+    *,
+    labels: Sequence[str] | None = None,
+    name: str = "",
+    estimate: bool = True,
+    samples: int | None = None,
+    seed: int | None = 0,
+    errors: Sequence[str | None] | None = None,
+) -> GuessCurve:
+    """Rank every test sequence under ``enum`` and return its :class:`GuessCurve`.
+
+    Same as ``GuessCurve`` of ``[rank(x) for x in sequences]`` (repeats counted, ``None`` or a
+    sequence of probability 0: unrankable, never guessed). Exact where the caps allow (one forward per
+    live prefix at the budget of the least probable sequence ranked exactly); past them the answers
+    stage's certified bracket, plus, with ``estimate`` and a plain ``"bracket"``, a Monte Carlo
+    estimate from one set of ``samples`` draws (``enum.monte_carlo``; at most ``samples`` forwards per
+    level). ``errors[j]``, when given, says why ``sequences[j]`` is ``None``.
+    """
+    import time
+
+    t0 = time.perf_counter()
+    f0 = int(enum.stats["forwards"])
+    seqs = list(sequences)
+    labs = [str(s) for s in seqs] if labels is None else [str(x) for x in labels]
+    if len(labs) != len(seqs):
+        raise ValueError(f"labels has {len(labs)} entries but sequences has {len(seqs)}")
+    errs = list(errors) if errors is not None else [None] * len(seqs)
+    # distinct sequences, counted, in first-seen order
+    first: dict[Any, int] = {}
+    counts: list[int] = []
+    keys: list[Any] = []
+    for j, s in enumerate(seqs):
+        key = ("none", j) if s is None else tuple(s)
+        if key in first:
+            counts[first[key]] += 1
+            continue
+        first[key] = len(keys)
+        keys.append((j, s))
+        counts.append(1)
+    good = [i for i, (_, s) in enumerate(keys) if s is not None]
+    scores = [-math.inf] * len(keys)
+    if good:
+        for i, v in zip(good, enum.score_sequences([tuple(keys[i][1]) for i in good])):
+            scores[i] = float(v)
+    items: list[RankedItem | None] = [None] * len(keys)
+    for i, (j, s) in enumerate(keys):
+        if scores[i] == -math.inf:
+            why = errs[j] or "probability 0 under the model"
+            items[i] = RankedItem(labs[j], counts[i], -math.inf, math.inf, math.inf, math.inf, math.inf, math.inf,
+                                  "unrankable", True, why)
+    ranked = sorted((i for i in good if scores[i] > -math.inf), key=lambda i: -scores[i])
+    predeepen(enum, [scores[i] for i in ranked])
+    loose: list[int] = []
+    for i in ranked:
+        j, s = keys[i]
+        r = enum.rank(s)
+        items[i] = _item(enum, labs[j], counts[i], r)
+        if not r.exact and r.method == "bracket":
+            loose.append(i)
+    if estimate and loose and callable(getattr(enum, "monte_carlo", None)):
+        est = enum.monte_carlo(samples, seed=seed)
+        head = enum.exact_head() if getattr(est, "head", None) is not None else None
+        for i in loose:
+            b = items[i]
+            e = est.rank(b.log_prob, head=head)
+            lo = min(max(float(e.rank_lo), b.cert_lo), b.cert_hi)
+            hi = max(min(float(e.rank_hi), b.cert_hi), lo)
+            items[i] = RankedItem(b.label, b.count, b.log_prob, min(max(float(e.rank), lo), hi), lo, hi,
+                                  b.cert_lo, b.cert_hi, str(e.method), bool(e.exact))
+    return GuessCurve(name, [it for it in items if it is not None], int(enum.stats["forwards"]) - f0,
+                      time.perf_counter() - t0)
+
+
+def draw_guessing_curves(curves: Sequence[GuessCurve], *, max_guesses: float = 1e14, title: str = "") -> Any:
+    """A matplotlib Figure: fraction of the test set guessed against the number of guesses (log x).
+
+    One colour per curve: solid where the fraction is exact, dashed (point estimate) with its shaded
+    band past it; a dotted vertical line where each curve stops being exact.
+    """
+    from .plot import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9.0, 5.6), dpi=110, constrained_layout=True)
+    for c_i, cur in enumerate(curves):
+        color = f"C{c_i % 10}"
+        pts = cur.points(max_guesses)
+        g = np.array([p.guesses for p in pts])
+        y = np.array([p.fraction for p in pts])
+        lo = np.array([p.lo for p in pts])
+        hi = np.array([p.hi for p in pts])
+        ex = np.array([p.exact for p in pts])
+        lbl = f"{cur.name} (n = {cur.n:,})"
+        if ex.any():
+            yy = np.where(ex, y, np.nan)
+            last = int(np.flatnonzero(ex)[-1])
+            if last + 1 < len(ex) and not ex[last + 1]:
+                yy[last + 1] = np.nan
+            ax.plot(g, yy, "-", color=color, lw=2.2, label=f"{lbl}: exact")
+        if (~ex).any():
+            first = max(0, int(np.flatnonzero(~ex)[0]) - 1)
+            sel = slice(first, None)
+            ax.fill_between(g[sel], lo[sel], hi[sel], color=color, alpha=0.2, lw=0)
+            ax.plot(g[sel], y[sel], "--", color=color, lw=1.6, label=f"{lbl}: estimated (band)")
+        eu = cur.exact_until()
+        if math.isfinite(eu) and eu <= max_guesses:
+            ax.axvline(eu, color=color, lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_xlim(1.0, max_guesses)
+    ax.set_ylim(0.0, 1.0)
+    ax.set_xlabel("number of guesses (guess number = rank + 1)")
+    ax.set_ylabel("fraction of the test set guessed")
+    ax.set_title(title or "Guessing curve of the test set")
+    ax.grid(True, which="major", alpha=0.35)
+    ax.legend(loc="upper left", fontsize=8)
+    return fig

@@ -1,0 +1,20 @@
+"""Stage 1, the model boundary: the only code that calls the user's model.
+
+:class:`StepOracle` calls the model (one prefix, a batch of prefixes, or every position of a
+sequence), parses each raw step table once (``tables``, ``dense`` and the compiled sweep of
+``kernels``), validates it, sorts it by descending log-prob, memoizes it by prefix and counts
+forwards. ``finite_state`` is the protocol of models whose next-token table depends on a finite
+state only (n-grams), which the certified brackets and the fast sampler read.
+
+Everything above this stage sees clean numpy arrays: sorted token ids and float64 log-probs.
+It knows nothing of prefix trees, budgets or answers.
+
+Exports (the names other stages use): :class:`StepOracle`, :class:`OracleStats`, :class:`Heads`,
+:class:`FiniteStateTables`, ``NORM_TOL`` and the module :mod:`~arenum.step.kernels`.
+"""
+from . import kernels
+from .finite_state import FiniteStateTables
+from .oracle import OracleStats, StepOracle
+from .tables import NORM_TOL, Heads
+
+__all__ = ["FiniteStateTables", "Heads", "NORM_TOL", "OracleStats", "StepOracle", "kernels"]

@@ -1,0 +1,525 @@
+"""Step oracle: the only code that calls the user's model.
+
+:class:`StepOracle` turns tokens into integer ids (integer tokens are their own ids; other tokens
+are interned), memoizes full tables for prefixes scored outside the prefix tree (best-first
+listing, sampling, log-densities, harvests), fills the tree's tables in batches of ``batch_size``
+prefixes, and counts every forward and the seconds spent in the model and in parsing
+(:class:`OracleStats`). It checks the cardinality of batched results (one per prefix) before
+anything is cached.
+
+The callbacks: ``next_logprobs(prefix)``; optionally ``batch_next_logprobs(prefixes)``,
+``batch_score_sequences(seqs)`` (teacher forcing, checked here), ``all_position_logprobs(seq)``
+and ``batch_next_heads(prefixes, floors)`` (an ``arenum`` extension for adapters that can cut rows
+where the model runs, e.g. on a GPU; see :meth:`StepOracle.fetch_heads` and
+:func:`arenum.step.tables.parse_heads` for the contract and what is checked).
+
+Monte Carlo draws take whole rows instead (:meth:`StepOracle.fetch_rows`: unsorted, one layout
+whatever their source, not added to the cache unless asked).
+
+This module does not parse step tables: the accepted result forms, their validation,
+normalization, sort order and head cutting are in :mod:`arenum.step.tables`, which it calls with its
+token-id callables. It does not decide which prefixes to score: the prefix tree and the queries do.
+"""
+from __future__ import annotations
+
+import numbers
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from .tables import (
+    NORM_TOL,
+    RENORM_TOL,
+    Heads,
+    Scratch,
+    build_heads,
+    check_cardinality,
+    collect_rows,
+    parse_dense_batch,
+    parse_dense_heads,
+    parse_heads,
+    parse_table,
+    rows_of_dense,
+    short_repr,
+    sort_table,
+)
+
+__all__ = ["StepOracle", "OracleStats", "NORM_TOL", "RENORM_TOL"]
+
+
+@dataclass
+class OracleStats:
+    """Forward counters, all cumulative.
+
+    forwards: step tables computed by the model (prefixes scored), every path included.
+    calls: invocations of ``next_logprobs`` or ``batch_next_logprobs``.
+    batch_calls: invocations of ``batch_next_logprobs``.
+    refetches: forwards spent re-scoring a prefix whose stored head was too short for a deeper budget.
+    sequences_scored: sequences scored by ``batch_score_sequences`` (teacher forcing).
+    score_calls: invocations of ``batch_score_sequences``.
+    harvest_calls / harvested_positions: ``all_position_logprobs`` invocations and tables cached.
+    renormalized_rows: rows accepted within ``norm_tol`` but not normalized to float64 precision
+        (e.g. bf16 or int8 forwards), renormalized before use (counted at every parse).
+    model_seconds: wall time spent inside user callbacks.
+    parse_seconds: wall time spent validating and sorting step tables.
+    """
+
+    forwards: int = 0
+    calls: int = 0
+    batch_calls: int = 0
+    refetches: int = 0
+    sequences_scored: int = 0
+    score_calls: int = 0
+    harvest_calls: int = 0
+    harvested_positions: int = 0
+    renormalized_rows: int = 0
+    model_seconds: float = 0.0
+    parse_seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _is_int_token(t: Any) -> bool:
+    return isinstance(t, numbers.Integral) and not isinstance(t, bool)
+
+
+class StepOracle:
+    """Validated, memoized access to a model's next-token tables (see module docstring).
+
+    Tables handed out are ``(ids, logps)``: ``ids`` int64 token ids, ``logps`` float64, sorted by
+    descending log-prob (stable). In integer mode ids are the model's integer tokens; otherwise tokens
+    are interned (``token(id)`` maps back).
+    """
+
+    def __init__(
+        self,
+        next_logprobs: Callable[[tuple], Any],
+        *,
+        batch_next_logprobs: Callable[[list[tuple]], Any] | None = None,
+        batch_size: int = 256,
+        batch_score_sequences: Callable[[list[tuple]], Any] | None = None,
+        all_position_logprobs: Callable[[tuple], Any] | None = None,
+        batch_next_heads: Callable[[list[tuple], np.ndarray], Any] | None = None,
+        eos: Any = None,
+        norm_tol: float = NORM_TOL,
+        cache_size: int = 200_000,
+    ) -> None:
+        if not callable(next_logprobs):
+            raise TypeError(f"next_logprobs must be callable, got {type(next_logprobs).__name__}")
+        for name, fn in (
+            ("batch_next_logprobs", batch_next_logprobs),
+            ("batch_score_sequences", batch_score_sequences),
+            ("all_position_logprobs", all_position_logprobs),
+            ("batch_next_heads", batch_next_heads),
+        ):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be callable or None, got {type(fn).__name__}")
+        self._next = next_logprobs
+        self._batch = batch_next_logprobs
+        self._score = batch_score_sequences
+        self._allpos = all_position_logprobs
+        self._heads = batch_next_heads
+        self.batch_size = batch_size
+        self.norm_tol = float(norm_tol)
+        self.stats = OracleStats()
+        # int mode: ids are the tokens themselves; object mode: interned.
+        self.int_mode: bool | None = None
+        self._tok2id: dict[Any, int] = {}
+        self._id2tok: list[Any] = []
+        self._cache: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._cache_size = int(cache_size)
+        self.cache_bytes = 0  # bytes of the memoized full tables
+        self.cache_max_bytes: int | None = None  # set by the enumerable from its memory budget
+        self._scratch = Scratch()
+        self.eos_id: int | None = None
+        if eos is not None:
+            self.int_mode = _is_int_token(eos)
+            self.eos_id = self.token_id(eos)
+
+    # ------------------------------------------------------------------ token ids
+    def token_id(self, token: Any, *, intern: bool = True) -> int | None:
+        """Integer id of ``token`` (``None`` if unknown and ``intern`` is False)."""
+        if self.int_mode is None:
+            self.int_mode = _is_int_token(token)
+        if self.int_mode:
+            if not _is_int_token(token):
+                raise TypeError(
+                    f"token {token!r} is not an integer, but this model's tokens are integers"
+                )
+            t = int(token)
+            if not _INT64_MIN <= t <= _INT64_MAX:
+                raise ValueError(f"token id {t} does not fit in int64 (integer ids must be in [-2**63, 2**63))")
+            return t
+        try:
+            return self._tok2id[token]
+        except KeyError:
+            if not intern:
+                return None
+            i = len(self._id2tok)
+            self._id2tok.append(token)  # first: an interrupt in between leaves an unused entry, no dangling id
+            self._tok2id[token] = i
+            return i
+        except TypeError:
+            raise TypeError(f"token {token!r} is not hashable") from None
+
+    def token_state(self) -> tuple[bool | None, list]:
+        """``(int_mode, interned tokens in id order)`` (the list is empty in integer mode)."""
+        return self.int_mode, list(self._id2tok)
+
+    def new_tokens(self, start: int) -> list:
+        """Interned tokens with ids ``>= start``."""
+        return self._id2tok[start:]
+
+    def restore_tokens(self, int_mode: bool | None, tokens: list) -> None:
+        """Set the token mode and the interned tokens (ids in order), as :meth:`token_state` gave them:
+        the tokens interned so far (e.g. ``eos``) must be their first ones, the rest are appended. A
+        decided mode must agree."""
+        if int_mode is not None:
+            if self.int_mode is not None and self.int_mode != int_mode:
+                raise ValueError(f"token mode {'integer' if int_mode else 'object'} does not match this model's")
+            self.int_mode = int_mode
+        have = len(self._id2tok)
+        if list(tokens[:have]) != self._id2tok:
+            raise ValueError("interned tokens do not match this model's")
+        self.append_tokens(list(tokens[have:]))
+
+    def append_tokens(self, tokens: list) -> None:
+        """Intern ``tokens`` as the next ids, in order (a store's journal replaying its records)."""
+        for t in tokens:
+            self._tok2id[t] = len(self._id2tok)
+            self._id2tok.append(t)
+
+    def token(self, tid: int) -> Any:
+        """Inverse of :meth:`token_id`."""
+        return int(tid) if self.int_mode else self._id2tok[int(tid)]
+
+    def tokens(self, ids: Iterable[int]) -> tuple:
+        """Token tuple for an iterable of ids."""
+        if self.int_mode:
+            return tuple(int(i) for i in ids)
+        t = self._id2tok
+        return tuple(t[int(i)] for i in ids)
+
+    def ids_of(self, seq: Sequence[Any]) -> list[int | None]:
+        """Ids of a user sequence; ``None`` for a token the model never produced."""
+        if self.int_mode is None:
+            return [None] * len(seq)
+        if self.int_mode:
+            return [int(t) if _is_int_token(t) else None for t in seq]
+        out: list[int | None] = []
+        for t in seq:
+            try:
+                out.append(self._tok2id.get(t))
+            except TypeError:
+                raise TypeError(f"token {t!r} is not hashable") from None
+        return out
+
+    # ------------------------------------------------------------------ parsing (arenum.step.tables)
+    def _int_tokens(self) -> bool:
+        """Integer columns or tokens seen: integer mode if undecided; whether ids are the tokens."""
+        if self.int_mode is None:
+            self.int_mode = True
+        return self.int_mode
+
+    def _parse_one(self, raw: Any, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """One raw result, validated: ``(ids, logps)`` unsorted, ``-inf`` dropped, normalized."""
+        return parse_table(raw, prefix, intern=self.token_id, int_tokens=self._int_tokens,
+                           token=self.token, norm_tol=self.norm_tol, on_renorm=self._renormalized)
+
+    def _parse_dense_batch(self, arr: np.ndarray, prefixes: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
+        """A dense ``(n, V)`` batch, validated: ``(normalized rows, ids of the columns)``; the rows
+        may live in this oracle's work buffer (callers copy what they keep)."""
+        return parse_dense_batch(arr, prefixes, intern=self.token_id, int_tokens=self._int_tokens,
+                                 token=self.token, norm_tol=self.norm_tol, scratch=self._scratch,
+                                 on_renorm=self._renormalized)
+
+    def _renormalized(self, n: int) -> None:
+        self.stats.renormalized_rows += n
+
+    # ------------------------------------------------------------------ calling the model
+    def _call_single(self, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
+        t0 = time.perf_counter()
+        raw = self._next(prefix)
+        t1 = time.perf_counter()
+        self.stats.model_seconds += t1 - t0
+        self.stats.calls += 1
+        out = self._parse_one(raw, prefix)
+        self.stats.parse_seconds += time.perf_counter() - t1
+        return out
+
+    def _call_batch(self, prefixes: list[tuple], floors: np.ndarray | None = None) -> Any:
+        """One batched call: a validated ``(rows, column ids)`` dense pair or a list of tables; with
+        ``floors``, a dense result comes back as its cut heads ``(row, ids, lps)`` (one sweep)."""
+        assert self._batch is not None
+        t0 = time.perf_counter()
+        raw = self._batch(list(prefixes))
+        t1 = time.perf_counter()
+        self.stats.model_seconds += t1 - t0
+        self.stats.calls += 1
+        self.stats.batch_calls += 1
+        check_cardinality("batch_next_logprobs", raw, len(prefixes), "for a batch of {n} prefixes", "prefix")
+        if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype.kind == "f":
+            if floors is not None:
+                out: Any = parse_dense_heads(raw, prefixes, floors, intern=self.token_id, int_tokens=self._int_tokens,
+                                             token=self.token, norm_tol=self.norm_tol, scratch=self._scratch,
+                                             on_renorm=self._renormalized)
+                out = (*out, raw.shape[1])
+            else:
+                out = self._parse_dense_batch(raw, prefixes)
+        else:
+            out = [self._parse_one(r, p) for r, p in zip(raw, prefixes)]
+        self.stats.parse_seconds += time.perf_counter() - t1
+        return out
+
+    def fetch_heads(self, prefixes: list[tuple], floors: np.ndarray) -> Heads:
+        """Sorted heads of the tables of ``prefixes``: the entries with ``lp >= floors[i]``.
+
+        One forward per uncached prefix, through ``batch_next_logprobs`` in ``batch_size`` chunks
+        when available (every row validated before anything is returned; only one chunk of full
+        rows is held at a time). Returns :class:`Heads` in the order of ``prefixes``.
+        """
+        n = len(prefixes)
+        floors = np.maximum(np.asarray(floors, np.float64), np.finfo(np.float64).min)
+        parts_row: list[np.ndarray] = []
+        parts_ids: list[np.ndarray] = []
+        parts_lp: list[np.ndarray] = []
+        full = np.zeros(n, np.int64)
+        presorted = True  # every part holds whole rows, each sorted (cached tables, dense heads)
+        cache = self._cache
+        if not cache:  # the common case while building: no per-prefix lookups
+            todo = list(range(n))
+        else:
+            todo = []
+            for i, p in enumerate(prefixes):
+                hit = cache.get(p)
+                if hit is None:
+                    todo.append(i)
+                    continue
+                ids, lps = hit
+                k = int(np.searchsorted(-lps, -floors[i], side="right"))
+                parts_row.append(np.full(k, i, np.int64))
+                parts_ids.append(ids[:k])
+                parts_lp.append(lps[:k])
+                full[i] = lps.shape[0]
+        t_parse = 0.0
+        if self._heads is not None:
+            presorted = False
+            bs = self.batch_size
+            for a in range(0, len(todo), bs):
+                chunk = np.array(todo[a : a + bs], np.int64)
+                r, ids, lps, widths = self._call_heads([prefixes[i] for i in chunk], floors[chunk])
+                parts_row.append(chunk[r])
+                parts_ids.append(ids)
+                parts_lp.append(lps)
+                full[chunk] = widths
+                self.stats.forwards += len(chunk)
+        elif self._batch is not None:
+            bs = self.batch_size
+            for a in range(0, len(todo), bs):
+                chunk = np.array(todo[a : a + bs], np.int64)
+                res = self._call_batch([prefixes[i] for i in chunk], floors[chunk])
+                t0 = time.perf_counter()
+                if isinstance(res, tuple):
+                    r, ids, lps, V = res  # whole rows, each sorted, in order
+                    parts_row.append(chunk[r])
+                    parts_ids.append(ids)
+                    parts_lp.append(lps)
+                    full[chunk] = V  # -inf entries count as present: at worst a needless re-score
+                else:
+                    presorted = False
+                    collect_rows(res, chunk, floors, parts_row, parts_ids, parts_lp, full)
+                t_parse += time.perf_counter() - t0
+                self.stats.forwards += len(chunk)
+        else:
+            presorted = presorted and not todo
+            for i in todo:
+                tab = self._call_single(prefixes[i])
+                t0 = time.perf_counter()
+                collect_rows([tab], np.array([i]), floors, parts_row, parts_ids, parts_lp, full)
+                t_parse += time.perf_counter() - t0
+                self.stats.forwards += 1
+        t0 = time.perf_counter()
+        heads = build_heads(parts_row, parts_ids, parts_lp, full, n, presorted)
+        self.stats.parse_seconds += t_parse + time.perf_counter() - t0
+        return heads
+
+    def _call_heads(
+        self, prefixes: list[tuple], floors: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """One ``batch_next_heads`` call, checked: ``(row, ids, lps, widths)`` with ``lps >= floors[row]``.
+
+        The contract and what is checked: :func:`arenum.step.tables.parse_heads`.
+        """
+        assert self._heads is not None
+        t0 = time.perf_counter()
+        raw = self._heads(list(prefixes), floors.copy())
+        t1 = time.perf_counter()
+        st = self.stats
+        st.model_seconds += t1 - t0
+        st.calls += 1
+        st.batch_calls += 1
+        row, ids, lps, widths = parse_heads(raw, prefixes, floors, int_tokens=self._int_tokens,
+                                            norm_tol=self.norm_tol)
+        st.parse_seconds += time.perf_counter() - t1
+        return row, ids, lps, widths
+
+    def fetch_rows(self, prefixes: list[tuple], *, remember: bool = False,
+                   known: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Full validated tables of ``prefixes`` as padded rows, entries by ascending token id (dense
+        columns as they are), whether from the model or the cache, so that draws do not depend on
+        what is cached: ``(lps, ids)`` with ``lps`` ``(m, W)`` float64 (``-inf`` where a row has no
+        entry) and ``ids`` ``(W,)`` int64 shared by every row (a dense batch) or ``(m, W)``.
+
+        One forward per prefix not in the cache, through ``batch_next_logprobs`` in ``batch_size``
+        chunks when available; cached tables are reused but, unless ``remember``, nothing is added
+        to the cache (Monte Carlo draws visit each prefix about once). ``known``: whole tables the
+        caller already holds (row index -> ``(ids, lps)``, e.g. the prefix tree's), used as cached.
+        Read the rows before the next call to this oracle: a dense batch answered in one call comes
+        back as it was parsed (the model's own array, or a work buffer the next call reuses).
+        """
+        m = len(prefixes)
+        hit = [self._cache.get(p) for p in prefixes] if self._cache else [None] * m
+        if known:
+            for i, tab in known.items():
+                hit[i] = tab
+        todo = [i for i in range(m) if hit[i] is None]
+        tabs: list[Any] = list(hit)
+        dense: np.ndarray | None = None  # (m, V) rows while every result so far is dense
+        ids_all = None
+        bs = self.batch_size
+        for a in range(0, len(todo) if self._batch is not None else 0, bs):
+            chunk = todo[a : a + bs]
+            res = self._call_batch([prefixes[i] for i in chunk])
+            self.stats.forwards += len(chunk)
+            if (isinstance(res, tuple) and len(todo) == m and (a == 0 or dense is not None)
+                    and (ids_all is None or np.array_equal(ids_all, res[1]))):
+                if len(chunk) == m and not remember:  # the whole request in one call: its rows as they are
+                    dense, ids_all = res
+                    continue
+                if dense is None:
+                    dense, ids_all = np.empty((m, res[0].shape[1])), res[1]
+                dense[a : a + len(chunk)] = res[0]  # todo is every row, in order
+                continue
+            if dense is not None:  # a mixed batch: back to tables
+                for i, tab in zip(todo[:a], rows_of_dense(dense[:a], ids_all)):
+                    tabs[i] = tab
+                dense = None
+            for i, tab in zip(chunk, rows_of_dense(res[0].copy(), res[1]) if isinstance(res, tuple) else res):
+                tabs[i] = tab
+        if self._batch is None:
+            for i in todo:
+                tabs[i] = self._call_single(prefixes[i])
+                self.stats.forwards += 1
+        if dense is not None:
+            if remember:
+                for p, tab in zip(prefixes, rows_of_dense(dense, ids_all)):
+                    self._remember(p, sort_table(*tab))
+            return dense, ids_all
+        W = max(1, max(t[0].shape[0] for t in tabs))
+        lps = np.full((m, W), -np.inf)
+        ids = np.zeros((m, W), np.int64)
+        for i, (a, b) in enumerate(tabs):
+            if a.shape[0] > 1 and (a[1:] < a[:-1]).any():  # one layout, whatever the source: ascending ids
+                o = np.argsort(a, kind="stable")
+                a, b = a[o], b[o]
+            ids[i, : a.shape[0]] = a
+            lps[i, : b.shape[0]] = b
+        if remember:
+            for i in todo:
+                self._remember(prefixes[i], sort_table(*tabs[i]))
+        return lps, ids
+
+    def table(self, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """Full sorted table for one prefix, memoized (LRU of ``cache_size`` prefixes)."""
+        hit = self._cache.get(prefix)
+        if hit is not None:
+            self._cache.move_to_end(prefix)
+            return hit
+        if self._batch is not None:
+            res = self._call_batch([prefix])
+            ids, lps = rows_of_dense(*res)[0] if isinstance(res, tuple) else res[0]
+        else:
+            ids, lps = self._call_single(prefix)
+        self.stats.forwards += 1
+        tab = sort_table(ids, lps)
+        self._remember(prefix, tab)
+        return tab
+
+    def _remember(self, prefix: tuple, tab: tuple[np.ndarray, np.ndarray]) -> None:
+        old = self._cache.pop(prefix, None)
+        if old is not None:
+            self.cache_bytes -= old[0].nbytes + old[1].nbytes
+        self._cache[prefix] = tab
+        self.cache_bytes += tab[0].nbytes + tab[1].nbytes
+        lim = self.cache_max_bytes
+        while len(self._cache) > self._cache_size or (lim is not None and self.cache_bytes > lim and len(self._cache) > 1):
+            _, (ids, lps) = self._cache.popitem(last=False)
+            self.cache_bytes -= ids.nbytes + lps.nbytes
+
+    def cached(self, prefix: tuple) -> bool:
+        return prefix in self._cache
+
+    # ------------------------------------------------------------------ sequences
+    def score_sequences(self, seqs: list[tuple]) -> np.ndarray:
+        """Teacher-forcing scores through ``batch_score_sequences`` (cardinality checked)."""
+        assert self._score is not None
+        t0 = time.perf_counter()
+        raw = self._score(list(seqs))
+        self.stats.model_seconds += time.perf_counter() - t0
+        self.stats.score_calls += 1
+        try:
+            arr = np.asarray(raw, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"batch_score_sequences must return one real score per sequence, got {type(raw).__name__}"
+            ) from None
+        if arr.shape[0] != len(seqs):
+            raise ValueError(
+                f"batch_score_sequences returned {arr.shape[0]} scores for {len(seqs)} sequences; "
+                "it must return exactly one score per sequence"
+            )
+        if np.isnan(arr).any() or (arr > 0).any():
+            j = int(np.flatnonzero(np.isnan(arr) | (arr > 0))[0])
+            raise ValueError(
+                f"batch_score_sequences returned {arr[j]!r} for sequence {short_repr(seqs[j])}; "
+                "a total log-prob must be <= 0 and not NaN"
+            )
+        self.stats.sequences_scored += len(seqs)
+        return arr
+
+    @property
+    def has_scorer(self) -> bool:
+        return self._score is not None
+
+    def harvest(self, seq: tuple) -> int:
+        """Cache the table at every prefix of ``seq`` from one ``all_position_logprobs`` call.
+
+        Returns the number of new prefixes cached. The result's cardinality (one entry per
+        position) and every row are validated before anything is written.
+        """
+        if self._allpos is None:
+            return 0
+        t0 = time.perf_counter()
+        raw = self._allpos(tuple(seq))
+        self.stats.model_seconds += time.perf_counter() - t0
+        self.stats.harvest_calls += 1
+        check_cardinality("all_position_logprobs", raw, len(seq), "for a sequence of length {n}", "position")
+        prefixes = [tuple(seq[:d]) for d in range(len(seq))]
+        if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype.kind == "f":
+            parsed = rows_of_dense(*self._parse_dense_batch(raw, prefixes))
+        else:
+            parsed = [self._parse_one(r, p) for r, p in zip(raw, prefixes)]
+        new = 0
+        for p, (ids, lps) in zip(prefixes, parsed):
+            if p not in self._cache:
+                self._remember(p, sort_table(ids, lps))
+                new += 1
+        self.stats.harvested_positions += new
+        return new
