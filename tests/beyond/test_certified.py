@@ -106,9 +106,14 @@ def test_validate_errors():
     with pytest.raises(ValueError, match="repeat column"):
         FiniteStateTables(fs.tokens, fs.log_probs, fs.eos_log_probs * 0.5, fs.next_state, fs.start,
                           fs.eos).validate()
-    with pytest.raises(TypeError):
-        FiniteStateTables(list(fs.tokens), fs.log_probs, fs.eos_log_probs, fs.next_state, fs.start,
+    with pytest.raises(ValueError, match="tokens must be 1-D int64 ids or the model's own tokens"):
+        FiniteStateTables(fs.tokens.astype(np.float64), fs.log_probs, fs.eos_log_probs, fs.next_state, fs.start,
                           fs.eos).validate()
+    with pytest.raises(TypeError, match="hashable"):
+        FiniteStateTables([[t] for t in fs.tokens.tolist()], fs.log_probs, fs.eos_log_probs, fs.next_state,
+                          fs.start, fs.eos).validate()
+    as_list = FiniteStateTables(list(fs.tokens), fs.log_probs, fs.eos_log_probs, fs.next_state, fs.start, fs.eos)
+    assert as_list.int_tokens and as_list.validate().tokens.dtype == np.int64  # a list of ints: ids
 
 
 def test_facade_exposes_tables_lazily():

@@ -105,8 +105,9 @@ class BeyondExact:
         fs = self.finite_state_tables()
         if fs is None or self.branch_cap is not None:
             return None
-        if self.terminating and fs.eos != self.eos:
-            raise ValueError(f"finite_state tables end with eos={fs.eos!r}, the enumerable with eos={self.eos!r}")
+        if self.terminating and fs.eos != self.support.eos_id:
+            raise ValueError(f"finite_state tables end with eos={self._oracle.token(fs.eos) if fs.eos is not None else None!r}, "
+                             f"the enumerable with eos={self.eos!r}")
         r = self.certified_resolution_bits if resolution_bits is None else resolution_bits
         cc = self._certified.get(r)
         if cc is None:
@@ -115,7 +116,8 @@ class BeyondExact:
 
     @locked
     def finite_state_tables(self) -> FiniteStateTables | None:
-        """The model's finite-state tables (``finite_state=``; a callable is called once), validated; else None."""
+        """The model's finite-state tables (``finite_state=``; a callable is called once), validated, with
+        the model's tokens mapped to this enumerable's ids (:meth:`FiniteStateTables.with_ids`); else None."""
         fs = self._finite_state
         if fs is None or self._finite_state_ok:
             return fs
@@ -123,7 +125,12 @@ class BeyondExact:
             fs = fs()
             if not isinstance(fs, FiniteStateTables):
                 raise TypeError(f"finite_state() must return FiniteStateTables, got {type(fs).__name__}")
-        self._finite_state = fs.validate(norm_tol=self.settings.norm_tol)
+        fs.validate(norm_tol=self.settings.norm_tol)
+        if self._oracle.int_mode is None:  # nothing decided the token kind yet: the tables do
+            self._oracle.int_mode = fs.int_tokens
+        if not (fs.int_tokens and self._oracle.int_mode):  # integer ids are the oracle's ids already
+            fs = fs.with_ids(self._oracle.token_id)
+        self._finite_state = fs
         self._finite_state_ok = True
         return fs
 
@@ -139,8 +146,7 @@ class BeyondExact:
         if self._fs_sampler is None:
             fs = self.finite_state_tables()
             term = self.support.eos_id is not None
-            if fs is None or self._oracle.int_mode is False or (term and fs.eos != self.support.eos_id):
+            if fs is None or (term and fs.eos != self.support.eos_id):
                 return None
-            self._oracle.token_id(int(fs.tokens[0]))  # integer tokens: the tables' ids are the model's
             self._fs_sampler = FiniteStateSampler.build(fs, term, self.support.eos_id)
         return self._fs_sampler
