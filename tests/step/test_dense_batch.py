@@ -8,6 +8,7 @@ import pytest
 
 import arenum.step.tables as tables_mod
 import arenum.exact.tree as tree_mod
+from arenum.step.vocab import Vocab
 from arenum import AutoregressiveEnumerable
 from arenum.testing import RandomModel, brute_force
 
@@ -105,8 +106,7 @@ def _reference_heads(arr, floors, norm_tol=1e-3):
 
 def _fused(arr, floors, prefixes=None, norm_tol=1e-3):
     prefixes = prefixes or [(i,) for i in range(arr.shape[0])]
-    return tables_mod.parse_dense_heads(arr, prefixes, floors, intern=int, int_tokens=lambda: True, token=int,
-                                        norm_tol=norm_tol, scratch=tables_mod.Scratch())
+    return tables_mod.parse_dense_heads(arr, prefixes, floors, tables_mod.Parser(Vocab(), norm_tol))
 
 
 @pytest.mark.parametrize("block", [1, 5, 1 << 16])

@@ -17,6 +17,7 @@ import pytest
 import arenum.step.dense as dense_mod
 import arenum.step.tables as tables_mod
 from arenum.step import kernels
+from arenum.step.vocab import Vocab
 from arenum.step.oracle import StepOracle
 
 RENORM_TOL = tables_mod.RENORM_TOL
@@ -67,9 +68,8 @@ def _ref_heads(arr, floors, norm_tol):
     return np.array(out_r, np.int64), np.array(out_c, np.int64), np.array(out_lp, np.float64)
 
 
-def _kw(norm_tol):
-    return {"intern": int, "int_tokens": lambda: True, "token": int, "norm_tol": norm_tol,
-            "scratch": tables_mod.Scratch()}
+def _ps(norm_tol):
+    return tables_mod.Parser(Vocab(), norm_tol)
 
 
 def _run(fn):
@@ -81,12 +81,12 @@ def _run(fn):
 
 def _got_heads(arr, floors, norm_tol):
     pre = [(i,) for i in range(arr.shape[0])]
-    return _run(lambda: tables_mod.parse_dense_heads(arr, pre, floors, **_kw(norm_tol)))
+    return _run(lambda: tables_mod.parse_dense_heads(arr, pre, floors, _ps(norm_tol)))
 
 
 def _got_rows(arr, norm_tol):
     pre = [(i,) for i in range(arr.shape[0])]
-    return _run(lambda: tables_mod.parse_dense_batch(arr, pre, **_kw(norm_tol))[0].copy())
+    return _run(lambda: tables_mod.parse_dense_batch(arr, pre, _ps(norm_tol))[0].copy())
 
 
 def _same(ref, got):

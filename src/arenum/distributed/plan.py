@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..exact import decode_token, encode_token
+from ..step import decode_token, encode_token
 
 __all__ = ["ShardPlan", "plan_shards", "SPLIT_FACTOR", "MAX_SPLITS_PER_WORKER"]
 

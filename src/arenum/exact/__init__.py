@@ -19,13 +19,13 @@ from .exactsum import float_units, to_float, values
 from .index import ExactIndex, mass_bracket
 from .quantize import LN2, Quantizer
 from .seek import INDEX_BYTES_PER_SEQUENCE, Limits, SeekIndex, default_max_bytes
-from .store import StoreError, TreeStore, decode_token, describe_store, encode_token, open_store, root_fingerprint
+from .store import StoreError, TreeStore, describe_store, open_store, root_fingerprint
 from .tree import DEFAULT_TABLE_BYTES, HIST_BINS_PER_BIT, PrefixTree
 
 __all__ = [
     "BUDGET_HINT", "CountHistogram", "CountIndex", "DEFAULT_TABLE_BYTES", "ExactIndex", "HIST_BINS_PER_BIT",
     "INDEX_BYTES_PER_SEQUENCE", "LN2", "Limits", "PrefixTree", "Quantizer", "SeekIndex", "StoreError", "TreeStore",
-    "autoregressive_count_index", "best_first", "build_count_index", "decode_token", "default_max_bytes",
-    "describe_store", "encode_token", "float_units", "mass_bracket", "open_store", "root_fingerprint", "to_float",
+    "autoregressive_count_index", "best_first", "build_count_index", "default_max_bytes",
+    "describe_store", "float_units", "mass_bracket", "open_store", "root_fingerprint", "to_float",
     "values",
 ]

@@ -28,7 +28,6 @@ store built with other settings or another model (the fingerprint), and a second
 """
 from __future__ import annotations
 
-import base64
 import gc
 import hashlib
 import io
@@ -43,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from .._io import atomic_write
-from ..step import StepOracle
+from ..step import StepOracle, decode_token, encode_token
 from .tree import PrefixTree
 
 __all__ = ["TreeStore", "StoreError", "describe_store", "root_fingerprint", "open_store", "STORE_VERSION"]
@@ -64,29 +63,19 @@ class StoreError(ValueError):
 
 
 # ------------------------------------------------------------------------------------ tokens
-def encode_token(t: Any) -> list:
-    """A JSON form of a token (``str``, ``bytes`` or ``int``); other tokens cannot be stored."""
-    if isinstance(t, bool):
-        raise StoreError(f"store: token {t!r} cannot be stored (str, bytes or int tokens only)")
-    if isinstance(t, str):
-        return ["s", t]
-    if isinstance(t, (int, np.integer)):
-        return ["i", int(t)]
-    if isinstance(t, bytes):
-        return ["b", base64.b64encode(t).decode("ascii")]
-    raise StoreError(f"store: token {t!r} cannot be stored (str, bytes or int tokens only)")
-
-
-def decode_token(x: list) -> Any:
-    kind, v = x
-    return v if kind == "s" else int(v) if kind == "i" else base64.b64decode(v)
+def _encode_tokens(toks: list) -> list:
+    """JSON forms of tokens (:func:`arenum.step.encode_token`); one that cannot be stored is a StoreError."""
+    try:
+        return [encode_token(t) for t in toks]
+    except ValueError as e:
+        raise StoreError(str(e)) from None
 
 
 def root_fingerprint(oracle: StepOracle) -> str:
     """A hash of the model's root table: tokens and log-probs (one forward; the oracle memoizes the
     table, so a new tree reuses it)."""
     ids, lps = oracle.table(())
-    toks = [encode_token(t) for t in oracle.tokens(ids)]
+    toks = _encode_tokens(list(oracle.vocab.tokens(ids)))
     h = hashlib.sha256(json.dumps(toks).encode("utf-8"))
     h.update(np.ascontiguousarray(lps, np.float64).tobytes())
     return "root:" + h.hexdigest()
@@ -107,7 +96,7 @@ def open_store(path: Any, tree: PrefixTree, settings: Any, fingerprint: str | No
         raise TypeError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
     fp = fingerprint if fingerprint is not None else root_fingerprint(tree.oracle)
     cfg = settings
-    meta = {"max_len": cfg.max_len, "eos": None if cfg.eos is None else encode_token(cfg.eos), "cap": cfg.cap,
+    meta = {"max_len": cfg.max_len, "eos": None if cfg.eos is None else _encode_tokens([cfg.eos])[0], "cap": cfg.cap,
             "branch_cap": cfg.branch_cap, "norm_tol": cfg.norm_tol, "terminating": cfg.terminating}
     return TreeStore(path, tree, meta=meta, fingerprint=fp, readonly=bool(readonly))
 
@@ -226,7 +215,7 @@ class TreeStore:
             if exists:
                 self._open_existing()
             else:
-                self._ntok = len(tree.oracle.token_state()[1])
+                self._ntok = len(tree.vocab)
                 self.checkpoint()
             if not readonly:
                 self._open_journal()
@@ -319,7 +308,7 @@ class TreeStore:
         tree = self.tree
         int_mode, toks = m["tokens"]
         try:
-            tree.oracle.restore_tokens(int_mode, [decode_token(t) for t in toks])
+            tree.vocab.restore(int_mode, [decode_token(t) for t in toks])
             tree.import_state(m["tree"], arrays)
         except (ValueError, KeyError, TypeError) as e:
             raise StoreError(f"store {path}: {MANIFEST} does not describe a valid tree ({e})") from None
@@ -327,7 +316,7 @@ class TreeStore:
         self.forwards = int(m["forwards"])
         self._snapshot_bytes = sum(int(f["bytes"]) for f in m["files"].values())
         self._replay(os.path.join(path, f"journal-{gen}.bin"))
-        self._ntok = len(tree.oracle.token_state()[1])
+        self._ntok = len(tree.vocab)
 
     def _replay(self, jpath: str) -> None:
         rel = os.path.relpath(jpath, self.path)
@@ -359,7 +348,7 @@ class TreeStore:
                 raise StoreError(f"store {self.path}: {rel} is damaged at byte {pos} (checksum mismatch)")
             try:
                 kind, rec, toks = _decode(payload)
-                tree.oracle.append_tokens(toks)
+                tree.vocab.append(toks)
                 getattr(tree, f"_commit_{kind}")(**rec)
             except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
                 raise StoreError(f"store {self.path}: {rel} record at byte {pos} cannot be applied ({e})") from None
@@ -389,8 +378,8 @@ class TreeStore:
         """Journal one commit (called by the tree before it applies it); fsynced before returning."""
         if self._journal_bytes > max(self.checkpoint_bytes, 4 * self._snapshot_bytes):
             self.checkpoint()  # everything journaled so far is applied: snapshot it, start afresh
-        new = self.tree.oracle.new_tokens(self._ntok)
-        payload = _encode(kind, rec, [encode_token(t) for t in new])
+        new = self.tree.vocab.since(self._ntok)
+        payload = _encode(kind, rec, _encode_tokens(new))
         buf = _HDR.pack(_MAGIC, len(payload), zlib.crc32(payload)) + payload
         fd = self._jfd
         assert fd is not None
@@ -436,10 +425,10 @@ class TreeStore:
         jpath = os.path.join(self.path, f"journal-{gen}.bin")
         with open(jpath, "wb") as f:
             os.fsync(f.fileno())
-        int_mode, toks = tree.oracle.token_state()
+        int_mode, toks = tree.vocab.state()
         manifest = {"format": STORE_FORMAT, "version": STORE_VERSION, "generation": gen, "meta": self.meta,
                     "fingerprint": self.fingerprint, "tree": scalars, "files": files,
-                    "tokens": [int_mode, [encode_token(t) for t in toks]], "forwards": self.forwards}
+                    "tokens": [int_mode, _encode_tokens(toks)], "forwards": self.forwards}
         text = json.dumps(manifest, indent=1)
         def write(p: str) -> None:
             with open(p, "w", encoding="utf-8") as f:

@@ -69,7 +69,7 @@ class PrefixTree:
         prefix_ids: tuple[int, ...] = (),
         table_bytes: int | None = DEFAULT_TABLE_BYTES,
     ) -> None:
-        self.oracle = oracle
+        self.oracle, self.vocab = oracle, oracle.vocab  # vocab (tokens <-> ids): what a store reads and writes
         self.support = support
         self.fixed_len = support.fixed_len
         self.eos_id = eos_id = support.eos_id

@@ -1,7 +1,7 @@
 """Stage 1, the model boundary: the only code that calls the user's model.
 
 :class:`StepOracle` calls the model (one prefix, a batch of prefixes, or every position of a
-sequence), parses each raw step table once (``tables``, ``dense`` and the compiled sweep of
+sequence), maps tokens to ids (``vocab``), parses each raw step table once (``tables``, ``dense`` and the compiled sweep of
 ``kernels``), validates it, sorts it by descending log-prob, memoizes it by prefix and counts
 forwards. ``finite_state`` is the protocol of models whose next-token table depends on a finite
 state only (n-grams), which the certified brackets and the fast sampler read.
@@ -10,11 +10,14 @@ Everything above this stage sees clean numpy arrays: sorted token ids and float6
 It knows nothing of prefix trees, budgets or answers.
 
 Exports (the names other stages use): :class:`StepOracle`, :class:`OracleStats`, :class:`Heads`,
-:class:`FiniteStateTables`, ``NORM_TOL`` and the module :mod:`~arenum.step.kernels`.
+:class:`FiniteStateTables`, the JSON token codec of :mod:`~arenum.step.vocab` (``encode_token``,
+``decode_token``; the oracle's ``vocab`` maps tokens <-> ids), ``NORM_TOL`` and the module :mod:`~arenum.step.kernels`.
 """
 from . import kernels
 from .finite_state import FiniteStateTables
 from .oracle import OracleStats, StepOracle
 from .tables import NORM_TOL, Heads
+from .vocab import decode_token, encode_token
 
-__all__ = ["FiniteStateTables", "Heads", "NORM_TOL", "OracleStats", "StepOracle", "kernels"]
+__all__ = ["FiniteStateTables", "Heads", "NORM_TOL", "OracleStats", "StepOracle", "decode_token", "encode_token",
+           "kernels"]

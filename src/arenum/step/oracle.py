@@ -18,23 +18,24 @@ whatever their source, not added to the cache unless asked).
 
 This module does not parse step tables: the accepted result forms, their validation,
 normalization, sort order and head cutting are in :mod:`arenum.step.tables`, which it calls with its
-token-id callables. It does not decide which prefixes to score: the prefix tree and the queries do.
+parser (:class:`arenum.step.tables.Parser`: its vocab, tolerance and buffers). It does not decide
+which prefixes to score: the prefix tree and the queries do.
 """
 from __future__ import annotations
 
-import numbers
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
+from .vocab import Vocab
 from .tables import (
     NORM_TOL,
     RENORM_TOL,
     Heads,
-    Scratch,
+    Parser,
     build_heads,
     check_cardinality,
     collect_rows,
@@ -83,19 +84,12 @@ class OracleStats:
         return asdict(self)
 
 
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-def _is_int_token(t: Any) -> bool:
-    return isinstance(t, numbers.Integral) and not isinstance(t, bool)
-
-
 class StepOracle:
     """Validated, memoized access to a model's next-token tables (see module docstring).
 
     Tables handed out are ``(ids, logps)``: ``ids`` int64 token ids, ``logps`` float64, sorted by
-    descending log-prob (stable). In integer mode ids are the model's integer tokens; otherwise tokens
-    are interned (``token(id)`` maps back).
+    descending log-prob (stable). :attr:`vocab` (a :class:`arenum.step.vocab.Vocab`) maps tokens to
+    ids and back: in integer mode ids are the model's integer tokens; otherwise tokens are interned.
     """
 
     def __init__(
@@ -129,116 +123,32 @@ class StepOracle:
         self.batch_size = batch_size
         self.norm_tol = float(norm_tol)
         self.stats = OracleStats()
-        # int mode: ids are the tokens themselves; object mode: interned.
-        self.int_mode: bool | None = None
-        self._tok2id: dict[Any, int] = {}
-        self._id2tok: list[Any] = []
+        self.vocab = vocab = Vocab()  # tokens <-> ids (integer mode: ids are the tokens themselves)
+        # the vocab's maps, under the names the tree, the queries and the adapters call
+        self.token_id, self.token, self.tokens, self.ids_of = vocab.id, vocab.token, vocab.tokens, vocab.ids_of
         self._cache: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._cache_size = int(cache_size)
         self.cache_bytes = 0  # bytes of the memoized full tables
         self.cache_max_bytes: int | None = None  # set by the enumerable from its memory budget
-        self._scratch = Scratch()
+        self._parser = Parser(vocab, self.norm_tol, self._renormalized)
         self.eos_id: int | None = None
         if eos is not None:
-            self.int_mode = _is_int_token(eos)
-            self.eos_id = self.token_id(eos)
+            self.eos_id = vocab.id(eos)
 
-    # ------------------------------------------------------------------ token ids
-    def token_id(self, token: Any, *, intern: bool = True) -> int | None:
-        """Integer id of ``token`` (``None`` if unknown and ``intern`` is False)."""
-        if self.int_mode is None:
-            self.int_mode = _is_int_token(token)
-        if self.int_mode:
-            if not _is_int_token(token):
-                raise TypeError(
-                    f"token {token!r} is not an integer, but this model's tokens are integers"
-                )
-            t = int(token)
-            if not _INT64_MIN <= t <= _INT64_MAX:
-                raise ValueError(f"token id {t} does not fit in int64 (integer ids must be in [-2**63, 2**63))")
-            return t
-        try:
-            return self._tok2id[token]
-        except KeyError:
-            if not intern:
-                return None
-            i = len(self._id2tok)
-            self._id2tok.append(token)  # first: an interrupt in between leaves an unused entry, no dangling id
-            self._tok2id[token] = i
-            return i
-        except TypeError:
-            raise TypeError(f"token {token!r} is not hashable") from None
-
-    def token_state(self) -> tuple[bool | None, list]:
-        """``(int_mode, interned tokens in id order)`` (the list is empty in integer mode)."""
-        return self.int_mode, list(self._id2tok)
-
-    def new_tokens(self, start: int) -> list:
-        """Interned tokens with ids ``>= start``."""
-        return self._id2tok[start:]
-
-    def restore_tokens(self, int_mode: bool | None, tokens: list) -> None:
-        """Set the token mode and the interned tokens (ids in order), as :meth:`token_state` gave them:
-        the tokens interned so far (e.g. ``eos``) must be their first ones, the rest are appended. A
-        decided mode must agree."""
-        if int_mode is not None:
-            if self.int_mode is not None and self.int_mode != int_mode:
-                raise ValueError(f"token mode {'integer' if int_mode else 'object'} does not match this model's")
-            self.int_mode = int_mode
-        have = len(self._id2tok)
-        if list(tokens[:have]) != self._id2tok:
-            raise ValueError("interned tokens do not match this model's")
-        self.append_tokens(list(tokens[have:]))
-
-    def append_tokens(self, tokens: list) -> None:
-        """Intern ``tokens`` as the next ids, in order (a store's journal replaying its records)."""
-        for t in tokens:
-            self._tok2id[t] = len(self._id2tok)
-            self._id2tok.append(t)
-
-    def token(self, tid: int) -> Any:
-        """Inverse of :meth:`token_id`."""
-        return int(tid) if self.int_mode else self._id2tok[int(tid)]
-
-    def tokens(self, ids: Iterable[int]) -> tuple:
-        """Token tuple for an iterable of ids."""
-        if self.int_mode:
-            return tuple(int(i) for i in ids)
-        t = self._id2tok
-        return tuple(t[int(i)] for i in ids)
-
-    def ids_of(self, seq: Sequence[Any]) -> list[int | None]:
-        """Ids of a user sequence; ``None`` for a token the model never produced."""
-        if self.int_mode is None:
-            return [None] * len(seq)
-        if self.int_mode:
-            return [int(t) if _is_int_token(t) else None for t in seq]
-        out: list[int | None] = []
-        for t in seq:
-            try:
-                out.append(self._tok2id.get(t))
-            except TypeError:
-                raise TypeError(f"token {t!r} is not hashable") from None
-        return out
-
-    # ------------------------------------------------------------------ parsing (arenum.step.tables)
-    def _int_tokens(self) -> bool:
-        """Integer columns or tokens seen: integer mode if undecided; whether ids are the tokens."""
-        if self.int_mode is None:
-            self.int_mode = True
-        return self.int_mode
+    # ------------------------------------------------------------------ token ids (the vocab's)
+    @property
+    def int_mode(self) -> bool | None:
+        """Whether the model's tokens are their own ids (``None``: undecided): :attr:`vocab`'s."""
+        return self.vocab.int_mode
 
     def _parse_one(self, raw: Any, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
         """One raw result, validated: ``(ids, logps)`` unsorted, ``-inf`` dropped, normalized."""
-        return parse_table(raw, prefix, intern=self.token_id, int_tokens=self._int_tokens,
-                           token=self.token, norm_tol=self.norm_tol, on_renorm=self._renormalized)
+        return parse_table(raw, prefix, self._parser)
 
     def _parse_dense_batch(self, arr: np.ndarray, prefixes: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
         """A dense ``(n, V)`` batch, validated: ``(normalized rows, ids of the columns)``; the rows
         may live in this oracle's work buffer (callers copy what they keep)."""
-        return parse_dense_batch(arr, prefixes, intern=self.token_id, int_tokens=self._int_tokens,
-                                 token=self.token, norm_tol=self.norm_tol, scratch=self._scratch,
-                                 on_renorm=self._renormalized)
+        return parse_dense_batch(arr, prefixes, self._parser)
 
     def _renormalized(self, n: int) -> None:
         self.stats.renormalized_rows += n
@@ -267,9 +177,7 @@ class StepOracle:
         check_cardinality("batch_next_logprobs", raw, len(prefixes), "for a batch of {n} prefixes", "prefix")
         if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype.kind == "f":
             if floors is not None:
-                out: Any = parse_dense_heads(raw, prefixes, floors, intern=self.token_id, int_tokens=self._int_tokens,
-                                             token=self.token, norm_tol=self.norm_tol, scratch=self._scratch,
-                                             on_renorm=self._renormalized)
+                out: Any = parse_dense_heads(raw, prefixes, floors, self._parser)
                 out = (*out, raw.shape[1])
             else:
                 out = self._parse_dense_batch(raw, prefixes)
@@ -365,8 +273,7 @@ class StepOracle:
         st.model_seconds += t1 - t0
         st.calls += 1
         st.batch_calls += 1
-        row, ids, lps, widths = parse_heads(raw, prefixes, floors, int_tokens=self._int_tokens,
-                                            norm_tol=self.norm_tol)
+        row, ids, lps, widths = parse_heads(raw, prefixes, floors, self._parser)
         st.parse_seconds += time.perf_counter() - t1
         return row, ids, lps, widths
 

@@ -24,9 +24,10 @@ Table order: descending log-prob; equal log-probs keep the model's order (ascend
 rows). This order, and nothing else, defines "table position" in the tie rule (:func:`sort_table`,
 :func:`head_order`).
 
-This module does not call the model, count forwards, cache tables or own the token vocabulary:
-the step oracle (:mod:`arenum.step.oracle`) does, and passes in the callables that map tokens to ids
-(``intern``), decide integer-token mode (``int_tokens``) and map ids back for messages (``token``).
+Every parse function takes one :class:`Parser`: the model's :class:`arenum.step.vocab.Vocab` (tokens
+to ids, integer mode, ids back to tokens for messages), ``norm_tol``, the work buffers and the
+``on_renorm`` counter. This module does not call the model, count forwards or cache tables: the step
+oracle (:mod:`arenum.step.oracle`) does, and owns the parser.
 """
 from __future__ import annotations
 
@@ -37,11 +38,13 @@ import numpy as np
 
 from . import kernels
 from .dense import desc_order, desc_sort_row, sorted_heads, sweep
+from .vocab import Vocab
 
 __all__ = [
     "NORM_TOL",
     "RENORM_TOL",
     "Heads",
+    "Parser",
     "Scratch",
     "parse_table",
     "parse_dense_batch",
@@ -62,14 +65,6 @@ NORM_TOL = 2e-2
 """Default tolerance on ``|sum(p) - 1|`` of a step table (bf16/int8 rows pass, renormalized)."""
 OnRenorm = Callable[[int], None]  # on_renorm(n): told that n accepted rows were renormalized
 RENORM_TOL = 1e-12  # rows with |log sum p| above this are renormalized; below it used verbatim
-
-Intern = Callable[[Any], int]
-"""``intern(token) -> id``: the id of a token, new tokens interned."""
-IntTokens = Callable[[], bool]
-"""``int_tokens() -> bool``: called when a table has integer tokens (or dense columns); enters
-integer mode if undecided and says whether ids are the integer tokens themselves."""
-TokenOf = Callable[[int], Any]
-"""``token(id) -> token``, for error messages."""
 
 
 class Heads:
@@ -103,26 +98,72 @@ class Scratch:
         return buf[:n].reshape(shape)
 
 
+class Parser:
+    """What every parse function reads: ``vocab`` (tokens <-> ids), ``norm_tol`` (the tolerance on
+    ``|sum(p) - 1|``), ``scratch`` (work buffers) and ``on_renorm(n)`` (told of renormalized rows)."""
+
+    __slots__ = ("vocab", "norm_tol", "scratch", "on_renorm")
+
+    def __init__(self, vocab: Vocab, norm_tol: float = NORM_TOL, on_renorm: OnRenorm | None = None,
+                 scratch: Scratch | None = None) -> None:
+        self.vocab = vocab
+        self.norm_tol = float(norm_tol)
+        self.on_renorm = on_renorm
+        self.scratch = Scratch() if scratch is None else scratch
+
+
 # ---------------------------------------------------------------------- one table
 def _fail(prefix: Any, msg: str) -> ValueError:
     return ValueError(f"next_logprobs({short_repr(prefix)}): {msg}")
 
 
-def _column_ids(V: int, intern: Intern, int_tokens: IntTokens) -> np.ndarray:
+def _column_ids(V: int, vocab: Vocab) -> np.ndarray:
     """Ids of the columns ``0 .. V-1`` of a dense row."""
-    if int_tokens():
+    if vocab.int_tokens():
         return np.arange(V, dtype=np.int64)
-    return np.array([intern(i) for i in range(V)], dtype=np.int64)
+    return np.array([vocab.id(i) for i in range(V)], dtype=np.int64)
 
 
-def parse_table(
-    raw: Any, prefix: tuple, *, intern: Intern, int_tokens: IntTokens, token: TokenOf, norm_tol: float,
-    on_renorm: OnRenorm | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+def _pairs(raw: Any, prefix: tuple) -> tuple[list, list]:
+    """``(tokens, values)`` of a result given as ``(token, log_prob)`` pairs, checked item by item."""
+    try:
+        pairs = list(raw)
+    except TypeError:
+        raise TypeError(
+            f"next_logprobs({short_repr(prefix)}) must return (token, log_prob) pairs, a "
+            f"(tokens, log_probs) array pair or a dense log-prob array; got {type(raw).__name__}"
+        ) from None
+    toks = []
+    vals = []
+    for item in pairs:
+        try:
+            t, v = item
+        except (TypeError, ValueError):
+            raise _fail(prefix, f"expected (token, log_prob) pairs, got item {item!r}") from None
+        toks.append(t)
+        vals.append(v)
+    return toks, vals
+
+
+def parse_table(raw: Any, prefix: tuple, ps: Parser) -> tuple[np.ndarray, np.ndarray]:
     """Validate one raw result; return ``(ids, logps)`` unsorted, ``-inf`` dropped, normalized."""
+    vocab = ps.vocab
+    if type(raw) is list and raw and not isinstance(raw[0], np.ndarray):
+        # (token, log_prob) pairs, the common form: a dict checks pairs and duplicates in one go
+        try:
+            d = dict(raw)
+        except (TypeError, ValueError):  # not pairs, an unhashable token: the slow path words the error
+            d = None
+        if d is not None and len(d) == len(raw):
+            try:
+                lps = np.array(list(d.values()), dtype=np.float64)
+            except (TypeError, ValueError):
+                raise _fail(prefix, "log_probs must be real numbers") from None
+            if lps.ndim == 1:
+                return _normalize(vocab.ids(list(d)), lps, prefix, ps)
     if isinstance(raw, np.ndarray) and raw.ndim == 1 and raw.dtype.kind == "f":
         lps = raw.astype(np.float64, copy=False)
-        ids = _column_ids(lps.shape[0], intern, int_tokens)
+        ids = _column_ids(lps.shape[0], vocab)
     elif (
         isinstance(raw, (tuple, list))
         and len(raw) == 2
@@ -142,71 +183,56 @@ def parse_table(
         if toks.dtype.kind in "iu":
             if toks.dtype.kind == "u" and toks.size and int(toks.max()) > _INT64_MAX:
                 raise _fail(prefix, f"token id {int(toks.max())} does not fit in int64 (ids must be < 2**63)")
-            if int_tokens():
+            if vocab.int_tokens():
                 ids = toks.astype(np.int64, copy=False)
             else:
-                ids = np.array([intern(int(t)) for t in toks], dtype=np.int64)
+                ids = np.array([vocab.id(int(t)) for t in toks], dtype=np.int64)
         else:
-            ids = np.array([intern(t) for t in toks.tolist()], dtype=np.int64)
-        _check_unique(ids, prefix, token)
+            ids = vocab.ids(toks.tolist())
+        _check_unique(ids, prefix, vocab)
     else:
-        try:
-            pairs = list(raw)
-        except TypeError:
-            raise TypeError(
-                f"next_logprobs({short_repr(prefix)}) must return (token, log_prob) pairs, a "
-                f"(tokens, log_probs) array pair or a dense log-prob array; got {type(raw).__name__}"
-            ) from None
-        toks = []
-        vals = []
-        for item in pairs:
-            try:
-                t, v = item
-            except (TypeError, ValueError):
-                raise _fail(prefix, f"expected (token, log_prob) pairs, got item {item!r}") from None
-            toks.append(t)
-            vals.append(v)
+        toks, vals = _pairs(raw, prefix)
         try:
             lps = np.asarray(vals, dtype=np.float64)
         except (TypeError, ValueError):
             raise _fail(prefix, "log_probs must be real numbers") from None
-        ids = np.fromiter((intern(t) for t in toks), dtype=np.int64, count=len(toks))
-        _check_unique(ids, prefix, token)
-    return _normalize(ids, lps, prefix, token, norm_tol, on_renorm)
+        if lps.ndim != 1:
+            raise _fail(prefix, "log_probs must be real numbers")
+        ids = np.fromiter((vocab.id(t) for t in toks), dtype=np.int64, count=len(toks))
+        _check_unique(ids, prefix, vocab)
+    return _normalize(ids, lps, prefix, ps)
 
 
-def _normalize(
-    ids: np.ndarray, lps: np.ndarray, prefix: tuple, token: TokenOf, norm_tol: float,
-    on_renorm: OnRenorm | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+def _normalize(ids: np.ndarray, lps: np.ndarray, prefix: tuple, ps: Parser, report: bool = True
+               ) -> tuple[np.ndarray, np.ndarray]:
     if lps.shape[0] == 0:
         raise _fail(prefix, "empty step table (probabilities must sum to 1)")
     mx = lps.max()
     if not mx <= 0.0:
         if np.isnan(lps).any():
             j = int(np.flatnonzero(np.isnan(lps))[0])
-            raise _fail(prefix, f"log_prob is NaN for token {token(ids[j])!r}")
+            raise _fail(prefix, f"log_prob is NaN for token {ps.vocab.token(ids[j])!r}")
         j = int(np.argmax(lps))
-        raise _fail(prefix, f"log_prob must be <= 0, got {float(lps[j])!r} for token {token(ids[j])!r}")
+        raise _fail(prefix, f"log_prob must be <= 0, got {float(lps[j])!r} for token {ps.vocab.token(ids[j])!r}")
     if mx == -math.inf:
         raise _fail(prefix, "no finite log_prob (probabilities must sum to 1)")
     lse = float(mx + math.log(float(np.exp(lps - mx).sum())))
-    if abs(math.expm1(lse)) > norm_tol:
+    if abs(math.expm1(lse)) > ps.norm_tol:
         raise _fail(
             prefix,
-            f"probabilities sum to {math.exp(lse):.6g}, not 1 (tolerance {norm_tol:g})",
+            f"probabilities sum to {math.exp(lse):.6g}, not 1 (tolerance {ps.norm_tol:g})",
         )
     finite = lps > -math.inf
     if not finite.all():
         ids, lps = ids[finite], lps[finite]
     if abs(lse) > RENORM_TOL:
         lps = lps - lse
-        if on_renorm is not None:
-            on_renorm(1)
+        if report and ps.on_renorm is not None:
+            ps.on_renorm(1)
     return ids, lps
 
 
-def _check_unique(ids: np.ndarray, prefix: Any, token: TokenOf) -> None:
+def _check_unique(ids: np.ndarray, prefix: Any, vocab: Vocab) -> None:
     n = ids.shape[0]
     if n < 2:
         return
@@ -214,12 +240,12 @@ def _check_unique(ids: np.ndarray, prefix: Any, token: TokenOf) -> None:
     if lo >= 0 and hi < 4 * n + 64:
         counts = np.bincount(ids)
         if counts.max() > 1:
-            raise _fail(prefix, f"duplicate token {token(int(np.argmax(counts)))!r}")
+            raise _fail(prefix, f"duplicate token {vocab.token(int(np.argmax(counts)))!r}")
         return
     s = np.sort(ids)
     dup = np.flatnonzero(s[1:] == s[:-1])
     if dup.size:
-        raise _fail(prefix, f"duplicate token {token(int(s[dup[0]]))!r}")
+        raise _fail(prefix, f"duplicate token {vocab.token(int(s[dup[0]]))!r}")
 
 
 def sort_table(ids: np.ndarray, lps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -300,25 +326,24 @@ def _cut_rows(arr: np.ndarray, rows: np.ndarray, shift: np.ndarray, floors: np.n
     return np.concatenate(out_r), np.concatenate(out_c), np.concatenate(out_lp)
 
 
-def _raise_bad_rows(arr: np.ndarray, mx: np.ndarray, lse: np.ndarray, prefixes: list[tuple], *,
-                    intern: Intern, int_tokens: IntTokens, token: TokenOf, norm_tol: float) -> None:
+def _raise_bad_rows(arr: np.ndarray, mx: np.ndarray, lse: np.ndarray, prefixes: list[tuple], ps: Parser) -> None:
     """Raise the first bad row's error, in a fixed priority: NaN, ``> 0`` or no finite entry (first
     such row), then a sum off 1 by more than ``norm_tol`` (first such row)."""
     bad = ~(mx <= 0.0) | (mx == -math.inf)
     if bad.any():
         r = int(np.flatnonzero(bad)[0])
-        ids_bad = _column_ids(arr.shape[1], intern, int_tokens)  # decides the token mode before a message names one
-        _normalize(ids_bad, arr[r].astype(np.float64), prefixes[r], token, norm_tol)  # raises
-    off = np.abs(np.expm1(lse)) > norm_tol
+        ids_bad = _column_ids(arr.shape[1], ps.vocab)  # decides the token mode before a message names one
+        _normalize(ids_bad, arr[r].astype(np.float64), prefixes[r], ps, report=False)  # raises
+    off = np.abs(np.expm1(lse)) > ps.norm_tol
     if off.any():
         r = int(np.flatnonzero(off)[0])
         raise _fail(
             prefixes[r],
-            f"probabilities sum to {math.exp(lse[r]):.6g}, not 1 (tolerance {norm_tol:g})",
+            f"probabilities sum to {math.exp(lse[r]):.6g}, not 1 (tolerance {ps.norm_tol:g})",
         )
 
 
-def _verdict(arr: np.ndarray, odd: np.ndarray, prefixes: list[tuple], kw: dict[str, Any]
+def _verdict(arr: np.ndarray, odd: np.ndarray, prefixes: list[tuple], ps: Parser
              ) -> tuple[np.ndarray, np.ndarray]:
     """Check a batch whose rows outside ``odd`` passed the fast check; raise for a bad row; return
     ``(rows to renormalize, every row's lse)`` (``lse = 0`` for the rows used verbatim)."""
@@ -326,29 +351,19 @@ def _verdict(arr: np.ndarray, odd: np.ndarray, prefixes: list[tuple], kw: dict[s
     mx, lse = np.zeros(n), np.zeros(n)
     if odd.size:
         mx[odd], lse[odd] = _reference(arr, odd)
-    _raise_bad_rows(arr, mx, lse, prefixes, **kw)
+    _raise_bad_rows(arr, mx, lse, prefixes, ps)
     return odd[np.abs(lse[odd]) > RENORM_TOL], lse
 
 
-def parse_dense_batch(
-    arr: np.ndarray,
-    prefixes: list[tuple],
-    *,
-    intern: Intern,
-    int_tokens: IntTokens,
-    token: TokenOf,
-    norm_tol: float,
-    scratch: Scratch,
-    on_renorm: OnRenorm | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+def parse_dense_batch(arr: np.ndarray, prefixes: list[tuple], ps: Parser) -> tuple[np.ndarray, np.ndarray]:
     """Validate a dense ``(n, V)`` batch; return ``(normalized rows, ids of the columns)``.
 
     The fast check (one ``exp`` and sum per block, plus the row max) clears rows normalized to
     float64 precision; the others get the reference formula (:func:`_reference`). The rows
     returned may live in a ``scratch`` work buffer: callers copy what they keep.
     """
-    kw = {"intern": intern, "int_tokens": int_tokens, "token": token, "norm_tol": norm_tol}
-    fast = norm_tol >= 1e-11 and arr.dtype == np.float64
+    scratch = ps.scratch
+    fast = ps.norm_tol >= 1e-11 and arr.dtype == np.float64
     arr = _as_float64(arr, scratch)
     n, V = arr.shape
     with np.errstate(**_QUIET):
@@ -360,31 +375,21 @@ def parse_dense_batch(
             odd = np.flatnonzero(~((np.abs(s - 1.0) <= _CLEAR) & (mx <= 0.0)))
         else:
             odd = np.arange(n)
-        renorm, lse = _verdict(arr, odd, prefixes, kw)
-    ids_all = _column_ids(V, intern, int_tokens)
+        renorm, lse = _verdict(arr, odd, prefixes, ps)
+    ids_all = _column_ids(V, ps.vocab)
     if renorm.size:
         out = scratch(arr.shape, np.float64, "rows")
         if out is not arr and not np.shares_memory(out, arr):
             np.copyto(out, arr)
         out[renorm] -= lse[renorm, None]
         arr = out
-        if on_renorm is not None:
-            on_renorm(int(renorm.size))
+        if ps.on_renorm is not None:
+            ps.on_renorm(int(renorm.size))
     return arr, ids_all
 
 
-def parse_dense_heads(
-    arr: np.ndarray,
-    prefixes: list[tuple],
-    floors: np.ndarray,
-    *,
-    intern: Intern,
-    int_tokens: IntTokens,
-    token: TokenOf,
-    norm_tol: float,
-    scratch: Scratch,
-    on_renorm: OnRenorm | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def parse_dense_heads(arr: np.ndarray, prefixes: list[tuple], floors: np.ndarray, ps: Parser
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Validate a dense ``(n, V)`` batch and cut its heads: ``(row, ids, lps)``, the entries
     ``>= floors[row]`` of the normalized rows, rows in order, each row's sorted (descending, ties in
     column order). Same checks, messages and values as :func:`parse_dense_batch` then a cut.
@@ -396,8 +401,8 @@ def parse_dense_heads(
     Rows the fast check does not clear (reduced precision, unnormalized, bad) get the reference
     formula; the renormalized ones are cut again from their renormalized values.
     """
-    kw = {"intern": intern, "int_tokens": int_tokens, "token": token, "norm_tol": norm_tol}
-    fast = norm_tol >= 1e-11 and arr.dtype == np.float64  # float64 from the model: reduced precision is rare
+    scratch = ps.scratch
+    fast = ps.norm_tol >= 1e-11 and arr.dtype == np.float64  # float64 from the model: reduced precision is rare
     arr = _as_float64(arr, scratch)
     n, V = arr.shape
     cap = np.minimum(floors, 0.0)
@@ -415,9 +420,9 @@ def parse_dense_heads(
         else:  # converted (e.g. float32): every row is renormalized, so the reference for all
             odd = np.arange(n)
             r, c, lp = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
-        renorm, lse = _verdict(arr, odd, prefixes, kw)
-        if on_renorm is not None and renorm.size:
-            on_renorm(int(renorm.size))
+        renorm, lse = _verdict(arr, odd, prefixes, ps)
+        if ps.on_renorm is not None and renorm.size:
+            ps.on_renorm(int(renorm.size))
         redo = renorm if fast else odd  # the slow path: rows within RENORM_TOL stay verbatim (shift 0)
         if redo.size:
             stale = np.zeros(n, np.bool_)
@@ -431,9 +436,9 @@ def parse_dense_heads(
     if (cap < floors).any():  # floors above 0 (nothing valid reaches them): the exact cut
         keep = lp >= floors[r]
         r, c, lp = r[keep], c[keep], lp[keep]
-    if int_tokens():
+    if ps.vocab.int_tokens():
         return r, c, lp  # the ids are the columns
-    return r, _column_ids(V, intern, int_tokens)[c], lp
+    return r, _column_ids(V, ps.vocab)[c], lp
 
 
 def rows_of_dense(arr: np.ndarray, ids_all: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -459,7 +464,7 @@ def collect_rows(tabs, rows, floors, parts_row, parts_ids, parts_lp, full) -> No
 
 # ---------------------------------------------------------------------- heads
 def parse_heads(
-    raw: Any, prefixes: list[tuple], floors: np.ndarray, *, int_tokens: IntTokens, norm_tol: float
+    raw: Any, prefixes: list[tuple], floors: np.ndarray, ps: Parser
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Check one ``batch_next_heads`` result: ``(row, ids, lps, widths)`` with ``lps >= floors[row]``.
 
@@ -503,7 +508,7 @@ def parse_heads(
         raise TypeError("batch_next_heads: tokens must be non-negative integer ids")
     if lps.dtype.kind not in "fiu":
         raise TypeError(f"batch_next_heads: log_probs must be numeric, got dtype {lps.dtype}")
-    if not int_tokens():
+    if not ps.vocab.int_tokens():
         raise TypeError("batch_next_heads needs integer tokens, but this model's tokens are not integers")
     if total and toks.dtype.kind == "u" and int(toks.max()) > _INT64_MAX:
         raise ValueError(f"batch_next_heads: token id {int(toks.max())} does not fit in int64 (ids must be < 2**63)")
@@ -526,6 +531,7 @@ def parse_heads(
             i, t = divmod(int(key[dup[0]]), width)
             raise ValueError(f"batch_next_heads({short_repr(prefixes[i])}): duplicate token {t}")
     mass = np.bincount(row, weights=np.exp(lps), minlength=n)
+    norm_tol = ps.norm_tol
     over = mass > 1.0 + norm_tol
     if over.any():
         i = int(np.flatnonzero(over)[0])
