@@ -141,6 +141,10 @@ class StepOracle:
         """Whether the model's tokens are their own ids (``None``: undecided): :attr:`vocab`'s."""
         return self.vocab.int_mode
 
+    @int_mode.setter
+    def int_mode(self, value: bool | None) -> None:
+        self.vocab.int_mode = value
+
     def _parse_one(self, raw: Any, prefix: tuple) -> tuple[np.ndarray, np.ndarray]:
         """One raw result, validated: ``(ids, logps)`` unsorted, ``-inf`` dropped, normalized."""
         return parse_table(raw, prefix, self._parser)
