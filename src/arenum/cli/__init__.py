@@ -14,6 +14,7 @@ Subcommands (``arenum <command> --help`` for each; ``docs/cli.md`` has examples 
     nucleus P                how many of the most likely sequences hold mass P
     plot                     guessing curve and cumulative mass, PNG
     demo                     all of the above on a 4-gram fitted on 30,000 real passwords
+    serve MODEL              a local JSON API and web page (password meter, explorer) from a store
 
 ``--model`` is a file written by ``arenum fit`` (:meth:`NGramModel.save`) or ``hf:<local dir>`` (a
 Hugging Face causal LM, loaded with ``local_files_only``; nothing is downloaded). Every answer is
@@ -44,7 +45,7 @@ __all__ = ["main", "build_parser", "demo_model_path", "fit_demo_model", "make_pr
 
 
 def _run(args: argparse.Namespace) -> Output:
-    if args.command in ("fit", "demo", "eval", "info"):
+    if args.command in ("fit", "demo", "eval", "info", "serve"):
         return args.run(args)
     if args.command == "guesses":
         if args.model is not None and args.model_pos is not None:

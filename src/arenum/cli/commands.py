@@ -136,6 +136,24 @@ def count_answer(enum: Any, t: float) -> tuple[Any, dict]:
     return float(r.estimate), _interval(r, float(r.ci_lo), float(r.ci_hi))
 
 
+def threshold_record(r: Any, m: Loaded, seq: Sequence[int] | None) -> dict:
+    """JSON fields of a :class:`~arenum.results.ThresholdResult` (exact, bracket, certified or estimate)
+    and of the sequence at that position (``None`` when the position is not exact)."""
+    lp = float(r)
+    g = _interval(r, float(getattr(r, "ci_lo", lp)), float(getattr(r, "ci_hi", lp)))
+    return {"log_prob": lp, "bits": -lp / LN2, "probability": math.exp(lp),
+            "sequence": None if seq is None else m.display(seq), "tokens": None if seq is None else list(seq),
+            "log_prob_lo": g["lo"], "log_prob_hi": g["hi"], **{k: v for k, v in g.items() if k not in ("lo", "hi")}}
+
+
+def mass_record(b: Any, mass: Any) -> dict:
+    """JSON fields of ``mass_above(t)`` (a :class:`~arenum.results.MassBracket`) beside the count bracket
+    ``b`` at the same threshold."""
+    lo, hi = mass
+    return {"mass_lo": lo, "mass_hi": hi, "count": b.lo, "count_lo": b.lo, "count_hi": b.hi, "exact": b.exact,
+            "guarantee": "exact" if b.exact else "bracket"}
+
+
 def _range(g: dict, fmt: Callable[[Any], str] = fmt_count) -> str:
     return f"[{fmt(g['lo'])}, {fmt(g['hi'])}]"
 
@@ -159,10 +177,7 @@ def cmd_threshold(args: argparse.Namespace, m: Loaded) -> Output:
     g = _interval(r, float(getattr(r, "ci_lo", lp)), float(getattr(r, "ci_hi", lp)))
     seq = m.enum.unrank(args.k - 1)[0] if g["exact"] else None  # an estimate names no sequence
     cost, cline = _cost(m, before, t0)
-    doc = {"command": "threshold", **_header(m), "k": args.k, "log_prob": lp, "bits": -lp / LN2,
-           "probability": math.exp(lp), "sequence": None if seq is None else m.display(seq),
-           "tokens": None if seq is None else list(seq), "log_prob_lo": g["lo"], "log_prob_hi": g["hi"],
-           **{k: v for k, v in g.items() if k not in ("lo", "hi")}, **cost}
+    doc = {"command": "threshold", **_header(m), "k": args.k, **threshold_record(r, m, seq), **cost}
     rows = [("k", f"{args.k:,} (1-based)"), ("threshold", f"{fmt_lp(lp)}  {_tag(g)}")]
     if not g["exact"]:
         rows.append(("interval", f"log p in {_range(g, lambda v: f'{v:.4f}')}"))
@@ -317,9 +332,7 @@ def cmd_mass(args: argparse.Namespace, m: Loaded) -> Output:
     b = m.enum.count_bracket(t)
     lo, hi = m.enum.mass_above(t)
     cost, cline = _cost(m, before, t0)
-    guarantee = "exact" if b.exact else "bracket"
-    doc = {"command": "mass", **_header(m), "min_log_prob": t, "bits": -t / LN2, "mass_lo": lo, "mass_hi": hi,
-           "count": b.lo, "count_lo": b.lo, "count_hi": b.hi, "exact": b.exact, "guarantee": guarantee, **cost}
+    doc = {"command": "mass", **_header(m), "min_log_prob": t, "bits": -t / LN2, **mass_record(b, (lo, hi)), **cost}
     what = "exact to float rounding" if b.exact else "bracket: the cap stopped the build"
     cnt = fmt_count(b.lo) if b.exact else f"[{fmt_count(b.lo)}, {fmt_count(b.hi)}]"
     text = kv([("threshold", fmt_lp(t)), ("mass", f"{lo:.12g} <= mass <= {hi:.12g}  [{what}]"),

@@ -29,6 +29,8 @@ def _estimate_kwargs(args: argparse.Namespace | None) -> dict:
     if args is None:
         return {}
     store = {"store": args.store} if getattr(args, "store", None) else {}
+    if store and getattr(args, "store_readonly", False):  # arenum serve: many readers, no lock
+        store["store_readonly"] = True
     if getattr(args, "exact_limit", None) is None:
         return store
     if args.confidence >= 1.0:

@@ -23,6 +23,7 @@ from .commands import (
 from .demo import cmd_demo
 from .stream import cmd_guesses
 from .evalcmd import cmd_eval
+from .servecmd import add_serve_parser, EXAMPLES as SERVE_EXAMPLES
 
 
 class _Parser(argparse.ArgumentParser):
@@ -112,6 +113,7 @@ EXAMPLES = {
               "arenum build -m pw4.npz --budget 1e8 --store pw4.store --workers 8   # over 8 Ray workers",
               "arenum rank password1 -m pw4.npz --store pw4.store   # answers from the store"],
     "info": ["arenum info pw4.store", "arenum info pw4.store --json"],
+    "serve": SERVE_EXAMPLES,
 }
 
 
@@ -303,4 +305,6 @@ def build_parser() -> argparse.ArgumentParser:
     d = add("demo", [out_opts], "a 4-gram on 30,000 real passwords: count, threshold, unrank, top, rank, plot")
     d.add_argument("-o", "--out", default="arenum-demo.png", help="PNG to write (default arenum-demo.png)")
     d.set_defaults(run=cmd_demo)
+
+    add_serve_parser(add, _int_type, _float_type, _eos_type)
     return p

@@ -1,0 +1,98 @@
+"""``arenum serve``: the HTTP API and the page (:mod:`arenum.serve`) on uvicorn, from a read-only store."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from typing import Any, Callable
+
+from .common import CLIError, Output
+
+__all__ = ["add_serve_parser", "cmd_serve"]
+
+EXAMPLES = [
+    "arenum serve pw4.npz --store pw4.store --build 1e6   # build, then serve at http://127.0.0.1:8000",
+    "arenum serve pw4.npz --store pw4.store --workers 4   # 4 processes share the built store",
+    "arenum serve pw4.npz --store pw4.store --certify-bits 40 --certify-resolution 0.25",
+]
+
+
+def add_serve_parser(add: Callable[..., argparse.ArgumentParser], int_type: Callable, float_type: Callable,
+                     eos_type: Callable) -> argparse.ArgumentParser:
+    """The ``serve`` subcommand's options (``add`` makes a subparser from a name, parents and help)."""
+    c = add("serve", [], "serve a JSON API and a web page (password meter, sequence explorer) from a read-only store")
+    c.add_argument("model", metavar="MODEL", help="n-gram file written by 'arenum fit', or hf:<local dir>")
+    g = c.add_argument_group("the store")
+    g.add_argument("--store", metavar="DIR", help="the store to answer from, opened read-only (default: a temporary "
+                   "store built to --build sequences and removed at exit)")
+    g.add_argument("--build", type=int_type("--build", 1), metavar="N",
+                   help="first extend the store to the N most likely sequences (default without --store: 100,000)")
+    g.add_argument("--max-forwards", type=int_type("--max-forwards", 1), default=5_000_000, metavar="N",
+                   help="cap on the forwards of --build (default 5,000,000)")
+    g.add_argument("--max-len", type=int_type("--max-len", 1), metavar="N",
+                   help="terminating: at most N tokens, EOS included; with --eos none: exactly N tokens")
+    g.add_argument("--eos", type=eos_type, default="auto", metavar="auto|none|ID", help="as for the other commands")
+    g.add_argument("--prompt", metavar="TEXT", help="hf models: the text every sequence continues")
+    g.add_argument("--certify-bits", type=float_type("--certify-bits", 0.0), default=0.0, metavar="B",
+                   help="finite-state models: compute the certified DP down to B bits at start-up, so that ranks "
+                        "past the built index get its bracket (default 0: the plain bracket)")
+    g.add_argument("--certify-resolution", type=float_type("--certify-resolution", 0.0, lo_open=True), metavar="R",
+                   help="grid cell of that DP in bits (default the library's 1/32; 0.25 is 8x faster, wider)")
+    s = c.add_argument_group("the server")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    s.add_argument("--port", type=int_type("--port", 0), default=8000, help="port (default 8000; 0: any free one)")
+    s.add_argument("--workers", type=int_type("--workers", 1), default=1, metavar="N",
+                   help="server processes, each opening the store read-only (default 1)")
+    s.add_argument("--max-batch", type=int_type("--max-batch", 1), default=100, metavar="N",
+                   help="strings per rank request (default 100)")
+    s.add_argument("--max-chars", type=int_type("--max-chars", 1), default=64, metavar="N",
+                   help="characters per string (default 64)")
+    s.add_argument("-q", "--quiet", action="store_true", help="no start-up lines on stderr")
+    c.set_defaults(run=cmd_serve, json=False)
+    return c
+
+
+def config_of(args: argparse.Namespace) -> Any:
+    """The :class:`~arenum.serve.ServeConfig` of the parsed options."""
+    from ..serve import Limits, ServeConfig
+
+    if args.port > 65535:
+        raise CLIError(f"--port must be <= 65535, got {args.port}")
+    return ServeConfig(model=args.model, store=args.store, build=args.build, max_len=args.max_len, eos=args.eos,
+                       prompt=args.prompt, max_forwards=args.max_forwards, certify_bits=args.certify_bits,
+                       certify_resolution=args.certify_resolution,
+                       limits=Limits(max_batch=args.max_batch, max_chars=args.max_chars))
+
+
+def cmd_serve(args: argparse.Namespace) -> Output:
+    try:
+        import uvicorn
+
+        from ..serve import Service, create_app, prepare
+        from ..serve.app import ENV_CONFIG
+    except ImportError as exc:
+        raise CLIError(f"arenum serve needs the serve extra (pip install 'arenum[serve]'): {exc}") from None
+    say = (lambda s: None) if args.quiet else (lambda s: sys.stderr.write(f"arenum: {s}\n"))
+    cfg, temporary = prepare(config_of(args), say)
+    common = dict(host=args.host, port=args.port, access_log=False, log_level="warning", server_header=False)
+    try:
+        if args.workers == 1:
+            svc = Service.open(cfg, temporary=temporary)
+            try:
+                info = svc.info()
+                say(f"serving {info['model']} at http://{args.host}:{args.port}/ ({info['indexed_sequences']:,} "
+                    f"sequences held exactly, to {info['built_bits']:.1f} bits; Ctrl-C stops)")
+                uvicorn.run(create_app(svc), **common)
+            finally:
+                svc.close()
+        else:
+            os.environ[ENV_CONFIG] = json.dumps(cfg.as_json())
+            say(f"serving {cfg.model} at http://{args.host}:{args.port}/ from {args.workers} processes "
+                f"(each opens {cfg.store} read-only; Ctrl-C stops)")
+            uvicorn.run("arenum.serve.app:app_from_env", factory=True, workers=args.workers, **common)
+    finally:
+        if temporary:
+            shutil.rmtree(cfg.store, ignore_errors=True)
+    return Output(None, [])

@@ -1,0 +1,269 @@
+"""The JSON API over real HTTP: answers equal the library's, the CLI's and brute force; bad input is a
+4xx in one line; no request builds, writes or logs what it was sent."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import io
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+from contextlib import redirect_stdout
+
+import httpx
+import numpy as np
+import pytest
+
+from arenum.cli import main
+from arenum.cli.demo import demo_model_path
+from arenum.models.ngram import NGramModel
+from arenum.testing import brute_force
+
+from .conftest import DEMO_BUILD
+
+LN2 = math.log(2.0)
+IN_BUDGET = ["123456", "password", "dragon", "monkey", "qwerty", "abc123", "master"]
+VOLATILE = {"forwards", "forwards_total", "seconds", "command", "model", "type", "kind", "order", "smoothing",
+            "vocab_size", "n_sequences", "support", "max_len", "steps"}
+
+
+def post(url: str, path: str, doc) -> httpx.Response:
+    return httpx.post(url + path, json=doc, timeout=30)
+
+
+def get(url: str, path: str) -> httpx.Response:
+    return httpx.get(url + path, timeout=30)
+
+
+def library(store: str, **kw):
+    """The library's own enumerable over the same store (read-only, the same frozen cap)."""
+    m = NGramModel.load(demo_model_path())
+    probe = m.enumerable(store=store, store_readonly=True, **kw)
+    held = probe.stats["tree_prefixes"]
+    probe.close()
+    return m, m.enumerable(store=store, store_readonly=True, max_prefixes=held, **kw)
+
+
+def test_rank_equals_the_library_and_the_cli(demo_server, demo_store):
+    r = post(demo_server.url, "/api/rank", {"strings": IN_BUDGET})
+    assert r.status_code == 200
+    got = r.json()
+    m, enum = library(demo_store)
+    for s, d in zip(IN_BUDGET, got):
+        lib = enum.rank(m.encode(s))
+        assert d["exact"] is True and lib.exact
+        assert d["rank"] == lib.rank and d["guess_number"] == lib.rank + 1
+        assert d["log_prob"] == lib.log_prob and d["cumulative"] == lib.cumulative
+        steps = d["steps"]
+        assert [st["token"] for st in steps] == d["tokens"] == list(m.encode(s))
+        total = 0.0
+        for st in steps:
+            total += st["log_prob"]
+        assert total == pytest.approx(lib.log_prob, abs=1e-9)
+    enum.close()
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert main(["rank", *IN_BUDGET, "-m", demo_model_path(), "--store", demo_store, "--json", "-q"]) == 0
+    cli = [json.loads(line) for line in buf.getvalue().splitlines()]
+    for c, d in zip(cli, got):
+        assert {k: v for k, v in c.items() if k not in VOLATILE} == {k: v for k, v in d.items() if k not in VOLATILE}
+
+
+def test_positions_counts_and_masses_equal_the_library(demo_server, demo_store):
+    m, enum = library(demo_store)
+    url = demo_server.url
+    for k in (1, 17, 1000, DEMO_BUILD):
+        d = get(url, f"/api/threshold?k={k}").json()
+        assert d["exact"] and d["log_prob"] == float(enum.threshold(k))
+        assert d["tokens"] == list(enum.unrank(k - 1)[0])
+    d = get(url, "/api/unrank?i=41").json()
+    seq, lp = enum.unrank(41)
+    assert d["tokens"] == list(seq) and d["log_prob"] == lp and d["sequence"] == m.decode(seq[:-1])
+    page = get(url, "/api/slice?start=990&k=20").json()
+    assert [it["tokens"] for it in page["items"]] == [list(s) for s, _ in enum.slice(990, 20)]
+    assert [it["rank"] for it in page["items"]] == list(range(990, 1010))
+    built = get(url, "/api/info").json()["built_bits"]
+    for bits in (10.0, built - 0.25):
+        c = get(url, f"/api/count?bits={bits}").json()
+        assert c["exact"] and c["count"] == int(enum.count(-bits * LN2))
+        ms = get(url, f"/api/mass?bits={bits}").json()
+        lo, hi = enum.mass_above(-bits * LN2)
+        assert (ms["mass_lo"], ms["mass_hi"]) == (lo, hi)
+    curve = get(url, "/api/curve?points=12").json()
+    assert curve["exact"][-1]["count"] >= DEMO_BUILD
+    for p in curve["exact"]:
+        assert p["count"] == int(enum.count(p["log_prob"])) and p["log_prob"] == float(enum.threshold(p["rank"]))
+    kids = post(url, "/api/children", {"prefix": "pass", "k": 5}).json()
+    toks, lps = enum.oracle.table(tuple(m.encode("pass", eos=False)))
+    assert [c["token"] for c in kids["children"]] == toks[:5].tolist()
+    assert [c["log_prob"] for c in kids["children"]] == lps[:5].tolist()
+    assert kids["more"] == len(toks) - 5
+    enum.close()
+
+
+def test_past_the_index_a_certified_bracket_and_no_forward_beyond_the_strings(demo_server):
+    url = demo_server.url
+    before = get(url, "/api/info").json()
+    deep = ["correcthorse", "zzzzqqqq", "iloveyou2"]
+    got = post(url, "/api/rank", {"strings": deep, "steps": False}).json()
+    for d in got:
+        assert d["exact"] is False and d["method"] == "bracket"
+        assert d["rank_lo"] <= d["rank_hi"] and d["rank_lo"] >= DEMO_BUILD - 1
+        assert d["rank_hi"] <= math.exp(-d["log_prob"]) * (1 + 1e-9)  # each better sequence has p > p(x)
+    assert get(url, "/api/count?bits=60").json()["guarantee"] == "bracket"
+    r = get(url, f"/api/unrank?i={10 * DEMO_BUILD}")
+    assert r.status_code == 422 and "past the built index" in r.json()["error"]
+    assert get(url, f"/api/threshold?k={10 * DEMO_BUILD}").status_code == 422
+    after = get(url, "/api/info").json()
+    assert after["prefixes"] == before["prefixes"] and after["indexed_sequences"] == before["indexed_sequences"]
+    # the only model work: scoring the strings' own prefixes (at most one forward per character + 1)
+    assert after["forwards_since_start"] - before["forwards_since_start"] <= sum(len(s) + 1 for s in deep)
+    demo_server.service.check()
+
+
+@pytest.mark.parametrize("method,path,doc,status,words", [
+    ("post", "/api/rank", {"strings": ["Password"]}, 400, "unknown symbol 'P'"),
+    ("post", "/api/rank", {"strings": ["a" * 41]}, 400, "past the limit of 40"),
+    ("post", "/api/rank", {"strings": ["abc"] * 9}, 400, "batch limit of 8"),
+    ("post", "/api/rank", {"strings": [""]}, 400, "is empty"),
+    ("post", "/api/rank", {"strings": "abc"}, 400, "must be a list"),
+    ("post", "/api/rank", {"strings": [3]}, 400, "must be a string"),
+    ("post", "/api/rank", {"string": ["abc"]}, 400, "unknown field 'string'"),
+    ("post", "/api/rank", {"strings": ["abc"], "steps": "yes"}, 400, "steps must be true or false"),
+    ("get", "/api/unrank?i=-3", None, 400, "i must be >= 0"),
+    ("get", "/api/unrank?i=2.5", None, 400, "i must be an integer"),
+    ("get", "/api/unrank?i=1e3", None, 400, "i must be an integer"),
+    ("get", "/api/unrank?i=99999999999999999999999", None, 400, "i must be <="),
+    ("get", "/api/unrank", None, 400, "missing parameter 'i'"),
+    ("get", "/api/threshold?k=0", None, 400, "k must be >= 1"),
+    ("get", "/api/slice?start=0&k=101", None, 400, "k must be <= 100"),
+    ("get", "/api/count?bits=nan", None, 400, "bits must be finite"),
+    ("get", "/api/count?bits=3&min_log_prob=-2", None, 400, "exactly one of"),
+    ("get", "/api/count?bitz=3", None, 400, "unknown parameter 'bitz'"),
+    ("get", "/api/curve?points=1", None, 400, "points must be >= 2"),
+    ("post", "/api/children", {"prefix": "pas€"}, 400, "unknown symbol '€'"),
+    ("get", "/api/rank", None, 405, "GET is not allowed"),
+    ("get", "/api/nothing", None, 404, "no such route"),
+])
+def test_bad_input_is_a_4xx_in_one_line(demo_server, method, path, doc, status, words):
+    r = post(demo_server.url, path, doc) if method == "post" else get(demo_server.url, path)
+    assert r.status_code == status, r.text
+    msg = r.json()["error"]
+    assert words in msg and "\n" not in msg and "Traceback" not in msg
+
+
+def test_bodies_that_are_not_json_or_too_large(demo_server):
+    url = demo_server.url
+    r = httpx.post(url + "/api/rank", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "JSON object" in r.json()["error"]
+    r = httpx.post(url + "/api/rank", content=b"[1, 2]")
+    assert r.status_code == 400
+    r = httpx.post(url + "/api/rank", content=b"x" * (65 * 1024))
+    assert r.status_code == 413 and "larger than" in r.json()["error"]
+    assert get(url, "/api/info").status_code == 200  # still serving
+
+
+def test_unknown_symbols_and_impossible_strings_per_string(demo_server):
+    # a string the support cannot hold (past a length cap) gets its own error, the others their answers
+    r = post(demo_server.url, "/api/rank", {"strings": ["dragon", "monkey"]})
+    assert [d.get("error") for d in r.json()] == [None, None]
+
+
+def test_concurrent_clients_get_the_sequential_answers(demo_server):
+    url = demo_server.url
+    jobs = [("rank", s) for s in IN_BUDGET + ["correcthorse"]] + [("unrank", i) for i in (0, 5, 77, 2999)] \
+        + [("slice", i) for i in (0, 100)]
+
+    def ask(job):
+        kind, v = job
+        if kind == "rank":
+            return post(url, "/api/rank", {"strings": [v], "steps": False}).json()[0]["rank"]
+        if kind == "unrank":
+            return get(url, f"/api/unrank?i={v}").json()["tokens"]
+        return [it["tokens"] for it in get(url, f"/api/slice?start={v}&k=10").json()["items"]]
+
+    want = [ask(j) for j in jobs]
+    with cf.ThreadPoolExecutor(16) as ex:
+        for _ in range(3):
+            assert list(ex.map(ask, jobs * 2)) == want * 2
+    demo_server.service.check()
+
+
+def test_answers_hold_while_another_process_extends_the_store(demo_server, demo_store):
+    url = demo_server.url
+    want = post(url, "/api/rank", {"strings": IN_BUDGET, "steps": False}).json()
+    manifest = os.path.join(demo_store, "manifest.json")
+    gen_before = json.load(open(manifest))["generation"]
+    proc = subprocess.Popen([sys.executable, "-m", "arenum.cli", "build", "-m", demo_model_path(), "--budget",
+                             str(4 * DEMO_BUILD), "--store", demo_store, "-q"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    rounds = 0
+    while proc.poll() is None and rounds < 400:  # bounded: a build of 12,000 takes a few seconds
+        got = post(url, "/api/rank", {"strings": IN_BUDGET, "steps": False}).json()
+        assert [d["rank"] for d in got] == [d["rank"] for d in want]
+        rounds += 1
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    assert json.load(open(manifest))["generation"] > gen_before  # the writer snapshotted beside the reader
+    got = post(url, "/api/rank", {"strings": IN_BUDGET, "steps": False}).json()
+    assert got == [{**d, "seconds": g["seconds"], "forwards_total": g["forwards_total"]} for d, g in zip(want, got)]
+    assert rounds > 0
+
+
+def test_typed_strings_are_never_logged(demo_server, caplog, capfd):
+    secret = "sunshine"
+    with caplog.at_level(logging.DEBUG):
+        assert post(demo_server.url, "/api/rank", {"strings": [secret]}).status_code == 200
+        assert post(demo_server.url, "/api/rank", {"strings": [secret + "Q"]}).status_code == 400
+    out, err = capfd.readouterr()
+    assert secret not in out + err
+    assert all(secret not in r.getMessage() for r in caplog.records)
+
+
+def _tiny_truth(path: str, max_len: int):
+    m = NGramModel.load(path)
+
+    def table(prefix):
+        lp = np.asarray(m.next_logprobs(prefix), dtype=np.float64)
+        order = np.argsort(-lp, kind="stable")
+        return [int(t) for t in order], [float(lp[t]) for t in order]
+
+    return m, brute_force(table, eos=m.eos, cap=max_len)
+
+
+def test_every_regime_holds_the_brute_force_truth(tiny_server, tiny_model_path):
+    """Tiny model, whole support sorted by brute force: exact answers equal the truth, certified and
+    plain brackets hold it."""
+    m, truth = _tiny_truth(tiny_model_path, 5)
+    scores = np.array([s for _, s in truth])
+    url = tiny_server.url
+    info = get(url, "/api/info").json()
+    assert info["certified_bits"] == 20.0 and info["indexed_sequences"] >= 40
+    by_word = {m.decode(q[:-1]): sc for q, sc in truth if len(q) > 1}
+    words = sorted(by_word)
+    methods = set()
+    for j in range(0, len(words), 8):
+        batch = words[j:j + 8]
+        for s, d in zip(batch, post(url, "/api/rank", {"strings": batch, "steps": False}).json()):
+            assert d["log_prob"] == by_word[s]
+            true_rank = int((scores > d["log_prob"]).sum())
+            methods.add(d["method"])
+            if d["exact"]:
+                assert d["rank"] == true_rank, s
+            else:
+                assert d["rank_lo"] <= true_rank <= d["rank_hi"], (s, d)
+                assert d["rank_lo"] < d["rank_hi"]
+    assert {"exact", "certified"} <= methods
+    for bits in (3.0, 9.0, 15.0, 19.0):
+        d = get(url, f"/api/count?bits={bits}").json()
+        true = int((scores >= -bits * LN2).sum())
+        assert d["count_lo"] <= true <= d["count_hi"]
+        assert d["exact"] == (d["count_lo"] == d["count_hi"])
+        if d["exact"]:
+            assert d["count"] == true
+    for k in (1, 7, 40):
+        d = get(url, f"/api/threshold?k={k}").json()
+        assert d["exact"] and d["log_prob"] == truth[k - 1][1]
+    tiny_server.service.check()

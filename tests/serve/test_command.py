@@ -1,0 +1,100 @@
+"""``arenum serve`` as a user starts it (a subprocess on 127.0.0.1 at a free port), one process and
+``--workers 2``; it answers as the library does and stops on Ctrl-C with status 0."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from arenum.cli import main
+from arenum.models.ngram import NGramModel
+
+from .conftest import free_port
+
+
+def serve(args: list[str]) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    p = subprocess.Popen([sys.executable, "-m", "arenum.cli", "serve", *args, "--port", str(port)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:  # bounded wait for the server to answer
+        if p.poll() is not None:
+            raise AssertionError(f"arenum serve exited {p.returncode}: {p.stderr.read().decode()}")
+        try:
+            if httpx.get(url + "/api/info", timeout=2).status_code == 200:
+                return p, url
+        except httpx.TransportError:
+            time.sleep(0.1)
+    p.kill()
+    raise AssertionError("arenum serve did not answer in 90 s")
+
+
+def stop(p: subprocess.Popen) -> tuple[int, str]:
+    p.send_signal(signal.SIGINT)
+    try:
+        _, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+        raise AssertionError("arenum serve did not stop on SIGINT")
+    return p.returncode, err.decode()
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory) -> str:
+    p = str(tmp_path_factory.mktemp("cmd") / "m.npz")
+    NGramModel.fit(["password", "dragon", "monkey", "letmein", "dragon1", "passw0rd"] * 20, order=3).save(p)
+    return p
+
+
+def test_a_temporary_store_answers_and_is_removed(model_path, tmp_path):
+    import tempfile
+
+    before = {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("arenum-serve-")}
+    p, url = serve([model_path, "--build", "200", "--max-len", "10"])
+    try:
+        got = httpx.post(url + "/api/rank", json={"strings": ["dragon", "monkey"]}).json()
+        m = NGramModel.load(model_path)
+        e = m.enumerable(max_len=10)
+        assert [d["rank"] for d in got] == [e.rank(m.encode(s)).rank for s in ("dragon", "monkey")]
+        assert httpx.get(url + "/").headers["content-security-policy"].startswith("default-src 'self'")
+    finally:
+        code, err = stop(p)
+    assert code == 0, err
+    assert "serving" in err and "dragon" not in err  # start-up lines only, no typed string
+    after = {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("arenum-serve-")}
+    assert after <= before
+
+
+def test_two_worker_processes_share_one_read_only_store(model_path, tmp_path):
+    store = str(tmp_path / "m.store")
+    assert main(["build", "-m", model_path, "--max-len", "10", "--budget", "300", "--store", store, "-q"]) == 0
+    p, url = serve([model_path, "--store", store, "--max-len", "10", "--workers", "2", "-q"])
+    try:
+        m = NGramModel.load(model_path)
+        e = m.enumerable(max_len=10)
+        want = [e.unrank(i)[1] for i in range(0, 300, 7)]
+        for _ in range(3):  # new connections: the kernel spreads them over both processes
+            with httpx.Client() as c:
+                got = [c.get(f"{url}/api/unrank?i={i}").json()["log_prob"] for i in range(0, 300, 7)]
+            assert got == want
+    finally:
+        code, err = stop(p)
+    assert code == 0, err
+
+
+def test_bad_options_are_one_line_errors(model_path, tmp_path, capsys):
+    assert main(["serve", model_path, "--store", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not exist: pass --build N" in err
+    with pytest.raises(SystemExit):
+        main(["serve", model_path, "--port", "-1"])
+    assert main(["serve", model_path, "--port", "70000", "--build", "5"]) == 2
+    assert "--port must be <= 65535" in capsys.readouterr().err
