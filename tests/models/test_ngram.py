@@ -393,7 +393,8 @@ def _set(name, i, value):
         ({"symbols": ["a", "b", "c", "d"]}, (), r"token id outside \[0, 5\)"),  # one fewer than V-1
         ({"symbols": ["b", "a", "c", "d", "r"]}, (), r"not in increasing order"),
         ({"symbols": ["ab", "b", "c", "d", "r"]}, (), r"symbol 0 of a character model is 'ab'"),
-        ({"version": 2}, (), r"unsupported n-gram file version 2 \(this arenum reads version 1\)"),
+        ({"version": 3}, (), r"unsupported n-gram file version 3 \(this arenum reads versions 1, 2\)"),
+        ({"lowercase": "no"}, (), r"meta field 'lowercase' must be true or false, got 'no'"),
         ({"format": "other"}, (), r"is not an arenum n-gram model file"),
         ({"n_tokens": 1}, (), r"top-level counts add up to 44, but n_tokens \+ n_sequences = 10"),
     ],
@@ -677,3 +678,34 @@ def test_enumerable_agrees_with_brute_force(terminating, max_len):
     with pytest.raises(IndexError):
         enum.unrank(n)
 
+
+
+# ---------------------------------------------------------------------------- lowercase
+def test_lowercase_fit_encode_and_file(tmp_path):
+    corpus = ["troubador", "tr0ub4dor&3", "Password1", "dragon"]
+    plain = NGramModel.fit(corpus, order=3)
+    with pytest.raises(ValueError, match="unknown symbol 'T' at position 0"):
+        NGramModel.fit([c.lower() for c in corpus], order=3).encode("Tr0ub4dor&3")
+    low = NGramModel.fit(corpus, order=3, lowercase=True)
+    assert low.lowercase and not plain.lowercase
+    assert "P" not in low.vocab and "P" in plain.vocab
+    assert low.encode("Tr0ub4dor&3") == low.encode("tr0ub4dor&3")
+    assert low.logprob("TR0UB4DOR&3") == low.logprob("tr0ub4dor&3")
+    same = NGramModel.fit([c.lower() for c in corpus], order=3)
+    assert same.logprob("tr0ub4dor&3") == low.logprob("Tr0ub4dor&3")
+    assert same.fingerprint() != low.fingerprint()  # the same tables, another encode
+    tok = NGramModel.fit([["Hello", "World", 3]], order=2, lowercase=True)
+    assert tok.vocab[:3] == [3, "hello", "world"] or set(tok.vocab[:3]) == {3, "hello", "world"}
+    assert tok.encode(["HELLO", "world", 3]) == tok.encode(["hello", "World", 3])
+    with pytest.raises(TypeError, match="lowercase must be a bool"):
+        NGramModel.fit(corpus, lowercase=1)
+    low.save(tmp_path / "low.npz")
+    back = NGramModel.load(tmp_path / "low.npz")
+    assert back.lowercase and back.fingerprint() == low.fingerprint()
+    # a version-1 file (before the field existed) reads as not lowercased
+    plain.save(tmp_path / "plain.npz")
+    v1 = _rewrite(tmp_path / "plain.npz", tmp_path / "v1.npz", meta={"version": 1}, drop_meta=("lowercase",))
+    old = NGramModel.load(v1)
+    assert not old.lowercase and old.fingerprint() == plain.fingerprint()
+    _refused(_rewrite(tmp_path / "plain.npz", tmp_path / "v2.npz", drop_meta=("lowercase",)),
+             "meta field 'lowercase' must be true or false, got None")

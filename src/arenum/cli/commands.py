@@ -78,8 +78,11 @@ def _skip_text(skipped: dict[str, int]) -> str:
 def cmd_fit(args: argparse.Namespace) -> Output:
     from ..models.ngram import NGramModel
 
-    if not 1 <= args.order <= 8:
-        raise CLIError(f"--order must be in 1..8, got {args.order}")
+    if args.kind == "pcfg":
+        return _fit_pcfg(args)
+    order = 4 if args.order is None else args.order
+    if not 1 <= order <= 8:
+        raise CLIError(f"--order must be in 1..8, got {order}")
     check_writable(args.output)
     lines, counts, skipped, replaced = read_corpus(args)
     if not lines:
@@ -87,11 +90,13 @@ def cmd_fit(args: argparse.Namespace) -> Output:
                        f"(skipped: {_skip_text(skipped)} lines)")
     corpus = [ln.split() for ln in lines] if args.tokens else lines
     t0 = time.perf_counter()
-    model = NGramModel.fit(corpus, order=args.order, smoothing=args.smoothing, unknown=args.unknown, weights=counts)
+    model = NGramModel.fit(corpus, order=order, smoothing=args.smoothing or "kn", unknown=args.unknown or "error",
+                           weights=counts, lowercase=args.lowercase)
     secs = time.perf_counter() - t0
     size = checked_atomic_write(args.output, model.save)
     doc = {"command": "fit", "output": args.output, "bytes": size, "kind": model.kind, "order": model.order,
-           "smoothing": model.smoothing, "unknown": model.unknown, "vocab_size": model.vocab_size,
+           "smoothing": model.smoothing, "unknown": model.unknown, "lowercase": model.lowercase,
+           "vocab_size": model.vocab_size,
            "n_sequences": model.n_sequences, "n_tokens": model.n_tokens, "contexts": model.num_contexts,
            "lines_used": len(lines), "weighted": counts is not None, "encoding": args.encoding,
            "skipped": skipped, "replaced": replaced, "seconds": round(secs, 4)}
@@ -99,10 +104,45 @@ def cmd_fit(args: argparse.Namespace) -> Output:
     if counts is not None:
         fitted = f"{len(lines):,} distinct lines weighted to {fitted}"
     text = kv([("wrote", f"{args.output} ({size:,} bytes)"),
-                ("model", f"{model.kind} {model.order}-gram, smoothing {model.smoothing}, unknown {model.unknown}"),
+                ("model", f"{model.kind} {model.order}-gram, smoothing {model.smoothing}, unknown {model.unknown}"
+                          + (", lowercased" if model.lowercase else "")),
                 ("vocabulary", f"{model.vocab_size} tokens (EOS included)"),
                 ("fitted on", fitted), ("skipped", _skip_text(skipped) + " lines")]
                + ([("replaced", f"undecodable bytes by U+FFFD in {replaced:,} lines")] if replaced else []))
+    return Output(doc, text)
+
+
+def _fit_pcfg(args: argparse.Namespace) -> Output:
+    """``fit --kind pcfg``: the same input lines (weighted, encodings) as the n-gram, a PCFG model."""
+    from ..models.pcfg import PCFGModel
+
+    for opt, given in (("--order", args.order), ("--smoothing", args.smoothing), ("--unknown", args.unknown),
+                       ("--tokens", args.tokens or None)):
+        if given is not None:
+            raise CLIError(f"{opt} applies to --kind ngram only (a PCFG has no order, smoothing or <unk>; "
+                           "its tokens are structures and segments)")
+    check_writable(args.output)
+    lines, counts, skipped, replaced = read_corpus(args)
+    if not lines:
+        raise CLIError(f"{'stdin' if args.input == '-' else repr(args.input)} has no non-empty lines to fit "
+                       f"(skipped: {_skip_text(skipped)} lines)")
+    t0 = time.perf_counter()
+    model = PCFGModel.fit(lines, counts, lowercase=args.lowercase)
+    secs = time.perf_counter() - t0
+    size = checked_atomic_write(args.output, model.save)
+    doc = {"command": "fit", "output": args.output, "bytes": size, "kind": "pcfg", "lowercase": model.lowercase,
+           "structures": len(model.structures), "vocab_size": model.vocab_size, "groups": model.groups,
+           "n_sequences": model.n_sequences, "lines_used": len(lines), "weighted": counts is not None,
+           "encoding": args.encoding, "skipped": skipped, "replaced": replaced, "seconds": round(secs, 4)}
+    fitted = f"{model.n_sequences:,} passwords in {secs:.2f} s"
+    if counts is not None:
+        fitted = f"{len(lines):,} distinct lines weighted to {fitted}"
+    text = kv([("wrote", f"{args.output} ({size:,} bytes)"),
+               ("model", "pcfg" + (", lowercased" if model.lowercase else "")),
+               ("structures", f"{len(model.structures):,}; {model.vocab_size - len(model.structures) - 1:,} "
+                              f"segment strings in {len(model.groups)} groups"),
+               ("fitted on", fitted), ("skipped", _skip_text(skipped) + " lines")]
+              + ([("replaced", f"undecodable bytes by U+FFFD in {replaced:,} lines")] if replaced else []))
     return Output(doc, text)
 
 

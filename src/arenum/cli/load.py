@@ -1,4 +1,4 @@
-"""Loading a model for the command line: n-gram files and local Hugging Face causal LMs."""
+"""Loading a model for the command line: n-gram and PCFG files, local Hugging Face causal LMs."""
 from __future__ import annotations
 
 import argparse
@@ -40,7 +40,7 @@ def _estimate_kwargs(args: argparse.Namespace | None) -> dict:
 
 
 def ngram_loaded(model: Any, name: str, *, max_len: int | None, eos: Any, max_forwards: int,
-                  extra: dict | None = None) -> Loaded:
+                  extra: dict | None = None, lowercase: bool = False) -> Loaded:
     if eos is not None and eos != "auto" and eos != model.eos:
         raise CLIError(f"--eos {eos} is not this n-gram's EOS id ({model.eos}); use auto or none")
     terminating = eos is not None
@@ -50,11 +50,14 @@ def ngram_loaded(model: Any, name: str, *, max_len: int | None, eos: Any, max_fo
     vocab = model.vocab
 
     def encode(s: str) -> tuple:
+        if lowercase:
+            s = s.lower()
         items = s.split() if model.kind == "token" else s
         try:
             return tuple(model.encode(items, eos=terminating))
         except ValueError as exc:
-            msg = str(exc).replace("fit with unknown='unk'", "fit with --unknown unk")
+            msg = str(exc).replace("fit with unknown='unk'", "fit with --unknown unk, or --lowercase where "
+                                   "the list is lowercase")
             raise CLIError(f"cannot encode {s!r}: {msg}") from None
 
     def display(ids: Sequence[int]) -> str:
@@ -65,9 +68,50 @@ def ngram_loaded(model: Any, name: str, *, max_len: int | None, eos: Any, max_fo
         return "".join(syms) if model.kind == "char" else " ".join(str(s) for s in syms)
 
     info = {"type": "ngram", "kind": model.kind, "order": model.order, "smoothing": model.smoothing,
-            "vocab_size": model.vocab_size, "n_sequences": model.n_sequences,
+            "lowercase": model.lowercase or lowercase, "vocab_size": model.vocab_size, "n_sequences": model.n_sequences,
             "support": "terminating" if terminating else "fixed-length", "max_len": max_len}
     return Loaded(name, enum, encode, display, info)
+
+
+def pcfg_loaded(model: Any, name: str, *, max_len: int | None, eos: Any, max_forwards: int,
+                extra: dict | None = None, lowercase: bool = False) -> Loaded:
+    """A :class:`~arenum.models.pcfg.PCFGModel` behind the CLI: strings in and out, token sequences inside."""
+    if eos is None:
+        raise CLIError("--eos none (fixed length) does not apply to a PCFG model: its passwords end with EOS")
+    if eos != "auto" and eos != model.eos:
+        raise CLIError(f"--eos {eos} is not this PCFG's EOS id ({model.eos}); use auto")
+    enum = model.enumerable(max_len=max_len, max_prefixes=max_forwards, **(extra or {}))
+
+    def encode(s: str) -> tuple:
+        try:
+            return model.encode(s.lower() if lowercase else s)
+        except ValueError as exc:
+            raise CLIError(f"cannot encode {s!r}: {exc}") from None
+
+    def display(ids: Sequence[int]) -> str:
+        try:
+            return model.decode(ids)
+        except ValueError:  # not a whole password (a prefix): its tokens
+            return " ".join(model.vocab[int(t)] for t in ids)
+
+    info = {"type": "pcfg", "lowercase": model.lowercase or lowercase, "structures": len(model.structures),
+            "vocab_size": model.vocab_size, "n_sequences": model.n_sequences, "support": "terminating",
+            "max_len": enum.max_len}
+    return Loaded(name, enum, encode, display, info)
+
+
+def load_model_file(path: str) -> Any:
+    """The n-gram or PCFG model in ``path`` (by the format tag of the file), with one-line errors."""
+    from ..models.pcfg import PCFGModel, file_format
+
+    if os.path.isfile(path) and file_format(path) == "arenum.pcfg":
+        try:
+            return PCFGModel.load(path)
+        except OSError as exc:
+            raise CLIError(f"cannot read model file {path!r}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise CLIError(str(exc).splitlines()[0]) from None
+    return load_ngram_file(path)
 
 
 def load_ngram_file(path: str) -> Any:
@@ -164,6 +208,8 @@ def _distributed(args: argparse.Namespace, m: Loaded, workers: int, store: str |
     if args.model.startswith("hf:"):
         spec = ModelSpec.hf(path, prompt=args.prompt, max_len=args.max_len, eos=args.eos,
                             max_prefixes=args.max_forwards)
+    elif m.info.get("type") == "pcfg":
+        spec = ModelSpec.pcfg(path, max_len=m.enum.max_len, max_prefixes=args.max_forwards)
     else:
         enum = m.enum
         spec = ModelSpec.ngram(path, max_len=enum.max_len, terminating=enum.terminating,
@@ -187,9 +233,10 @@ def _load_model(args: argparse.Namespace) -> Loaded:
                           max_forwards=args.max_forwards, extra=_estimate_kwargs(args))
     if args.prompt is not None:
         raise CLIError("--prompt applies to hf: models only")
-    model = load_ngram_file(spec)
-    return ngram_loaded(model, spec, max_len=args.max_len, eos=args.eos, max_forwards=args.max_forwards,
-                         extra=_estimate_kwargs(args))
+    model = load_model_file(spec)
+    make = pcfg_loaded if type(model).__name__ == "PCFGModel" else ngram_loaded
+    return make(model, spec, max_len=args.max_len, eos=args.eos, max_forwards=args.max_forwards,
+                extra=_estimate_kwargs(args), lowercase=bool(getattr(args, "lowercase", False)))
 
 
 def score_strings(m: Loaded, strings: Sequence[str]) -> tuple[list[tuple], list[float], list[str | None]]:

@@ -94,6 +94,7 @@ def _eos_type(text: str) -> str | int | None:
 
 EXAMPLES = {
     "fit": ["arenum fit passwords.txt -o pw4.npz --order 4",
+            "arenum fit passwords.txt -o pcfg.npz --kind pcfg --lowercase",
             "arenum fit rockyou-counts.txt -o pw4.npz --weighted --encoding latin-1 --errors replace"],
     "count": ["arenum count -m pw4.npz --bits 20", "arenum count -m pw4.npz --bits 30 --exact-limit 1e6"],
     "threshold": ["arenum threshold 100000 -m pw4.npz"],
@@ -137,13 +138,16 @@ def _model_opts(model: str) -> argparse.ArgumentParser:
     g = model_opts.add_argument_group("model")
     if model != "none":
         g.add_argument("-m", "--model", required=model == "required", metavar="MODEL",
-                       help="n-gram file written by 'arenum fit', or hf:<local dir> for a Hugging Face causal LM")
+                       help="model file written by 'arenum fit' (n-gram or PCFG), or hf:<local dir> for a Hugging "
+                            "Face causal LM")
     g.add_argument("--max-len", type=_int_type("--max-len", 1), metavar="N",
                    help="terminating: at most N tokens, EOS included; with --eos none: exactly N tokens")
     g.add_argument("--eos", type=_eos_type, default="auto", metavar="auto|none|ID",
                    help="'auto' (default): sequences end with the model's EOS; 'none': fixed length "
                         "--max-len; an integer: that token id ends sequences (hf models)")
     g.add_argument("--prompt", metavar="TEXT", help="hf models: the text every sequence continues")
+    g.add_argument("--lowercase", action="store_true",
+                   help="lowercase every string before it is encoded (a model fitted with --lowercase does it anyway)")
     g.add_argument("--store", metavar="DIR",
                    help="keep the exact tree in DIR: later runs answer from it without re-scoring, deeper "
                         "queries extend it, a killed build resumes (see 'arenum build', 'arenum info')")
@@ -198,15 +202,20 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=parents, help=help, description=help, epilog=_epilog(name),
                               formatter_class=argparse.RawDescriptionHelpFormatter)
 
-    f = add("fit", [out_opts], "fit an n-gram model on a text file, one item per line")
+    f = add("fit", [out_opts], "fit an n-gram (or --kind pcfg) model on a text file, one item per line")
     f.add_argument("input", metavar="FILE", help="text, one sequence per line ('-' for stdin); empty and "
                    "whitespace-only lines are skipped")
     f.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write")
-    f.add_argument("--order", type=_int_type("--order", 1), default=4, help="n (1..8, default 4)")
-    f.add_argument("--smoothing", choices=("kn", "wb", "addk"), default="kn",
-                   help="Kneser-Ney (default), Witten-Bell or add-k")
-    f.add_argument("--unknown", choices=("error", "unk"), default="error",
-                   help="unseen symbols: refuse (default) or map to <unk>")
+    f.add_argument("--kind", choices=("ngram", "pcfg"), default="ngram",
+                   help="ngram (default): an n-gram over characters or tokens; pcfg: a PCFG password model "
+                        "(structures of letter/digit/symbol runs, docs/pcfg.md)")
+    f.add_argument("--order", type=_int_type("--order", 1), default=None, help="n-gram: n (1..8, default 4)")
+    f.add_argument("--smoothing", choices=("kn", "wb", "addk"), default=None,
+                   help="n-gram: Kneser-Ney (default), Witten-Bell or add-k")
+    f.add_argument("--unknown", choices=("error", "unk"), default=None,
+                   help="n-gram: unseen symbols: refuse (default) or map to <unk>")
+    f.add_argument("--lowercase", action="store_true",
+                   help="lowercase every line first; stored in the model, so queries lowercase their strings too")
     f.add_argument("--tokens", action="store_true", help="one token per whitespace-separated word, not per character")
     f.add_argument("--weighted", action="store_true",
                    help="each line is 'COUNT<TAB>ITEM' or 'COUNT ITEM' (a frequency list, e.g. 'uniq -c' "

@@ -42,6 +42,11 @@ class ModelSpec:
         return cls("ngram", os.fspath(path), max_len=max_len, terminating=terminating, options=dict(options))
 
     @classmethod
+    def pcfg(cls, path: str | os.PathLike, *, max_len: int | None = None, **options: Any) -> "ModelSpec":
+        """A PCFG model file (see :meth:`arenum.models.pcfg.PCFGModel.enumerable`)."""
+        return cls("pcfg", os.fspath(path), max_len=max_len, options=dict(options))
+
+    @classmethod
     def hf(cls, path: str | os.PathLike, *, prompt: Any = None, max_len: int | None = None, eos: Any = "auto",
            dtype: Any = "auto", device: Any = None, **options: Any) -> "ModelSpec":
         """A local Hugging Face causal LM (see :meth:`arenum.models.hf.CausalLMOracle.from_pretrained`)."""
@@ -49,8 +54,8 @@ class ModelSpec:
                    options=dict(options))
 
     def __post_init__(self) -> None:
-        if self.kind not in ("ngram", "hf"):
-            raise ValueError(f"ModelSpec kind must be 'ngram' or 'hf', got {self.kind!r}")
+        if self.kind not in ("ngram", "pcfg", "hf"):
+            raise ValueError(f"ModelSpec kind must be 'ngram', 'pcfg' or 'hf', got {self.kind!r}")
         if not isinstance(self.path, str) or not self.path:
             raise ValueError(f"ModelSpec path must be a non-empty path, got {self.path!r}")
 
@@ -69,6 +74,13 @@ class ModelSpec:
             model = NGramModel.load(self.path)
             ar = model.enumerable(max_len=self.max_len, terminating=self.terminating, **self.options)
             return ar, model.fingerprint()
+        if self.kind == "pcfg":
+            from ..models.pcfg import PCFGModel
+
+            if not os.path.isfile(self.path):
+                raise FileNotFoundError(f"PCFG model file {self.path!r} does not exist on this worker")
+            model = PCFGModel.load(self.path)
+            return model.enumerable(max_len=self.max_len, **self.options), model.fingerprint()
         from ..models.hf import CausalLMOracle
 
         if not os.path.isdir(self.path):

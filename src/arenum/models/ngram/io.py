@@ -35,7 +35,8 @@ __all__ = [
 ]
 
 FORMAT = "arenum.ngram"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: meta has "lowercase"; version 1 files (no such field) are read as lowercase false
+_READS = (1, 2)
 #: Names of the per-level arrays; the archive holds ``f"{name}_{L}"`` for L = 0 .. order-1.
 TABLES = ("ctx_keys", "ptr", "words", "counts")
 #: ``load`` refuses an archive whose entries would inflate to more than this many times the
@@ -103,7 +104,7 @@ def _untag(obj: Any) -> Any:
 # ----------------------------------------------------------------------------------- save / load
 def save_model(path: str | os.PathLike, *, kind: str, order: int, smoothing: str, discount: float,
                k: float, unknown: str, symbols: list, n_sequences: int, n_tokens: int,
-               **tables: list[np.ndarray]) -> None:
+               lowercase: bool = False, **tables: list[np.ndarray]) -> None:
     """Write a model's parameters, symbols and count tables to ``path``, atomically.
 
     The archive goes to a temp file beside ``path``, is fsynced and renamed over ``path``: if
@@ -125,6 +126,7 @@ def save_model(path: str | os.PathLike, *, kind: str, order: int, smoothing: str
         "symbols": syms,
         "n_sequences": n_sequences,
         "n_tokens": n_tokens,
+        "lowercase": bool(lowercase),
     }
     arrays: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta))}
     for L in range(order):
@@ -256,10 +258,10 @@ def _meta(a: np.ndarray) -> dict:
         raise _bad(f"entry 'meta' is not JSON ({exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise _Invalid(f"is not an arenum n-gram model file (meta format is not {FORMAT!r})")
-    if meta.get("version") != FORMAT_VERSION:
+    if meta.get("version") not in _READS or isinstance(meta.get("version"), bool):
         raise _Invalid(
             f"has unsupported n-gram file version {meta.get('version')!r} "
-            f"(this arenum reads version {FORMAT_VERSION})"
+            f"(this arenum reads versions {', '.join(map(str, _READS))})"
         )
     return meta
 
@@ -300,9 +302,12 @@ def _fields(meta: dict) -> dict[str, Any]:
                 raise _bad(f"symbol {i}: {str(exc)[:120]}") from None
         if len(set(symbols)) != len(symbols):
             raise _bad("two symbols are equal")
+    lowercase = meta.get("lowercase", False) if meta["version"] == 1 else meta.get("lowercase")
+    if not isinstance(lowercase, bool):
+        raise _bad(f"meta field 'lowercase' must be true or false, got {lowercase!r:.40}")
     return {"kind": kind, "order": order, "smoothing": smoothing, "discount": discount, "k": k,
             "unknown": unknown, "symbols": symbols, "n_sequences": n_sequences,
-            "n_tokens": n_tokens}
+            "n_tokens": n_tokens, "lowercase": lowercase}
 
 
 def _check_tables(tables: dict[str, list[np.ndarray]], order: int, V: int, n_pred: int) -> None:

@@ -27,6 +27,22 @@ from .tables import CountTables
 __all__ = ["NGramModel"]
 
 
+def _lower(item: Any) -> Any:
+    """A string lowercased, or a token sequence with its string tokens lowercased."""
+    if isinstance(item, str):
+        return item.lower()
+    return [t.lower() if isinstance(t, str) else t for t in item]
+
+
+def _lowercased(corpus: Any) -> Any:
+    if isinstance(corpus, (str, bytes)):
+        return corpus  # fit_tables refuses it, with its message
+    try:
+        return [_lower(x) if isinstance(x, str) or not isinstance(x, (bytes, bytearray)) else x for x in corpus]
+    except TypeError:
+        return corpus  # not iterable (or an item is not): fit_tables says so
+
+
 # ----------------------------------------------------------------------------------------- model
 class NGramModel:
     """An interpolated n-gram model over characters or hashable tokens.
@@ -73,7 +89,9 @@ class NGramModel:
         n_sequences: int,
         n_tokens: int,
         cache_size: int | None = None,
+        lowercase: bool = False,
     ) -> None:
+        self._lowercase = bool(lowercase)
         self._order = order
         self._smoothing = smoothing
         self._discount = discount
@@ -125,6 +143,11 @@ class NGramModel:
     def unknown(self) -> str:
         """``"error"`` or ``"unk"``: what :meth:`encode` does with a symbol not in the vocabulary."""
         return self._unknown
+
+    @property
+    def lowercase(self) -> bool:
+        """Whether the corpus was lowercased at fit (:meth:`encode` then lowercases its input too)."""
+        return self._lowercase
 
     @property
     def kind(self) -> str:
@@ -191,6 +214,7 @@ class NGramModel:
         k: float = 1.0,
         unknown: str = "error",
         weights: Iterable[int] | None = None,
+        lowercase: bool = False,
     ) -> "NGramModel":
         """Fit a model to ``corpus``.
 
@@ -209,10 +233,18 @@ class NGramModel:
                 ``unk`` id that receives smoothed probability mass).
             weights: optional integer counts ``>= 1``, one per item (a frequency list): the same
                 model as the corpus with item ``i`` repeated ``weights[i]`` times, without repeating it.
+            lowercase: lowercase every string item (character model) or string token (token model)
+                first; the model remembers it (and its file stores it), and :meth:`encode` lowercases
+                what it is given the same way, so ``"Tr0ub4dor&3"`` is scored as ``"tr0ub4dor&3"``.
         """
         order, smoothing, discount, k, unknown = check_params(order, smoothing, discount, k, unknown)
+        if not isinstance(lowercase, (bool, np.bool_)):
+            raise TypeError(f"lowercase must be a bool, got {type(lowercase).__name__} {lowercase!r}")
+        if lowercase:
+            corpus = _lowercased(corpus)
         fitted = fit_tables(corpus, order=order, smoothing=smoothing, unknown=unknown, weights=weights)
-        return cls(order=order, smoothing=smoothing, discount=discount, k=k, unknown=unknown, **fitted)
+        return cls(order=order, smoothing=smoothing, discount=discount, k=k, unknown=unknown,
+                   lowercase=bool(lowercase), **fitted)
 
     # ---------------------------------------------------------------------- encode / decode
     def encode(self, text_or_tokens: str | Iterable[Hashable], *, eos: bool = True) -> tuple:
@@ -220,12 +252,15 @@ class NGramModel:
 
         A symbol that is not in the vocabulary raises ``ValueError`` (naming the symbol and its
         position) when the model was fitted with ``unknown="error"``, and maps to ``unk`` when
-        it was fitted with ``unknown="unk"``.
+        it was fitted with ``unknown="unk"``.  A model fitted with ``lowercase=True`` lowercases the
+        string (the string tokens) first.
         """
         if self._kind == "char" and not isinstance(text_or_tokens, str):
             raise TypeError(
                 f"a character model encodes a str, got {type(text_or_tokens).__name__}"
             )
+        if self._lowercase:
+            text_or_tokens = _lower(text_or_tokens)
         table = self._sym_to_id
         unk = self._unk
         out = []
@@ -381,6 +416,8 @@ class NGramModel:
             h = hashlib.sha256()
             head = [self._kind, self._order, self._smoothing, self._discount, self._k, self._unknown,
                     [s if isinstance(s, str) else repr(s) for s in self._symbols]]
+            if self._lowercase:  # only then: the fingerprints of other models are unchanged
+                head.append("lowercase")
             h.update(json.dumps(head).encode("utf-8"))
             for group in (self._ctx_keys, self._ptr, self._words, self._counts):
                 for a in (group if isinstance(group, (list, tuple)) else [group]):
@@ -400,7 +437,7 @@ class NGramModel:
         save_model(path, kind=self._kind, order=self._order, smoothing=self._smoothing,
                    discount=self._discount, k=self._k, unknown=self._unknown,
                    symbols=self._symbols, n_sequences=self.n_sequences, n_tokens=self.n_tokens,
-                   ctx_keys=self._ctx_keys, ptr=self._ptr, words=self._words, counts=self._counts)
+                   lowercase=self._lowercase, ctx_keys=self._ctx_keys, ptr=self._ptr, words=self._words, counts=self._counts)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "NGramModel":
