@@ -247,3 +247,33 @@ def test_save_load_round_trip_and_damaged_files(tmp_path):
     refused(rewrite(lambda d: d["strings"].__setitem__(0, d["strings"][0] + "9")), "not one segment")
     sc = PCFGModel.load(p)._struct_counts.copy()
     refused(rewrite(sc=np.asarray([0] + [1] * (len(sc) - 1))), "counts in")
+
+
+def test_certified_brackets_with_merged_steps_hold_the_truth():
+    """Groups of many strings: the certified DP merges a state's steps that share a next state and a
+    cell (weights); brackets still hold the exact counts and masses, listed by brute force."""
+    rng = random.Random(7)
+    letters = ["".join(rng.choice("abcdefgh") for _ in range(3)) for _ in range(300)]
+    lines, weights = [], []
+    for i in range(400):
+        w = rng.choice(letters)
+        lines.append(w + str(rng.randint(0, 99)).zfill(2) if i % 3 else w)
+        weights.append(rng.randint(1, 30))
+    m = PCFGModel.fit(lines, weights)
+    truth = all_strings(lines, weights)
+    scores = sorted((float(m.score_sequences([m.encode(s)])[0]) for s in truth), reverse=True)
+    e = m.enumerable()
+    cc = e.certified()
+    assert cc._edges[True].weight is not None  # the merged form was used
+    assert cc._edges[True].nxt.shape[1] * 4 <= m.vocab_size
+    for t in [-3.0, -6.0, -9.0, -12.0, -15.0, -40.0]:
+        true = sum(1 for x in scores if x >= t)
+        b = cc.count_bracket(t)
+        assert b.lo <= true <= b.hi, (t, b, true)
+        mb = cc.mass_bracket(t)
+        mass = math.fsum(math.exp(x) for x in scores if x >= t)
+        assert mb.lower <= mass * (1 + 1e-12) and mass * (1 - 1e-12) <= mb.upper
+        assert e.count(t) == true
+    for k in [1, 10, 1000, len(scores)]:
+        lo, hi = cc.threshold_bracket(k)
+        assert lo <= scores[k - 1] <= hi

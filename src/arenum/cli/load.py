@@ -56,8 +56,13 @@ def ngram_loaded(model: Any, name: str, *, max_len: int | None, eos: Any, max_fo
         try:
             return tuple(model.encode(items, eos=terminating))
         except ValueError as exc:
-            msg = str(exc).replace("fit with unknown='unk'", "fit with --unknown unk, or --lowercase where "
-                                   "the list is lowercase")
+            msg = str(exc).replace("fit with unknown='unk'", "fit with --unknown unk")
+            if not lowercase and s.lower() != s:
+                try:
+                    model.encode(s.lower().split() if model.kind == "token" else s.lower(), eos=terminating)
+                    msg += f"; --lowercase ranks it as {s.lower()!r}"
+                except ValueError:
+                    pass
             raise CLIError(f"cannot encode {s!r}: {msg}") from None
 
     def display(ids: Sequence[int]) -> str:
