@@ -112,3 +112,72 @@ def test_pair_lists_parse_as_the_item_by_item_path():
         elif kind == 7:
             items[j] = (items[j][0], items[j][1] + 0.5)  # sum off 1
         assert _parse(list(items), Vocab()) == _parse(iter(items), Vocab()), items
+
+
+def _chunk(rng, n, form, defect):
+    rows = []
+    for i in range(n):
+        w = rng.randint(1, 7)
+        p = np.array([rng.random() + 0.01 for _ in range(w)])
+        p /= p.sum()
+        toks: list = rng.sample(range(-3, 30), w) if form != "str" else [f"t{x}" for x in rng.sample(range(30), w)]
+        vals = [math.log(q) for q in p]
+        if rng.random() < 0.2:
+            vals = [v + 1e-9 for v in vals]  # within norm_tol, renormalized
+        if rng.random() < 0.1:
+            toks.append("t99" if form == "str" else 99)
+            vals.append(-math.inf)
+        rows.append((toks, vals))
+    if defect:
+        i = rng.randrange(n)
+        toks, vals = rows[i]
+        j = rng.randrange(len(toks))
+        kind = rng.randrange(7)
+        if kind == 0 and len(toks) > 1:
+            toks[j] = toks[(j + 1) % len(toks)]
+        elif kind == 1:
+            vals[j] = float("nan")
+        elif kind == 2:
+            vals[j] = 0.5
+        elif kind == 3:
+            vals[j] += 0.5
+        elif kind == 4:
+            rows[i] = ([], [])
+        elif kind == 5:
+            vals[:] = [-math.inf] * len(vals)
+        elif kind == 6 and form == "list":
+            toks[j] = True
+    out = []
+    for toks, vals in rows:
+        if form == "numpy":
+            out.append((np.array(toks, np.int64), np.array(vals)))
+        else:
+            out.append(list(zip(toks, vals)))
+    return out
+
+
+@pytest.mark.parametrize("form", ["list", "numpy", "str"])
+def test_many_rows_parse_as_one_by_one(form):
+    """parse_tables (the plain callback's rows in bulk) answers exactly as parse_table row by row:
+    same ids, values, widths, renormalization counts, vocab, or the same first error."""
+    from arenum.step.many import parse_tables
+
+    rng = random.Random(11)
+    for trial in range(300):
+        raws = _chunk(rng, rng.randint(1, 9), form, defect=trial % 3 == 0)
+        pre = [("p", i) for i in range(len(raws))]
+        res = []
+        for bulk in (True, False):
+            vocab, seen = Vocab(), []
+            ps = tables_mod.Parser(vocab, 1e-3, seen.append)
+            try:
+                if bulk:
+                    r, ids, lps, widths = parse_tables(raws, pre, ps)
+                    tabs = [(ids[r == i].tolist(), lps[r == i].tolist()) for i in range(len(raws))]
+                    assert widths.tolist() == [len(t[0]) for t in tabs]
+                else:
+                    tabs = [tuple(x.tolist() for x in tables_mod.parse_table(raw, p, ps)) for raw, p in zip(raws, pre)]
+                res.append(("ok", tabs, sum(seen), vocab.state()))
+            except (TypeError, ValueError) as e:
+                res.append(("error", type(e), str(e)))
+        assert res[0] == res[1], raws

