@@ -1,20 +1,22 @@
 """The ASGI application of ``arenum serve``: the JSON API under ``/api`` and the page at ``/``.
 
-Starlette routes; every query runs in the thread pool (never on the event loop) through one
-:class:`~arenum.serve.service.Service`. Strings a user types (passwords) travel only in POST bodies,
+Starlette routes; every query runs on one worker thread, first in first out (never on the event
+loop), through one :class:`~arenum.serve.service.Service`. Strings a user types (passwords) travel only in POST bodies,
 never in URLs, and nothing here logs a request. Errors are JSON ``{"error": "one line"}`` with a 4xx
 status (400 bad input, 404 no such route, 405 wrong method, 413 body too large, 422 past the server's
 caps); anything unexpected is a 500 that names only the exception's type.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
@@ -100,12 +102,18 @@ def create_app(service: Service, *, close_at_exit: bool = False) -> Starlette:
         try:
             yield
         finally:
+            pool.shutdown(wait=True)
             if close_at_exit:
                 service.close()
 
+    # one worker thread, first in first out: the service answers one query at a time anyway, and a
+    # queue (unlike threads contending for its lock) keeps the slowest wait near the queue's length
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arenum-serve")
+
     async def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
         try:
-            return _JSON(await run_in_threadpool(fn, *args, **kwargs))
+            loop = asyncio.get_running_loop()
+            return _JSON(await loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs)))
         except Exception as exc:  # one line, no traceback, nothing the client sent echoed to a log
             status, msg = describe_error(exc)
             return _error(status, msg)
