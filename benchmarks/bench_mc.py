@@ -160,7 +160,7 @@ def main() -> None:
         row["plain_rank_qps"] = a.queries / (time.perf_counter() - t0)
         row["plain_relerr"] = float(np.median([abs(plain.rank(table, n, lp) - r) / r for _, lp, r in truth]))
         # arenum, finite-state walk
-        enum._mc.clear()
+        enum._beyond._mc.clear()
         t0 = time.perf_counter()
         est = enum.monte_carlo(n, head=False, seed=0)
         row["arenum_s"] = time.perf_counter() - t0  # draws + the estimator's sorted sums
@@ -190,7 +190,7 @@ def main() -> None:
     n_cov = 10 ** min(max(a.sizes), 5)
     cover = []
     for sd in range(a.seeds):
-        enum._mc.clear()
+        enum._beyond._mc.clear()
         est = enum.monte_carlo(n_cov, head=False, seed=100 + sd)
         cover += [est.rank(lp).rank_lo <= r <= est.rank(lp).rank_hi for _, lp, r in truth]
     coverage = float(np.mean(cover))

@@ -19,11 +19,11 @@ ROOT = SRC.parent.parent
 
 # lowest first; a unit may import only units of a lower (or, without a circle, the same) layer
 LAYERS = [
-    {"_validate", "_io", "_guard", "results", "support"},
+    {"_validate", "_io", "_guard", "errors", "results", "support"},
     {"step"},
     {"exact"},
-    {"beyond"},
     {"settings"},
+    {"beyond"},
     {"answers"},
     {"bounded"},
     {"enumerable"},

@@ -362,5 +362,5 @@ def test_monte_carlo_draws_count_against_max_bytes():
     assert est.count(-3.0).estimate >= 0
     with pytest.raises(BudgetExceeded, match="max_bytes"):
         ar.monte_carlo(100_000, head=False)  # ~10 MB of draws: refused before drawing
-    assert len(ar._mc) == 1
+    assert len(ar._beyond._mc) == 1
     ar._check()

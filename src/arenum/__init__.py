@@ -4,43 +4,88 @@
 >>> ar = arenum.AutoregressiveEnumerable(lambda p: [(0, math.log(0.9)), (1, math.log(0.1))], max_len=2)
 >>> ar.count(math.log(0.09)), ar.unrank(1)[0], round(ar.unrank(1)[1], 6)
 (3, (0, 1), -2.407946)
+
+The public names, grouped by what their answers guarantee.
+
+Exact
+-----
+AutoregressiveEnumerable    the facade: ``count``, ``threshold``, ``unrank``, ``slice``, ``top_k``, ``rank``,
+                            ``cumulative``, ``mass_above``, ``nucleus_size``, ``seek``, ``seek_mass``,
+                            ``log_density``; each result says when a cap made it less than exact
+count_budget_index          the exact :class:`SeekIndex` covering ``2**budget_bits`` sequences
+SeekIndex                   low-level: the exact index and its budget steering under the facade
+CountIndex                  low-level: counts by fine score bucket (``quantized_count_index``)
+CountHistogram              low-level: the histogram a :class:`CountIndex` is built from
+autoregressive_count_index  low-level: the completions of a prefix, by fine bucket
+Quantizer                   the fine score buckets of a :class:`CountIndex` (never an answer's resolution)
+Limits                      the caps on an exact build
+
+Certified (``lo <= true <= hi``, stated by ``method``)
+------------------------------------------------------
+``count_bracket``, ``mass_above``, ``rank`` past a cap or under ``branch_cap`` (``method='bracket'``);
+``certified()`` and the automatic regime of a finite-state model (``method='certified'``);
+``logprob_error=`` brackets for a true model known within ``eps`` nats (``method='logprob_error'``).
+RescoredIndex               a target model's order from a draft's index, with a certificate
+
+Estimate (``exact=False``, an interval where one is known)
+----------------------------------------------------------
+MonteCarloEstimator         ``monte_carlo()`` and the automatic regime past ``exact_limit``
+AREnvelopeIndex             ``envelope_index()``: per-depth step envelopes (``method='envelope'``)
+LatticeEnvelopeIndex        ``envelope_index(cluster_fn=...)``: per (depth, cluster) envelopes
+
+Records (what queries return)
+-----------------------------
+CountResult                 an ``int`` with ``exact``, ``method``, ``ci_lo``/``ci_hi``
+ThresholdResult             a ``float`` with ``exact``, ``method``, ``ci_lo``/``ci_hi``
+DensityRankResult           ``rank`` and ``cumulative`` with their brackets or intervals
+CountDPTopPResult           ``nucleus_size``: ``size`` in ``[size_lo, size_hi]``
+SequenceResult              a ``(sequence, log_prob)`` tuple with ``exact``, ``method``, ``rank``
+SequenceList                a list of them, flagged
+SeekResult                  ``seek_mass``: the sequence where the cumulative mass reaches a target
+CountBracket                ``lo <= count <= hi``
+MassBracket                 ``lo <= mass <= hi``
+RankBracket                 ``lo <= rank <= hi``
+OracleStats                 forwards, model calls and seconds (``stats``)
+
+Errors
+------
+BudgetExceeded              an exact answer needs more than a cap allows (a ``RuntimeError``)
+StoreError                  a store folder that cannot be opened as asked (a ``ValueError``)
+WorkerError                 a distributed worker failed outside the model's errors (a ``RuntimeError``)
+KernelUnavailable           the compiled kernels were asked for and cannot run (an ``ImportError``)
+
+Adapters (sub-packages)
+-----------------------
+arenum.models.ngram         ``NGramModel``: an n-gram fitted from text, with ``.enumerable()``
+arenum.models.hf            ``CausalLMOracle``: a Hugging Face causal LM (extra ``arenum[hf]``)
+arenum.distributed          ``DistributedEnumerable``: one enumeration over many workers (extra ``arenum[ray]``)
+arenum.testing              ``RandomModel`` and ``brute_force``: check any small model yourself
 """
+from .errors import BudgetExceeded, KernelUnavailable, StoreError, WorkerError
 from .exact import CountHistogram, CountIndex, autoregressive_count_index, Quantizer, Limits, SeekIndex
 from .enumerable import AutoregressiveEnumerable, count_budget_index
 from .beyond import MonteCarloEstimator
 from .step import OracleStats
 from .results import (
-    BudgetExceeded, CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, RankBracket,
+    CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, RankBracket,
     SeekResult, SequenceList, SequenceResult, ThresholdResult,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AutoregressiveEnumerable",
-    "BudgetExceeded",
-    "CountBracket",
-    "CountDPTopPResult",
-    "CountHistogram",
-    "CountIndex",
-    "CountResult",
-    "DensityRankResult",
-    "Limits",
-    "MassBracket",
-    "MonteCarloEstimator",
-    "RankBracket",
-    "OracleStats",
-    "Quantizer",
-    "SeekIndex",
-    "SeekResult",
-    "SequenceList",
-    "SequenceResult",
-    "ThresholdResult",
+    # exact
+    "AutoregressiveEnumerable", "count_budget_index", "SeekIndex", "CountIndex", "CountHistogram",
+    "autoregressive_count_index", "Quantizer", "Limits",
+    # certified
     "RescoredIndex",
-    "AREnvelopeIndex",
-    "LatticeEnvelopeIndex",
-    "autoregressive_count_index",
-    "count_budget_index",
+    # estimate
+    "MonteCarloEstimator", "AREnvelopeIndex", "LatticeEnvelopeIndex",
+    # records
+    "CountResult", "ThresholdResult", "DensityRankResult", "CountDPTopPResult", "SequenceResult", "SequenceList",
+    "SeekResult", "CountBracket", "MassBracket", "RankBracket", "OracleStats",
+    # errors
+    "BudgetExceeded", "StoreError", "WorkerError", "KernelUnavailable",
 ]
 
 

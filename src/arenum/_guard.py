@@ -3,8 +3,9 @@
 - :func:`deferred_interrupts`: a ``KeyboardInterrupt`` (SIGINT) arriving inside the block is
   delivered when the block ends, so a commit of several arrays happens whole or not at all. Only the
   main thread receives signals; elsewhere the block is a plain block.
-- :func:`locked`: a method decorator taking ``self._lock`` (a re-entrant lock), so one thread builds
-  or deepens at a time and readers never see a half-built level.
+- :func:`locked`: a method decorator taking ``self._lock`` (a re-entrant lock) unless the thread
+  already holds it, so one thread builds or deepens at a time, readers never see a half-built
+  level, and a query takes the lock once, at its entry.
 
 This module knows nothing of trees or models.
 """
@@ -50,11 +51,19 @@ def deferred_interrupts() -> Iterator[None]:
 
 
 def locked(fn: F) -> F:
-    """Decorate a method so that it runs holding ``self._lock``."""
+    """Decorate a method so that it runs holding ``self._lock`` (a re-entrant lock).
+
+    The lock is taken only by a thread that does not hold it yet: a query takes it once, at its
+    entry (the facade), and every locked method it calls below runs under that one hold; a
+    low-level object used on its own (a :class:`~arenum.exact.seek.SeekIndex`) takes it itself.
+    """
 
     @functools.wraps(fn)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
+        lock = self._lock
+        if lock._is_owned():  # this thread holds it: the caller took it for the whole query
+            return fn(self, *args, **kwargs)
+        with lock:
             return fn(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]

@@ -1,11 +1,27 @@
-"""Input validation shared by every public entry point: builtin exceptions carrying the bad value."""
+"""Input validation shared by every public entry point: builtin exceptions carrying the bad value.
+
+Also the package's shared constants, each defined here once: :data:`LN2` (nats per bit),
+:data:`INT64_MAX` (the largest int64, the bound token ids and stored counts are checked against) and
+:func:`short_repr` (a value as error messages name it).
+"""
 from __future__ import annotations
 
 import math
 import numbers
 from typing import Any, Literal, get_args
 
-__all__ = ["exact_int", "optional_exact_int", "finite_float"]
+__all__ = ["exact_int", "optional_exact_int", "finite_float", "probability", "LN2", "INT64_MAX", "short_repr"]
+
+LN2 = math.log(2.0)
+"""Nats per bit: ``bits = -log_prob / LN2``."""
+INT64_MAX = 2**63 - 1
+"""The largest int64."""
+
+
+def short_repr(x: Any, n: int = 60) -> str:
+    """``repr(x)``, cut to ``n`` characters (for messages naming a prefix or a sequence)."""
+    r = repr(x)
+    return r if len(r) <= n else r[: n - 3] + "..."
 
 
 def exact_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -52,6 +68,14 @@ def finite_float(name: str, value: Any, *, allow_neg_inf: bool = False) -> float
     if math.isnan(f) or f == math.inf or (f == -math.inf and not allow_neg_inf):
         raise ValueError(f"{name} must be finite, got {value!r}")
     return f
+
+
+def probability(name: str, value: Any) -> float:
+    """Return ``value`` as a ``float`` in ``(0, 1]``, else raise (``TypeError``/``ValueError``)."""
+    p = finite_float(name, value)
+    if not 0 < p <= 1:
+        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+    return p
 
 
 CountMode = Literal["auto", "exact", "float"]

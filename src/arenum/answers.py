@@ -1,61 +1,139 @@
 """The answers stage: exact, else certified bracket, else estimate, decided once per query.
 
-:class:`Answers` turns what the exact index can do (or its :class:`~arenum.results.BudgetExceeded`)
-into the result records of :mod:`arenum.results`, in one order of preference:
+:class:`Answers` turns what the exact index can do (or its :class:`~arenum.errors.BudgetExceeded`)
+into the result records of :mod:`arenum.results`. ONE method, :meth:`Answers.regime`, owns the
+order of preference for every query (``count``, ``count_bracket``, ``threshold``, ``mass_above``,
+``rank``); each query only says how each regime's record is made:
 
-1. exact: the index deepened to the budget the answer needs (``method='exact'``);
-2. a certified bracket where a cap forbids exactness: ``branch_cap`` (the sub-support is counted
-   exactly and the skipped part bounded) or a resource cap with no estimator allowed
-   (``method='bracket'``, ``lo <= true <= hi``); for a finite-state model past a resource cap, the
-   DP of :mod:`arenum.beyond.certified` (``method='certified'``, ``lo <= true <= hi`` at any depth, the
-   exact head's count folded in), preferred to an estimate;
-3. a Monte Carlo estimate with its interval, when the caller allowed one (``exact_limit``): the
-   ``estimator`` callback gives the estimator and the exact head it adds to.
+1. exact: the index deepened to the budget the answer needs (``method='exact'``); under
+   ``branch_cap`` the sub-support is counted exactly and the skipped part bounded
+   (``method='bracket'``, ``lo <= true <= hi``);
 
-It takes the seek index, the support and the estimator callback, never the facade. It does not
-validate user input (the facade does, once) and does not build anything itself: every forward is
-made by the seek index.
+past a resource cap (the index raised :class:`~arenum.errors.BudgetExceeded`):
+
+2. certified: for a finite-state model, the DP of :mod:`arenum.beyond.certified`
+   (``method='certified'``, ``lo <= true <= hi`` at any depth, the exact head's count folded in);
+3. estimate: a Monte Carlo estimate with its interval, when the caller allowed one (``exact_limit``),
+   drawn once by the :class:`~arenum.beyond.regime.BeyondExact` it holds, after the exact head
+   is deepened as far as the caps allow;
+4. bracket: a certified bracket around the deepest index built (``method='bracket'``);
+5. else the :class:`~arenum.errors.BudgetExceeded` itself.
+
+It takes the seek index, the support and the facade's :class:`~arenum.beyond.regime.BeyondExact`,
+never the facade. It does not validate user input and does not take the lock: the facade did both,
+once. It builds nothing itself: every forward is made by the seek index or the draws.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, TypeVar
 
-from .beyond import CertifiedCounter, ExactHead, MonteCarloEstimator, mass_count_bound
+from .beyond import BeyondExact, CertifiedCounter, ExactHead, MonteCarloEstimator, mass_count_bound
 from .exact import ExactIndex, SeekIndex
+from .errors import BudgetExceeded
 from .results import (
-    BudgetExceeded, CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, ThresholdResult,
+    CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, ThresholdResult,
 )
 from .support import Support
 
 __all__ = ["Answers"]
 
-Estimator = Callable[[], "tuple[MonteCarloEstimator, ExactHead | None]"]
-"""``() -> (estimator, exact head or None)``: the automatic regime's Monte Carlo estimator."""
+R = TypeVar("R")
 
 
 class Answers:
     """Result records for one seek index (see the module docstring).
 
-    ``estimator``: ``None`` (no estimates: past a cap, brackets or :class:`BudgetExceeded`), or the
-    callback giving the Monte Carlo estimator of the automatic regime. ``certified``: ``None``, or
-    the callback giving the :class:`~arenum.beyond.certified.CertifiedCounter` of a finite-state model (or
-    ``None`` when it has none); preferred to the estimator past a cap.
+    ``beyond``: the enumerable's state past the exact budget (``None``: no certified brackets and
+    no estimates). ``estimates``: whether a query past a cap may be answered by a Monte Carlo
+    estimate (``exact_limit`` was given). ``certified``: whether a finite-state model's certified DP
+    is preferred to the estimate past a cap.
     """
 
-    def __init__(self, seek: SeekIndex, support: Support, estimator: Estimator | None = None,
-                 certified: Callable[[], CertifiedCounter | None] | None = None) -> None:
+    def __init__(self, seek: SeekIndex, support: Support, beyond: BeyondExact | None = None, *,
+                 estimates: bool = False, certified: bool = True) -> None:
         self.seek = seek
         self.support = support
-        self.estimator = estimator
-        self.certified = certified
+        self.beyond = beyond
+        self.estimates = estimates and beyond is not None
+        self.certified = certified and beyond is not None
 
-    def _cert(self, t: float = 0.0) -> CertifiedCounter | None:
+    # ------------------------------------------------------------------ the regime ladder
+    def regime(self, build: Callable[[], R], exact: Callable[[R], R], *, t: float = 0.0,
+               sub_support: Callable[[R], R] | None = None,
+               certified: Callable[[CertifiedCounter], R] | None = None,
+               estimate: Callable[[MonteCarloEstimator, ExactHead | None], R] | None = None,
+               bracket: Callable[[ExactIndex], R] | None = None) -> R:
+        """The one regime decision of every query: the first rung that applies makes the record.
+
+        ``build()`` deepens the index to the query's budget (it raises
+        :class:`~arenum.errors.BudgetExceeded` past a resource cap). Then, in this order:
+
+        - ``exact(x)``: no cap bound (``method='exact'``);
+        - ``sub_support(x)``: ``branch_cap`` cut the support (``method='bracket'``);
+
+        past a resource cap:
+
+        - ``certified(cc)``: a finite-state model's DP (``method='certified'``); not for
+          ``t = -inf`` (the whole support: its count stays the indexed one) nor under ``branch_cap``;
+        - ``estimate(est, head)``: a Monte Carlo estimate, only when estimates are allowed;
+        - ``bracket(idx)``: a certified bracket around the deepest index built (``method='bracket'``);
+        - none of these: the :class:`~arenum.errors.BudgetExceeded` propagates.
+
+        A query passes only the rungs it has; each rung sets its record's ``exact``/``method``.
+        """
+        try:
+            x = build()
+        except BudgetExceeded:
+            cc = self._certified_counter(t) if certified is not None else None
+            if cc is not None:
+                return certified(cc)
+            if estimate is not None and self.estimates:
+                return estimate(*self._estimator())
+            if bracket is None:
+                raise
+            return bracket(self._built())
+        if sub_support is not None and self._capped:
+            return sub_support(x)
+        return exact(x)
+
+    def _certified_counter(self, t: float) -> CertifiedCounter | None:
         """The certified counter past a cap (never under ``branch_cap``: it counts the whole support;
         nor for ``t = -inf``, the whole support, whose count past a cap stays the indexed one)."""
-        if self.certified is None or self._capped or t == -math.inf:
+        if not self.certified or self._capped or t == -math.inf:
             return None
-        return self.certified()
+        return self.beyond.certified()
+
+    def _estimator(self) -> tuple[MonteCarloEstimator, ExactHead | None]:
+        """The automatic regime's estimator: before its draws are made (once), the exact head is
+        deepened as far as the caps allow, so its forwards also serve later exact answers."""
+        key = self.beyond.default_key()
+        if self.beyond.cached_estimator(key) is None:
+            self.deepen_head()
+        est = self.monte_carlo(key)
+        return est, (self.exact_head() if est.head is not None else None)
+
+    def monte_carlo(self, key: tuple) -> MonteCarloEstimator:
+        """The estimator of ``key = (n, seed, head, interval)`` (validated by the facade), drawn once:
+        the memory for its draws is checked first, then they avoid the exact head built so far when
+        ``head`` (see :meth:`arenum.AutoregressiveEnumerable.monte_carlo`)."""
+        est = self.beyond.cached_estimator(key)
+        if est is None:
+            self.beyond.check_room(key[0], self.seek.memory_bytes)
+            est = self.beyond.draw(key, self.exact_head() if key[2] else None)
+        return est
+
+    # ------------------------------------------------------------------ the index built
+    def _built(self) -> ExactIndex:
+        """The deepest index within the caps, never raising for a cap: the current one, or the last
+        one counted when building its buckets would pass ``max_sequences`` (items counted only)."""
+        try:
+            return self.seek.index()
+        except BudgetExceeded:
+            idx = self.seek.current
+            if idx is None:
+                raise
+            return idx
 
     def _head(self) -> tuple[int, float]:
         """``(N, T)`` of the exact index built: every sequence with score ``>= T`` is one of its ``N``."""
@@ -64,6 +142,10 @@ class Answers:
         except BudgetExceeded:
             return 0, math.inf
         return idx.N, idx.T
+
+    @property
+    def _capped(self) -> bool:
+        return self.support.branch_cap is not None
 
     def _cert_count(self, cc: CertifiedCounter, t: float) -> CountBracket:
         """The certified count bracket, its lower end raised to the exact head's count below ``T``."""
@@ -85,56 +167,33 @@ class Answers:
     def _cert_extra(self, cc: CertifiedCounter) -> dict:
         return {"resolution_bits": cc.resolution_bits, "head_count": self._head()[0]}
 
-    def _built(self) -> ExactIndex:
-        """The deepest index within the caps, never raising for a cap: the current one, or the last
-        one counted when building its buckets would pass ``max_sequences`` (items counted only)."""
-        try:
-            return self.seek.index()
-        except BudgetExceeded:
-            idx = self.seek.current
-            if idx is None:
-                raise
-            return idx
-
-    @property
-    def _capped(self) -> bool:
-        return self.support.branch_cap is not None
-
     # ------------------------------------------------------------------ counts
     def count(self, t: float) -> CountResult:
-        """``#{x : s(x) >= t}``: exact; a bracket record under ``branch_cap``; past a resource cap an
-        estimate when allowed, else :class:`BudgetExceeded`."""
+        """``#{x : s(x) >= t}``: exact; a bracket record under ``branch_cap``; past a resource cap the
+        certified DP of a finite-state model, else an estimate when allowed, else :class:`BudgetExceeded`."""
         seek = self.seek
-        try:
-            c = seek.count(t)
-        except BudgetExceeded:
-            cc = self._cert(t)
-            if cc is not None:
-                b = self._cert_count(cc, t)
-                return CountResult(b.lo, exact=b.exact, method="certified", ci_lo=b.lo, ci_hi=b.hi,
-                                   extra=self._cert_extra(cc))
-            if self.estimator is None:
-                raise
-            est, head = self.estimator()
-            return est.count(t, head=head)
-        if not self._capped or t > 0:
-            return CountResult(c)
-        return CountResult(c, exact=False, method="bracket", ci_lo=c, ci_hi=c + seek.dropped_bound(t))
+
+        def certified(cc: CertifiedCounter) -> CountResult:
+            b = self._cert_count(cc, t)
+            return CountResult(b.lo, exact=b.exact, method="certified", ci_lo=b.lo, ci_hi=b.hi,
+                               extra=self._cert_extra(cc))
+
+        return self.regime(
+            lambda: seek.count(t), CountResult, t=t,
+            sub_support=None if t > 0 else
+            lambda c: CountResult(c, exact=False, method="bracket", ci_lo=c, ci_hi=c + seek.dropped_bound(t)),
+            certified=certified, estimate=lambda est, head: est.count(t, head=head),
+        )
 
     def count_bracket(self, t: float) -> CountBracket:
         """Certified ``lo <= #{x : s(x) >= t} <= hi``, never raising for a cap."""
         seek = self.seek
-        try:
-            lo = seek.count(t)
-        except BudgetExceeded:
-            cc = self._cert(t)
-            if cc is not None:
-                return self._cert_count(cc, t)
-            idx = self._built()
-            return CountBracket(idx.N if idx.T >= t else 0, mass_count_bound(t))
-        if not self._capped:
-            return CountBracket(lo, lo)
-        return CountBracket(lo, lo + seek.dropped_bound(t))
+        return self.regime(
+            lambda: seek.count(t), lambda c: CountBracket(c, c), t=t,
+            sub_support=lambda c: CountBracket(c, c + seek.dropped_bound(t)),
+            certified=lambda cc: self._cert_count(cc, t),
+            bracket=lambda idx: CountBracket(idx.N if idx.T >= t else 0, mass_count_bound(t)),
+        )
 
     def count_or_bracket(self, t: float) -> CountResult | CountBracket:
         """The count the automatic regime gives, never raising for a cap: the exact count as its
@@ -151,44 +210,38 @@ class Answers:
     # ------------------------------------------------------------------ positions
     def threshold(self, k: int) -> ThresholdResult:
         """Score of the ``k``-th sequence (1-based): exact; a lower bound under ``branch_cap``; past
-        a resource cap an estimate when allowed, else :class:`BudgetExceeded`."""
-        try:
-            x = self.seek.threshold(k)
-        except BudgetExceeded:
-            cc = self._cert()
-            if cc is not None:
-                lo, hi = cc.threshold_bracket(k)
-                n, T = self._head()
-                hi = min(hi, T) if n < k else hi  # fewer than k sequences score >= T
-                return ThresholdResult(lo, exact=False, method="certified", ci_lo=lo, ci_hi=max(lo, hi),
-                                       extra=self._cert_extra(cc))
-            if self.estimator is None:
-                raise
-            est, head = self.estimator()
-            return est.threshold(k, head=head)
-        if not self._capped:
-            return ThresholdResult(x)
-        return ThresholdResult(x, exact=False, method="bracket", ci_lo=x, ci_hi=0.0)
+        a resource cap the certified DP's bracket, else an estimate when allowed, else :class:`BudgetExceeded`."""
+
+        def certified(cc: CertifiedCounter) -> ThresholdResult:
+            lo, hi = cc.threshold_bracket(k)
+            n, T = self._head()
+            hi = min(hi, T) if n < k else hi  # fewer than k sequences score >= T
+            return ThresholdResult(lo, exact=False, method="certified", ci_lo=lo, ci_hi=max(lo, hi),
+                                   extra=self._cert_extra(cc))
+
+        return self.regime(
+            lambda: self.seek.threshold(k), ThresholdResult,
+            sub_support=lambda x: ThresholdResult(x, exact=False, method="bracket", ci_lo=x, ci_hi=0.0),
+            certified=certified, estimate=lambda est, head: est.threshold(k, head=head),
+        )
 
     # ------------------------------------------------------------------ masses
     def mass_above(self, t: float) -> MassBracket:
         """``lo <= P(s(X) >= t) <= hi``: float rounding only; ``branch_cap`` adds the skipped mass
-        to ``hi``; past a resource cap ``[mass built, 1]``."""
+        to ``hi``; past a resource cap the certified DP's bracket, else ``[mass built, 1]``."""
         seek = self.seek
         if t > 0:
             return MassBracket(0.0, 0.0)
-        try:
-            idx = seek.ensure_score(t)
-        except BudgetExceeded:
-            cc = self._cert(t)
-            if cc is not None:
-                return self._cert_mass(cc, t)
-            idx = self._built()
-            return MassBracket(idx.total_mass().lo if idx.T >= t else 0.0, 1.0)
-        m = idx.mass_ge(t)
-        if self._capped:
+
+        def sub_support(idx: ExactIndex) -> MassBracket:
+            m = idx.mass_ge(t)
             return MassBracket(m.lo, min(1.0, m.hi + seek.dropped_mass(t)))
-        return m
+
+        return self.regime(
+            lambda: seek.ensure_score(t), lambda idx: idx.mass_ge(t), t=t, sub_support=sub_support,
+            certified=lambda cc: self._cert_mass(cc, t),
+            bracket=lambda idx: MassBracket(idx.total_mass().lo if idx.T >= t else 0.0, 1.0),
+        )
 
     def nucleus_size(self, p: float) -> CountDPTopPResult:
         """Smallest head with mass ``>= p``: exact up to float rounding; ``truncated`` past a cap."""
@@ -222,25 +275,34 @@ class Answers:
     # ------------------------------------------------------------------ ranks
     def rank(self, s: float) -> DensityRankResult:
         """Rank (``#{x : s(x) > s}``) and cumulative mass of a sequence of finite score ``s``: exact;
-        a bracket under ``branch_cap``; past a resource cap an estimate when allowed, else a
-        certified bracket."""
+        a bracket under ``branch_cap``; past a resource cap the certified DP's bracket, else an
+        estimate when allowed, else a certified bracket."""
         seek = self.seek
-        tree = seek.tree
-        trunc = tree.depth_truncated or self._capped
-        try:
-            idx = seek.ensure_score(s)
-        except BudgetExceeded:
-            cc = self._cert()
-            if cc is not None:
-                r = self._cert_count(cc, math.nextafter(s, math.inf))  # s(x) > s: s(x) >= the next float
-                m = self._cert_mass(cc, s)
-                return DensityRankResult(
-                    rank=r.lo, cumulative=m.mid, log_prob=s, exact=r.exact, method="certified", rank_lo=r.lo,
-                    rank_hi=r.hi, cumulative_lo=m.lo, cumulative_hi=m.hi, truncated=trunc, extra=self._cert_extra(cc))
-            if self.estimator is not None:
-                est, head = self.estimator()
-                return est.rank(s, head=head)
-            idx = self._built()
+        trunc = seek.tree.depth_truncated or self._capped
+
+        def indexed(idx: ExactIndex, capped: bool = False) -> DensityRankResult:
+            lo = idx.count_gt(s)
+            m = idx.mass_ge(s)
+            hi: int | float = lo
+            c_hi = m.hi
+            if capped:
+                hi = lo + seek.dropped_bound(s)
+                c_hi = min(1.0, m.hi + seek.dropped_mass(s))
+            exact = hi == lo
+            return DensityRankResult(
+                rank=lo, cumulative=m.mid if exact else 0.5 * (m.lo + c_hi), log_prob=s, exact=exact,
+                method="exact" if exact else "bracket", rank_lo=lo, rank_hi=hi,
+                cumulative_lo=m.lo, cumulative_hi=c_hi, truncated=seek.tree.depth_truncated or not exact,
+            )
+
+        def certified(cc: CertifiedCounter) -> DensityRankResult:
+            r = self._cert_count(cc, math.nextafter(s, math.inf))  # s(x) > s: s(x) >= the next float
+            m = self._cert_mass(cc, s)
+            return DensityRankResult(
+                rank=r.lo, cumulative=m.mid, log_prob=s, exact=r.exact, method="certified", rank_lo=r.lo,
+                rank_hi=r.hi, cumulative_lo=m.lo, cumulative_hi=m.hi, truncated=trunc, extra=self._cert_extra(cc))
+
+        def bracket(idx: ExactIndex) -> DensityRankResult:
             lo = idx.N if idx.T > s else 0  # every indexed sequence is strictly above s
             hi = mass_count_bound(s) - 1
             m = idx.total_mass() if idx.T > s else MassBracket(0.0, 0.0)
@@ -249,18 +311,10 @@ class Answers:
                 rank=lo, cumulative=0.5 * (c_lo + 1.0), log_prob=s, exact=False, method="bracket",
                 rank_lo=lo, rank_hi=hi, cumulative_lo=c_lo, cumulative_hi=1.0, truncated=trunc,
             )
-        lo = idx.count_gt(s)
-        m = idx.mass_ge(s)
-        hi: int | float = lo
-        c_hi = m.hi
-        if self._capped:
-            hi = lo + seek.dropped_bound(s)
-            c_hi = min(1.0, m.hi + seek.dropped_mass(s))
-        exact = hi == lo
-        return DensityRankResult(
-            rank=lo, cumulative=m.mid if exact else 0.5 * (m.lo + c_hi), log_prob=s, exact=exact,
-            method="exact" if exact else "bracket", rank_lo=lo, rank_hi=hi,
-            cumulative_lo=m.lo, cumulative_hi=c_hi, truncated=tree.depth_truncated or not exact,
+
+        return self.regime(
+            lambda: seek.ensure_score(s), indexed, t=s, sub_support=lambda idx: indexed(idx, capped=True),
+            certified=certified, estimate=lambda est, head: est.rank(s, head=head), bracket=bracket,
         )
 
     # ------------------------------------------------------------------ the exact head

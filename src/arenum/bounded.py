@@ -48,8 +48,8 @@ class BoundedAnswers(Answers):
     """:class:`~arenum.answers.Answers` of a model declared within ``eps`` nats per step of the true
     one; ``steps`` is the longest sequence (``D = steps * eps``). Brackets as the module docstring."""
 
-    def __init__(self, seek, support, estimator=None, *, eps: float, steps: int) -> None:
-        super().__init__(seek, support, estimator)
+    def __init__(self, seek, support, beyond=None, *, estimates: bool = False, eps: float, steps: int) -> None:
+        super().__init__(seek, support, beyond, estimates=estimates, certified=False)
         self.eps, self.steps = float(eps), int(steps)
         self.delta = self.eps * self.steps
 

@@ -6,32 +6,31 @@ sequences that end in ``eos``, ``eos`` nowhere earlier, length ``<= max_len`` if
 ``<= max_depth``). Order: descending score; ties shorter first, then lexicographically by table
 positions (each step table sorted by descending log-prob, ties in the model's order).
 
-Every query is EXACT (stronger than a quantized index): ``count``, ``threshold``, ``unrank``,
-``slice``, ``rank``, ``cumulative``, ``mass_above`` and ``nucleus_size``. Where a cap prevents
-exactness (``branch_cap``, the depth cap, ``max_prefixes``/``max_sequences``) the result is a
-certified bracket that says so. Cost: one forward per live prefix at the budget the answer needs
-(a prefix is live at a budget of ``B`` bits when its own bits are ``<= B``), never per rank.
+Every query is EXACT; where a cap prevents it the result is a certified bracket (or, if allowed,
+an estimate) that says so. Cost: one forward per live prefix at the budget the answer needs.
 
-Data flow: model -> :mod:`arenum.step.oracle` -> :mod:`arenum.exact.tree` -> :mod:`arenum.exact.index` ->
-:mod:`arenum.exact.seek` -> this facade.
+One query's path: this facade (validates each argument and takes the build lock, once) ->
+:class:`~arenum.answers.Answers` (decides the regime; holds the
+:class:`~arenum.beyond.regime.BeyondExact`: draws, envelopes, certified DPs) ->
+:class:`~arenum.exact.seek.SeekIndex` (the budget) -> :class:`~arenum.exact.tree.PrefixTree` ->
+:class:`~arenum.step.oracle.StepOracle` -> the model's callback.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from ._guard import locked
-from ._validate import CountMode, exact_int, finite_float, optional_exact_int
+from ._validate import CountMode, exact_int, finite_float, optional_exact_int, probability, short_repr
 from .answers import Answers
 from .bounded import BoundedAnswers
 from .exact import (
-    best_first, CountIndex, build_count_index, Quantizer, INDEX_BYTES_PER_SEQUENCE, Limits, SeekIndex, TreeStore,
-    open_store, PrefixTree,
+    best_first, CountIndex, build_count_index, Quantizer, Limits, SeekIndex, TreeStore, open_store, PrefixTree,
 )
 from .beyond import (
-    BeyondExact, DEFAULT_RESOLUTION_BITS, CertifiedCounter, MonteCarloEstimator, FiniteStateSampler, ARSampler,
+    BeyondExact, CertifiedCounter, ExactHead, INTERVALS, Interval, MonteCarloEstimator, FiniteStateSampler, ARSampler,
 )
 
 from .step import FiniteStateTables, NORM_TOL, StepOracle
@@ -42,10 +41,18 @@ from .results import (
 from .settings import Settings
 from .support import Support
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .beyond import AREnvelopeIndex, LatticeEnvelopeIndex
+
 __all__ = ["AutoregressiveEnumerable", "count_budget_index"]
 
 
-class AutoregressiveEnumerable(BeyondExact):
+def _setting(name: str) -> property:
+    """A read-only attribute read from :attr:`AutoregressiveEnumerable.settings` (its one source)."""
+    return property(lambda self: getattr(self.settings, name), doc=f"``settings.{name}`` (read-only).")
+
+
+class AutoregressiveEnumerable:
     """An autoregressive ``next_logprobs(prefix)`` model as a count-/rank-/unrank-able object.
 
     Parameters follow the library's contract:
@@ -67,42 +74,35 @@ class AutoregressiveEnumerable(BeyondExact):
     batch_score_sequences: teacher-forcing scorer ``[sequence, ...] -> log_probs``.
     all_position_logprobs: ``sequence -> [result at seq[:d] for d in range(len(seq))]``.
 
-    Keyword-only extras: ``norm_tol`` (accepted ``|sum p - 1|``, default ``2e-2``; accepted rows
-    are renormalized, counted in ``stats["renormalized_rows"]``), ``logprob_error`` (``eps``: the
-    model's step log-probs are within ``eps`` nats of a TRUE model's, e.g. a bf16 run; every count,
-    threshold, rank and mass becomes a certified bracket for the true model, ``method='logprob_error'``,
-    see :mod:`arenum.bounded`), ``keep_margin_bits`` (stored table
-    heads reach this many bits below a build's budget), ``max_prefixes`` / ``max_sequences`` (caps on
-    an exact build; beyond them answers become brackets or raise :class:`BudgetExceeded`),
-    ``max_bytes`` (one memory budget in bytes for the tree, the index and the memoized full tables,
-    which take at most a quarter of it; ``"auto"``: half the machine's physical memory, ``None``: no
-    budget; past it, the same brackets or :class:`BudgetExceeded` naming it; ``stats["memory_bytes"]``
-    says what is held), ``table_bytes`` (the part of that memory in which the tree keeps whole
-    next-token tables, so that no prefix is ever scored twice while they fit: tables up to 1024
-    entries, or wider ones when the model's forward costs more than sorting its table; past it only
-    heads are kept and each re-score of a prefix doubles how deep its head reaches; ``"auto"``:
-    ``min(2 GiB, max_bytes / 4)``, ``None``: no limit), ``store`` (a folder keeping the tree on disk:
-    reopening answers without forwards, deeper queries extend it, a crash loses at most the batch
-    in flight; ``fingerprint`` identifies the model, by default a hash of its root table, one
-    forward; ``store_readonly`` opens without the writer's lock; see ``docs/store.md``),
-    ``progress`` (called with a dict of counters after every chunk of forwards, e.g. to draw a bar;
-    also settable later as :attr:`progress`), ``batch_next_heads`` (an adapter that can cut rows
-    where the model runs: ``(prefixes, floors) -> (counts, tokens, log_probs, widths)``, only the
-    entries with ``log_prob >= floors[i]`` of each normalized table; the prefix tree is then filled
-    through it instead of ``batch_next_logprobs``, so full rows never cross to numpy. See
-    ``docs/core.md``; :class:`arenum.models.hf.CausalLMOracle` provides one).
+    Keyword-only: ``norm_tol`` (accepted ``|sum p - 1|``, default ``2e-2``; accepted rows are
+    renormalized, counted in ``stats["renormalized_rows"]``); ``logprob_error`` (``eps``: the step
+    log-probs are within ``eps`` nats of a TRUE model's, e.g. a bf16 run; every count, threshold, rank
+    and mass becomes a certified bracket for the true model, ``method='logprob_error'``, see
+    :mod:`arenum.bounded`); ``keep_margin_bits`` (stored table heads reach this many bits below a
+    build's budget); ``max_prefixes`` / ``max_sequences`` (caps on an exact build; beyond them answers
+    become brackets or raise :class:`BudgetExceeded`); ``max_bytes`` (one memory budget in bytes for the
+    tree, the index and the memoized full tables, which take at most a quarter; ``"auto"``: half the
+    physical memory, ``None``: none; past it the same brackets or :class:`BudgetExceeded` naming it;
+    ``stats["memory_bytes"]`` says what is held); ``table_bytes`` (the part of it in which whole
+    next-token tables are kept, so no prefix is scored twice while they fit: tables up to 1024 entries,
+    or wider when a forward costs more than sorting; past it only heads are kept and each re-score
+    doubles a head's depth; ``"auto"``: ``min(2 GiB, max_bytes / 4)``, ``None``: no limit); ``store``
+    (a folder keeping the tree on disk: reopening answers without forwards, a crash loses at most the
+    batch in flight; ``fingerprint`` identifies the model, by default a hash of its root table;
+    ``store_readonly`` opens without the writer's lock; ``docs/store.md``); ``progress`` (called with a
+    dict of counters after every chunk of forwards; settable later); ``batch_next_heads``
+    (``(prefixes, floors) -> (counts, tokens, log_probs, widths)``: only the entries with ``log_prob >=
+    floors[i]`` of each normalized table, cut where the model runs; the tree is then filled through it,
+    so full rows never cross to numpy; :class:`arenum.models.hf.CausalLMOracle` provides one).
 
-    Beyond the exact budget (keyword-only): ``exact_limit`` caps the live prefixes (forwards) an exact
-    answer may hold; a ``rank``, ``count``, ``threshold`` or ``cumulative`` query that needs more is
-    answered by a Monte Carlo ESTIMATE instead (``exact=False``, ``method`` naming the estimator, a
-    confidence interval at ``confidence``). ``None`` (default): no estimates; past ``max_prefixes`` /
-    ``max_sequences`` answers are certified brackets or :class:`BudgetExceeded`, as without it. The
-    first estimate deepens the exact head as far as ``exact_limit`` allows, then draws
-    ``estimate_samples`` sequences from the tail beyond it (seeded by ``estimate_seed``), once; every
-    later estimate reuses them. See :meth:`monte_carlo` and ``docs/estimates.md``.
-    ``finite_state``: the model's :class:`arenum.step.finite_state.FiniteStateTables` (or a callable
-    returning them, called when first needed) for certified brackets past the exact budget
-    (``docs/certified.md``); ``NGramModel.enumerable()`` passes its own.
+    Beyond the exact budget: ``exact_limit`` caps the live prefixes (forwards) an exact answer may
+    hold; a ``rank``, ``count``, ``threshold`` or ``cumulative`` that needs more is a Monte Carlo
+    ESTIMATE (``exact=False``, ``method`` naming the estimator, an interval at ``confidence``); the
+    first deepens the exact head as far as ``exact_limit`` allows, then draws ``estimate_samples``
+    sequences beyond it (seed ``estimate_seed``) once, for every later estimate (:meth:`monte_carlo`,
+    ``docs/estimates.md``). ``None`` (default): no estimates. ``finite_state``: the model's
+    :class:`arenum.step.finite_state.FiniteStateTables` (or a callable returning them) for certified
+    brackets past the exact budget (``docs/certified.md``); ``NGramModel.enumerable()`` passes its own.
 
     >>> import math
     >>> def model(prefix):  # two tokens, p(0) = 0.75
@@ -158,7 +158,7 @@ class AutoregressiveEnumerable(BeyondExact):
         self._oracle = StepOracle(
             next_logprobs,
             batch_next_logprobs=batch_next_logprobs,
-            batch_size=self.batch_size,
+            batch_size=cfg.batch_size,
             batch_score_sequences=batch_score_sequences,
             all_position_logprobs=all_position_logprobs,
             batch_next_heads=batch_next_heads,
@@ -166,8 +166,8 @@ class AutoregressiveEnumerable(BeyondExact):
             norm_tol=cfg.norm_tol,
         )
         self.support = (
-            Support.terminating(eos, self._oracle.eos_id, self.cap, branch_cap=self.branch_cap)
-            if self.terminating else Support.fixed(self.cap, branch_cap=self.branch_cap)
+            Support.terminating(eos, self._oracle.eos_id, cfg.cap, branch_cap=cfg.branch_cap)
+            if cfg.terminating else Support.fixed(cfg.cap, branch_cap=cfg.branch_cap)
         )
         self._tree = PrefixTree(self._oracle, self.support, keep_margin_bits=cfg.keep_margin_bits,
                                 table_bytes=cfg.table_bytes)
@@ -175,32 +175,27 @@ class AutoregressiveEnumerable(BeyondExact):
         if cfg.max_bytes is not None:  # memoized full tables may take a quarter of the budget
             self._oracle.cache_max_bytes = cfg.max_bytes // 4
         self.progress = progress
-        self._seek: SeekIndex | None = None
-        self._answers_obj: Answers | None = None
-        if finite_state is not None and not (callable(finite_state) or isinstance(finite_state, FiniteStateTables)):
-            raise TypeError(f"finite_state must be FiniteStateTables, a callable or None, got {type(finite_state).__name__}")
-        self._finite_state, self._finite_state_ok = finite_state, False
-        self._certified: dict[float, CertifiedCounter] = {}
-        #: grid cell (bits) of the certified brackets the automatic regime gives past a cap
-        self.certified_resolution_bits = DEFAULT_RESOLUTION_BITS
+        self._beyond = BeyondExact(self._oracle, self.support, self._tree, cfg, finite_state=finite_state,
+                                   lock=self._lock)
         self.store: TreeStore | None = open_store(store, self._tree, self.settings, fingerprint, store_readonly)
         """The :class:`~arenum.exact.store.TreeStore` keeping the tree on disk (``None``: memory only)."""
 
     def _take_settings(self, cfg: Settings) -> None:
-        """The public attributes of the spec, read from the validated settings, and empty caches."""
+        """Hold the validated settings (every public setting attribute reads them) and fresh caps;
+        no index and no answers yet."""
         self.settings = cfg
-        self.max_len, self.max_depth, self.eos, self.cap = cfg.max_len, cfg.max_depth, cfg.eos, cfg.cap
-        self.terminating = cfg.terminating
-        self.batch_size, self.branch_cap, self.count_mode = cfg.batch_size, cfg.branch_cap, cfg.count_mode
-        self.quantizer = cfg.quantizer
-        self.bin_width_bits, self.oversample = cfg.quantizer.bin_width_bits, cfg.quantizer.oversample
-        self.exact_limit, self.confidence = cfg.exact_limit, cfg.confidence
-        self.estimate_samples, self.estimate_seed = cfg.estimate_samples, cfg.estimate_seed
-        self.logprob_error = cfg.logprob_error
+        """The validated :class:`~arenum.settings.Settings`: the one source of every setting."""
         self._limits = cfg.limits()
-        self._mc: dict[tuple, MonteCarloEstimator] = {}
-        self._fs_sampler: FiniteStateSampler | None = None
-        self._envelopes: dict[tuple, Any] = {}
+        self._seek: SeekIndex | None = None
+        self._answers_cache: Answers | None = None
+
+    # the settings as read-only attributes, each read from ``settings``
+    max_len, max_depth, eos, cap, terminating = map(_setting, ("max_len", "max_depth", "eos", "cap", "terminating"))
+    batch_size, branch_cap, count_mode, quantizer = map(_setting, ("batch_size", "branch_cap", "count_mode", "quantizer"))
+    exact_limit, confidence, estimate_samples, estimate_seed, logprob_error = map(
+        _setting, ("exact_limit", "confidence", "estimate_samples", "estimate_seed", "logprob_error"))
+    bin_width_bits = property(lambda self: self.settings.quantizer.bin_width_bits, doc="The quantizer's bin width.")
+    oversample = property(lambda self: self.settings.quantizer.oversample, doc="The quantizer's oversampling.")
 
     # ------------------------------------------------------------------ the store
     @locked
@@ -239,38 +234,18 @@ class AutoregressiveEnumerable(BeyondExact):
     def stats(self) -> dict[str, Any]:
         """Counters: forwards (prefixes scored), model calls, refetches, live prefixes held by the
         tree, index builds, model/parse seconds, and memory held by the tree (bytes)."""
-        d = self._oracle.stats.as_dict()
-        d["tree_prefixes"] = self._tree.fetched_nodes
-        d["tree_nodes"] = self._tree.n_nodes
-        d["tree_bytes"] = self._tree.nbytes
-        d["table_cache_bytes"] = self._oracle.cache_bytes
-        seek = self.seek_index()
-        d["built_bits"] = seek.built_bits
-        d["index_builds"] = seek.builds
-        d["index_seconds"] = seek.index_seconds
-        d["indexed_sequences"] = seek.indexed
-        d["memory_bytes"] = self._tree.memory_bytes() + INDEX_BYTES_PER_SEQUENCE * seek.indexed
-        d["max_bytes"] = self.settings.max_bytes
-        d["table_bytes"] = self.settings.table_bytes
+        d, t, seek = self._oracle.stats.as_dict(), self._tree, self._seek_at()
+        d.update(tree_prefixes=t.fetched_nodes, tree_nodes=t.n_nodes, tree_bytes=t.nbytes,
+                 table_cache_bytes=self._oracle.cache_bytes, built_bits=seek.built_bits, index_builds=seek.builds,
+                 index_seconds=seek.index_seconds, indexed_sequences=seek.indexed, memory_bytes=seek.memory_bytes,
+                 max_bytes=self.settings.max_bytes, table_bytes=self.settings.table_bytes)
         if self.store is not None:
             d["store_forwards"] = self.store.forwards
             d["store_replayed"] = self.store.replayed
         return d
 
-    @property
-    def _fixed_len(self) -> int | None:
-        return None if self.terminating else self.max_len
-
     def _decode(self, ids: Iterable[int]) -> tuple:
         return self._oracle.tokens(ids)
-
-    @locked
-    def _table_ids(self, prefix_ids: tuple) -> tuple[np.ndarray, np.ndarray]:
-        return self._oracle.table(self._decode(prefix_ids))
-
-    def _in_declared_support(self, sequence: Sequence[Any]) -> bool:
-        """Structural support check: length, and for a terminating model ``eos`` last and only last."""
-        return self.support.contains(sequence)
 
     def _as_tuple(self, sequence: Any, name: str = "sequence") -> tuple:
         if isinstance(sequence, (str, bytes)) and not self._str_tokens():
@@ -287,7 +262,7 @@ class AutoregressiveEnumerable(BeyondExact):
 
     def _canonical(self, sequence: Any) -> tuple[tuple, float]:
         seq = self._as_tuple(sequence)
-        if not self._in_declared_support(seq):
+        if not self.support.contains(seq):
             return seq, -math.inf
         return seq, self._tree.score(seq)
 
@@ -300,7 +275,7 @@ class AutoregressiveEnumerable(BeyondExact):
         is not cached, else the cached tables; without a scorer, one forward per uncached prefix.
         """
         seq = self._as_tuple(sequence)
-        if not self._in_declared_support(seq):
+        if not self.support.contains(seq):
             return -math.inf
         o = self._oracle
         if o.has_scorer and not all(o.cached(seq[:t]) for t in range(len(seq))):
@@ -316,7 +291,7 @@ class AutoregressiveEnumerable(BeyondExact):
         """
         seqs = [self._as_tuple(s, "sequences[i]") for s in sequences]
         out = np.full(len(seqs), -math.inf)
-        ok = [i for i, s in enumerate(seqs) if self._in_declared_support(s)]
+        ok = [i for i, s in enumerate(seqs) if self.support.contains(s)]
         if not ok:
             return out
         if self._oracle.has_scorer:
@@ -348,7 +323,11 @@ class AutoregressiveEnumerable(BeyondExact):
     def enumerator(self) -> Iterator[tuple[tuple, float]]:
         """Same as ``iter(sorted(support, key=score, reverse=True))``, lazily. Exact (ties as in
         :meth:`unrank`). Cost: one forward per prefix popped (best-first listing)."""
-        for ids, s in best_first(self._table_ids, self.support):
+        def table(prefix_ids: tuple) -> tuple[np.ndarray, np.ndarray]:
+            with self._lock:
+                return self._oracle.table(self._decode(prefix_ids))
+
+        for ids, s in best_first(table, self.support):
             yield self._decode(ids), s
 
     @locked
@@ -362,15 +341,16 @@ class AutoregressiveEnumerable(BeyondExact):
         k = exact_int("k", k)
         if k <= 0:
             return []
-        items = self.seek_index().slice(0, k)
-        if self.branch_cap is not None:
-            return SequenceList(items, exact=False, method="sub_support")
-        return items
+        return self._items(0, k)
 
     def sampler(self, seed: int | None = None) -> ARSampler:
         """An ancestral sampler (``sample()``, ``sample_n(n)``, ``draw()``), seeded for replay."""
         seed = optional_exact_int("seed", seed, minimum=0)
         return ARSampler(self._oracle, self.support, seed=seed, lock=self._lock, finite_state=self._state_sampler)
+
+    @locked
+    def _state_sampler(self) -> FiniteStateSampler | None:
+        return self._beyond.state_sampler()
 
     # ------------------------------------------------------------------ indexes
     @locked
@@ -382,27 +362,38 @@ class AutoregressiveEnumerable(BeyondExact):
         mdb = finite_float("max_depth_bits", max_depth_bits)
         if mdb <= 0:
             raise ValueError(f"max_depth_bits must be > 0, got {max_depth_bits!r}")
+        return self._seek_at(mdb)
+
+    def _seek_at(self, max_depth_bits: float = 4096.0) -> SeekIndex:
+        """:meth:`seek_index` for a valid ``max_depth_bits``, the caller holding the lock."""
         if self._seek is None:
-            self._limits.max_depth_bits = mdb
-            self._seek = SeekIndex(
-                self._tree, quantizer=self.quantizer, limits=self._limits, count_mode=self.count_mode,
-                decode=self._decode,
-            )
-        elif mdb > self._seek.max_depth_bits:
-            self._seek.max_depth_bits = mdb
+            self._limits.max_depth_bits = max_depth_bits
+            self._seek = self._new_seek()
+        elif max_depth_bits > self._seek.max_depth_bits:
+            self._seek.max_depth_bits = max_depth_bits
         return self._seek
 
+    def _new_seek(self) -> SeekIndex:
+        return SeekIndex(self._tree, quantizer=self.quantizer, limits=self._limits, count_mode=self.count_mode,
+                         decode=self._decode)
+
     @property
+    @locked
     def answers(self) -> Answers:
         """The answers stage over :meth:`seek_index`: exact, else certified bracket, else estimate
         (estimates only with ``exact_limit``); see :class:`~arenum.answers.Answers`."""
-        seek = self.seek_index()
-        ans = self._answers_obj
-        if ans is None or ans.seek is not seek:
-            est = self._estimator_and_head if self.exact_limit is not None else None
-            ans = self._answers_obj = Answers(seek, self.support, est, self.certified) if not self.logprob_error \
-                else BoundedAnswers(seek, self.support, est, eps=self.logprob_error, steps=self.cap)
-        return ans
+        return self._answers()
+
+    def _answers(self) -> Answers:
+        """:attr:`answers`, made at the first query (the caller holds the lock)."""
+        if self._answers_cache is None:
+            seek, cfg = self._seek_at(), self.settings
+            estimates = cfg.exact_limit is not None
+            self._answers_cache = (
+                Answers(seek, self.support, self._beyond, estimates=estimates) if not cfg.logprob_error
+                else BoundedAnswers(seek, self.support, self._beyond, estimates=estimates, eps=cfg.logprob_error,
+                                    steps=cfg.cap))
+        return self._answers_cache
 
     @locked
     def budget_index(self, budget_bits: float, max_depth_bits: float = 4096.0) -> SeekIndex:
@@ -424,7 +415,7 @@ class AutoregressiveEnumerable(BeyondExact):
         if not isinstance(quantizer, Quantizer):
             raise TypeError(f"quantizer must be a Quantizer, got {type(quantizer).__name__}")
         mfb = exact_int("max_fine_bucket", max_fine_bucket, minimum=0)
-        ci, truncated = build_count_index(self.seek_index(), quantizer, mfb, self.count_mode, self._decode)
+        ci, truncated = build_count_index(self._seek_at(), quantizer, mfb, self.count_mode, self._decode)
         ci.truncated = truncated
         return ci
 
@@ -433,28 +424,25 @@ class AutoregressiveEnumerable(BeyondExact):
     def count(self, min_log_prob: float) -> CountResult:
         """Same as ``sum(1 for x in support if score(x) >= min_log_prob)``, counted, not listed.
 
-        Exact. Cost: one forward per live
-        prefix at that budget. Returns a :class:`~arenum.results.CountResult`: an ``int`` with
-        ``.exact``, ``.method``, ``.ci_lo``/``.ci_hi`` and, for an estimate, ``.stderr``,
-        ``.confidence`` and ``.estimate`` (the unrounded value). With ``branch_cap`` this counts the
-        capped sub-support (``method='bracket'``, ``ci_hi`` adds what the cap skipped; see
-        :meth:`count_bracket`). Past a cap: the certified DP's bracket for a finite-state model
+        Exact. Cost: one forward per live prefix at that budget. Returns a
+        :class:`~arenum.results.CountResult`: an ``int`` with ``.exact``, ``.method``, ``.ci_lo``/``.ci_hi``
+        and, for an estimate, ``.stderr``, ``.confidence`` and ``.estimate`` (the unrounded value). With
+        ``branch_cap`` this counts the capped sub-support (``method='bracket'``, ``ci_hi`` adds what the
+        cap skipped). Past a cap: the certified DP's bracket for a finite-state model
         (``method='certified'``), else a Monte Carlo estimate when ``exact_limit`` is set, else
         :class:`BudgetExceeded`.
         """
-        return self.answers.count(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
+        return self._answers().count(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
     @locked
     def count_bracket(self, min_log_prob: float) -> CountBracket:
         """Same as ``count(min_log_prob)`` as a certified bracket: ``lo <= #{x : s(x) >= t} <= hi``.
 
-        Never raises for a cap; cost as :meth:`count`.
-
-        ``lo`` counts the kept sub-support exactly; ``hi`` adds the bound on what ``branch_cap``
+        Never raises for a cap; cost as :meth:`count`. ``lo`` counts the kept sub-support exactly; ``hi`` adds the bound on what ``branch_cap``
         skipped. Past a resource cap, ``lo`` is the count at the deepest budget built and ``hi`` the
         mass bound ``exp(-min_log_prob)`` (each such sequence has probability ``>= exp(min_log_prob)``).
         """
-        return self.answers.count_bracket(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
+        return self._answers().count_bracket(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
     @locked
     def unrank(self, i: int) -> tuple[tuple, float]:
@@ -466,10 +454,13 @@ class AutoregressiveEnumerable(BeyondExact):
         :class:`~arenum.results.SequenceResult` with ``exact=False``, ``method='sub_support'`` (as
         ``slice`` and ``top_k`` return a :class:`~arenum.results.SequenceList`).
         """
-        i = exact_int("i", i)
+        return self._position(exact_int("i", i))
+
+    def _position(self, i: int) -> tuple[tuple, float]:
+        """:meth:`unrank` of a valid ``i``, the caller holding the lock."""
         if i < 0:
             raise IndexError(f"i must be >= 0, got {i}")
-        seq, lp = self.seek_index().unrank(i)
+        seq, lp = self._seek_at().unrank(i)
         if self.branch_cap is not None or self.logprob_error:
             return SequenceResult(seq, lp, exact=False, method="sub_support" if self.branch_cap else "logprob_error")
         return seq, lp
@@ -481,7 +472,11 @@ class AutoregressiveEnumerable(BeyondExact):
         Exact; fewer items at the end of the support. Cost: one forward per live prefix at the budget
         of the last item's score.
         """
-        items = self.seek_index().slice(start, k)
+        return self._items(exact_int("start", start, minimum=0), exact_int("k", k, minimum=0))
+
+    def _items(self, start: int, k: int) -> list[tuple[tuple, float]]:
+        """:meth:`slice` of valid arguments, the caller holding the lock."""
+        items = self._seek_at().slice(start, k)
         if self.branch_cap is not None:
             return SequenceList(items, exact=False, method="sub_support")
         return items
@@ -496,7 +491,7 @@ class AutoregressiveEnumerable(BeyondExact):
         (``method='bracket'``). Past a cap: the certified bracket of a finite-state model, else a Monte
         Carlo estimate when ``exact_limit`` is set (the count estimate inverted), else :class:`BudgetExceeded`.
         """
-        return self.answers.threshold(exact_int("rank", rank, minimum=1))
+        return self._answers().threshold(exact_int("rank", rank, minimum=1))
 
     @locked
     def mass_above(self, min_log_prob: float) -> MassBracket:
@@ -506,7 +501,7 @@ class AutoregressiveEnumerable(BeyondExact):
         With ``branch_cap`` the upper end adds the skipped mass; past a resource cap the certified DP's
         bracket for a finite-state model, else ``[mass built, 1]``.
         """
-        return self.answers.mass_above(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
+        return self._answers().mass_above(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
     # ------------------------------------------------------------------ ranks
     @locked
@@ -524,9 +519,9 @@ class AutoregressiveEnumerable(BeyondExact):
         """
         seq, s = self._canonical(sequence)
         if s == -math.inf:
-            why = "is outside the declared support" if not self._in_declared_support(seq) else "has probability 0"
-            raise ValueError(f"sequence {_short(seq)} {why}; its rank is undefined")
-        return self.answers.rank(s)
+            why = "is outside the declared support" if not self.support.contains(seq) else "has probability 0"
+            raise ValueError(f"sequence {short_repr(seq)} {why}; its rank is undefined")
+        return self._answers().rank(s)
 
     def cumulative(self, sequence: Sequence[Any]) -> DensityRankResult:
         """Same as ``sum(exp(score(x)) for x in support if score(x) >= score(sequence))``: the record of
@@ -541,10 +536,7 @@ class AutoregressiveEnumerable(BeyondExact):
         Not listed: one forward per live prefix at the budget of that head. Exact up to float rounding of the masses (``size_lo <= size <= size_hi``, usually equal).
         Deepens until the built mass reaches ``p``; past a cap the result says ``truncated``.
         """
-        p = finite_float("p", p)
-        if not 0 < p <= 1:
-            raise ValueError(f"p must be in (0, 1], got {p!r}")
-        return self.answers.nucleus_size(p)
+        return self._answers().nucleus_size(probability("p", p))
 
     @locked
     def seek(self, i: int) -> SequenceResult:
@@ -554,7 +546,7 @@ class AutoregressiveEnumerable(BeyondExact):
         Exact, cost as :meth:`unrank`; ``IndexError`` past the support. The mass query is :meth:`seek_mass`.
         """
         i = exact_int("i", i)
-        r = self.unrank(i)
+        r = self._position(i)
         return SequenceResult(r[0], r[1], exact=getattr(r, "exact", True), method=getattr(r, "method", "exact"),
                               rank=i)
 
@@ -565,13 +557,79 @@ class AutoregressiveEnumerable(BeyondExact):
 
         Cost as :meth:`nucleus_size`; ``rank`` is ``nucleus_size(target).size - 1``; exact up to float rounding.
         """
-        r = self.nucleus_size(target)
+        r = self._answers().nucleus_size(probability("target", target))
         if r.truncated:
             return SeekResult(rank=r.size_lo, sequence=None, log_prob=r.threshold, target=r.p,
                               mass_lo=r.mass_lo, mass_hi=r.mass_hi, exact=False, truncated=True)
-        seq, lp = self.unrank(r.size - 1)
+        seq, lp = self._position(r.size - 1)
         return SeekResult(rank=r.size - 1, sequence=seq, log_prob=lp, target=r.p, mass_lo=r.mass_lo,
                           mass_hi=r.mass_hi, exact=r.exact)
+
+    # ------------------------------------------------------------------ past the exact budget
+    @locked
+    def monte_carlo(self, n: int | None = None, *, seed: int | None = -1, head: bool = True,
+                    interval: Interval = "bernstein") -> MonteCarloEstimator:
+        """A :class:`~arenum.beyond.estimate.MonteCarloEstimator` over ``n`` draws (default
+        ``estimate_samples``, seed ``estimate_seed``), drawn once and cached per arguments.
+
+        ``head=True``: the draws avoid the exact index built so far (none if nothing is built), and
+        every estimate adds that head's exact part (pass the current head with :meth:`exact_head`).
+        ``head=False``: plain ancestral draws. Cost: at most ``n`` forwards per level of the draws, one
+        batched call per level. Estimates only: ``.count(t)``, ``.rank(log_prob)``, ``.mass_above(t)``,
+        ``.threshold(k)``.
+        """
+        n = self.estimate_samples if n is None else exact_int("n", n, minimum=2)
+        seed = self.estimate_seed if seed == -1 else optional_exact_int("seed", seed, minimum=0)
+        if interval not in INTERVALS:
+            raise ValueError(f"interval must be one of {INTERVALS}, got {interval!r}")
+        return self._answers().monte_carlo((n, seed, bool(head), interval))
+
+    @locked
+    def envelope_index(self, *, n_paths: int = 64, seed: int | None = 0, budget_bits: float = 64.0,
+                       calibration_sequences: Sequence[Sequence[Any]] | None = None,
+                       cluster_fn: Callable[[Any], Any] | None = None,
+                       n_clusters: int | None = None) -> "AREnvelopeIndex | LatticeEnvelopeIndex":
+        """Approximate count / threshold / rank / unrank beyond the exact tree's reach, from per-depth
+        step tables pooled over ``n_paths`` sampled contexts (or the prefixes of ``calibration_sequences``):
+        an :class:`~arenum.beyond.envelope.AREnvelopeIndex`; with ``cluster_fn`` or ``n_clusters``, per
+        (depth, cluster of the last token): a :class:`~arenum.beyond.lattice.LatticeEnvelopeIndex`.
+
+        ESTIMATES (``method='envelope'``, no interval), exact for models whose step table depends only
+        on the depth (the lattice: and the last token's cluster); ``unrank`` returns real sequences with
+        exact log-probs. Cost: at most ``n_paths`` forwards per depth (per cluster) to build, one per
+        step per ``unrank``. Cached per arguments; a larger ``budget_bits`` deepens the cached one.
+        """
+        return self._beyond.envelope_index(n_paths=n_paths, seed=seed, budget_bits=budget_bits,
+                                           calibration_sequences=calibration_sequences, cluster_fn=cluster_fn,
+                                           n_clusters=n_clusters)
+
+    @locked
+    def exact_head(self) -> ExactHead | None:
+        """The exact index built so far as an :class:`~arenum.beyond.estimate.ExactHead` (every sequence with
+        score ``>= T`` counted exactly); ``None`` when nothing is built or with ``branch_cap`` (whose
+        index is a sub-support, not a head of the support)."""
+        return self._answers().exact_head()
+
+    @locked
+    def certified(self, resolution_bits: float | None = None) -> CertifiedCounter | None:
+        """The :class:`~arenum.beyond.certified.CertifiedCounter` of a finite-state model (``finite_state=``),
+        built lazily and cached per resolution (default :attr:`certified_resolution_bits`); ``None``
+        without tables or with ``branch_cap``."""
+        return self._beyond.certified(resolution_bits)
+
+    certified_resolution_bits = property(
+        lambda self: self._beyond.resolution_bits, lambda self, bits: setattr(self._beyond, "resolution_bits", bits),
+        doc="Grid cell (bits) of the certified brackets the automatic regime gives past a cap (settable).")
+
+    @locked
+    def finite_state_tables(self) -> FiniteStateTables | None:
+        """The model's finite-state tables (``finite_state=``; a callable is called once), validated; else None."""
+        return self._beyond.finite_state_tables()
+
+    def finite_state_sampler(self) -> FiniteStateSampler | None:
+        """The sampler plain draws use for a finite-state model (cumulative step tables by state),
+        ``None`` for other models: what :meth:`monte_carlo` draws with under ``head=False``."""
+        return self._state_sampler()
 
     @locked
     def _check(self) -> None:
@@ -587,8 +645,3 @@ def count_budget_index(enumerable: AutoregressiveEnumerable, budget_bits: float,
     if not isinstance(enumerable, AutoregressiveEnumerable):
         raise TypeError(f"enumerable must be an AutoregressiveEnumerable, got {type(enumerable).__name__}")
     return enumerable.budget_index(budget_bits, max_depth_bits)
-
-
-def _short(x: Any, n: int = 60) -> str:
-    r = repr(x)
-    return r if len(r) <= n else r[: n - 3] + "..."

@@ -21,14 +21,9 @@ __all__ = [
     "SeekResult",
     "CountDPTopPResult",
     "MassBracket",
-    "BudgetExceeded",
     "SequenceResult",
     "SequenceList",
 ]
-
-
-class BudgetExceeded(RuntimeError):
-    """An exact answer would need more than a configured cap allows (the message says which)."""
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from arenum import AutoregressiveEnumerable
-from arenum.distributed import DistributedEnumerable, ModelSpec, ShardPlan, WorkerError, plan_shards
-from arenum.exact.store import StoreError
+from arenum import StoreError, WorkerError
+from arenum.distributed import DistributedEnumerable, ModelSpec, ShardPlan, plan_shards
 from arenum.testing import EnumerableFactory, brute_force
 
 CASES = [

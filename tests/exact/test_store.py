@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from arenum import AutoregressiveEnumerable
-from arenum.exact.store import StoreError, describe_store
+from arenum import StoreError
+from arenum.exact.store import describe_store
 from arenum.testing import RandomModel, brute_force
 
 V, L = 5, 5

@@ -18,6 +18,7 @@ import threading
 import numpy as np
 import pytest
 
+from arenum import KernelUnavailable
 from arenum.step import kernels
 from arenum.step.dense import sweep
 from arenum.step.oracle import StepOracle
@@ -178,7 +179,7 @@ def test_unavailable_kernels_fall_back_to_numpy(monkeypatch, failure):
     o = StepOracle(lambda p: rows[p[0]], batch_next_logprobs=lambda ps: rows[: len(ps)], batch_size=8)
     h = o.fetch_heads([(0,), (1,), (2,)], np.full(3, -np.inf))  # the numpy sweep
     assert h.lens.tolist() == [4, 4, 4]
-    with pytest.raises(kernels.KernelUnavailable, match="unavailable"):
+    with pytest.raises(KernelUnavailable, match="unavailable"):
         kernels.set_backend("numba")
 
 

@@ -12,7 +12,7 @@ facade.
 
 Exports: the names the facade, the report and the other packages use (below).
 """
-from .certified import DEFAULT_RESOLUTION_BITS, CertifiedCounter
+from .certified import CertifiedCounter
 from .draws import FiniteStateSampler
 from .envelope import AREnvelopeIndex
 from .estimate import INTERVALS, ExactHead, Interval, MonteCarloEstimator, mass_count_bound
@@ -22,7 +22,7 @@ from .rescore import RescoredIndex
 from .sampling import ARSampler, SampleSet, draw_samples
 
 __all__ = [
-    "AREnvelopeIndex", "ARSampler", "BeyondExact", "CertifiedCounter", "DEFAULT_RESOLUTION_BITS", "ExactHead",
+    "AREnvelopeIndex", "ARSampler", "BeyondExact", "CertifiedCounter", "ExactHead",
     "FiniteStateSampler", "INTERVALS", "Interval", "LatticeEnvelopeIndex", "MonteCarloEstimator", "RescoredIndex",
     "SampleSet", "draw_samples", "mass_count_bound",
 ]

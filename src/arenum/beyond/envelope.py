@@ -47,9 +47,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from .._guard import locked
-from .._validate import exact_int, finite_float
+from .._validate import exact_int, finite_float, LN2
 from .atoms import GRID_PER_BUCKET, MAX_PAIRS, Dist, StepTable, convolve, exact_counts, mix_all
-from ..exact import LN2, Quantizer
+from ..exact import Quantizer
 from ..results import CountResult, MassBracket, RankBracket, SequenceResult, ThresholdResult
 from ..support import Support
 

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .._validate import exact_int
+from .._validate import exact_int, INT64_MAX
 from .draws import FiniteStateSampler, log_width, mix_keys, quantized_cumsum, row_search, uniform_ints, walk_finite_state
-from ..results import BudgetExceeded
+from ..errors import BudgetExceeded
 from ..support import Support
 
 if TYPE_CHECKING:
@@ -376,7 +376,7 @@ class ARSampler:
 
     def _draws(self, n: int) -> SampleSet:
         with self._lock:  # the oracle's memo is shared with the enumerable that made this sampler
-            seed = int(self.rng.integers(0, 2**63 - 1))
+            seed = int(self.rng.integers(0, INT64_MAX))
             fs = self._fs() if self._fs is not None else None  # built at the first draw, cached by its owner
             return draw_samples(self._oracle, n, self.support, seed=seed, tokens=True, remember=True,
                                 finite_state=fs)

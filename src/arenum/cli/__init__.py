@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``rank`` batch failed; 2 on error; 130 on Ctrl-C)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    from ..results import BudgetExceeded
+    from ..errors import BudgetExceeded
 
     try:
         out = _run(args)

@@ -6,9 +6,9 @@ import math
 import time
 from typing import Any, Callable, Sequence
 
+from .._validate import LN2
 from .common import (
     Output,
-    LN2,
     CLIError,
     read_lines,
     read_bytes,

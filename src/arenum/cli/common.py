@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .._io import atomic_write
+from .._validate import LN2
 
 
-LN2 = math.log(2.0)
 DEFAULT_MAX_FORWARDS = 5_000_000
 DEMO_MAX_FORWARDS = 1_000_000
 DEMO_MODEL = "passwords-4gram-kn.npz"

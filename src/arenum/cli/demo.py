@@ -7,7 +7,8 @@ import os
 import time
 from typing import Any, Callable
 
-from .common import LN2, DEMO_MAX_FORWARDS, DEMO_MODEL, DEMO_STRINGS, CLIError, check_writable, make_progress
+from .._validate import LN2
+from .common import DEMO_MAX_FORWARDS, DEMO_MODEL, DEMO_STRINGS, CLIError, check_writable, make_progress
 from .load import Loaded, ngram_loaded, load_ngram_file
 from .commands import (
     Output,

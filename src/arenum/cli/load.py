@@ -7,7 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .common import LN2, CLIError
+from .common import CLIError
+from .._validate import LN2
 
 
 @dataclass

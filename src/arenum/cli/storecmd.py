@@ -6,9 +6,10 @@ import math
 import os
 import time
 
-from .common import LN2, CLIError, kv
+from .common import CLIError, kv
 from .common import Output
 from .load import Loaded
+from .._validate import LN2
 
 
 def cmd_build(args: argparse.Namespace, m: Loaded) -> Output:

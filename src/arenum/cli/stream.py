@@ -24,7 +24,7 @@ def chunks(m: Loaded, start: int, count: int | None) -> Iterator[list[tuple[tupl
     """Lists of ``(sequence, log_prob)`` at ranks ``start, start+1, ...`` (``count`` of them, or to the
     end of the support), each read with one ``slice``; a cap stops it with a :class:`CLIError` that
     says how far it got."""
-    from ..results import BudgetExceeded
+    from ..errors import BudgetExceeded
 
     i, n, size = start, 0, FIRST_CHUNK
     while count is None or n < count:

@@ -13,14 +13,10 @@ import logging
 import os
 from typing import Any, Callable
 
-from ..exact import StoreError
+from ..errors import StoreError, WorkerError
 from .worker import ShardWorker
 
 __all__ = ["LocalBackend", "RayBackend", "WorkerError", "start_ray"]
-
-
-class WorkerError(RuntimeError):
-    """A worker failed outside the model's own errors (it could not start, or died for good)."""
 
 
 def start_ray(address: str | None) -> bool:

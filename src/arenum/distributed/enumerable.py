@@ -18,10 +18,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .._validate import exact_int, finite_float, optional_exact_int
+from .._validate import exact_int, optional_exact_int
 from ..enumerable import AutoregressiveEnumerable
-from ..beyond import INTERVALS, Interval, MonteCarloEstimator, SampleSet
-from ..exact import INDEX_BYTES_PER_SEQUENCE, SeekIndex, StoreError
+from ..beyond import INTERVALS, BeyondExact, Interval, MonteCarloEstimator, SampleSet
+from ..errors import StoreError
+from ..exact import SeekIndex
 from .backend import LocalBackend, RayBackend, start_ray
 from .merge import DistributedSeek, MergedTree
 from .plan import ShardPlan, plan_shards
@@ -110,9 +111,6 @@ class DistributedEnumerable(AutoregressiveEnumerable):
         self._take_settings(cfg)
         self.fingerprint = ref["fingerprint"]
         self._int_mode = ref["int_mode"]
-        self._certified = {}
-        self._finite_state, self._finite_state_ok = None, False
-        self.certified_resolution_bits = 1.0
         self.support = be.call(0, "support")
         if saved is not None:
             plan = ShardPlan.from_json(saved["plan"])
@@ -130,8 +128,8 @@ class DistributedEnumerable(AutoregressiveEnumerable):
         self._tree = MergedTree(be, plan, self.support, keep_margin_bits=cfg.keep_margin_bits,
                                 batch_size=cfg.batch_size, summaries=sums)
         self._lock = self._tree.lock
-        self._seek = None
-        self._answers_obj = None
+        self._beyond = BeyondExact(None, self.support, None, cfg, lock=self._lock)  # no finite-state tables here
+        self._draws: dict[tuple, MonteCarloEstimator] = {}
         self.store = None
 
     # ------------------------------------------------------------------ life
@@ -164,18 +162,9 @@ class DistributedEnumerable(AutoregressiveEnumerable):
         return self._backend
 
     # ------------------------------------------------------------------ plumbing
-    def seek_index(self, *, max_depth_bits: float = 4096.0) -> SeekIndex:
-        mdb = finite_float("max_depth_bits", max_depth_bits)
-        if mdb <= 0:
-            raise ValueError(f"max_depth_bits must be > 0, got {max_depth_bits!r}")
-        with self._lock:
-            if self._seek is None:
-                self._limits.max_depth_bits = mdb
-                self._seek = DistributedSeek(self._tree, quantizer=self.quantizer, limits=self._limits,
-                                             count_mode=self.count_mode, decode=tuple)
-            elif mdb > self._seek.max_depth_bits:
-                self._seek.max_depth_bits = mdb
-            return self._seek
+    def _new_seek(self) -> SeekIndex:
+        return DistributedSeek(self._tree, quantizer=self.quantizer, limits=self._limits, count_mode=self.count_mode,
+                               decode=tuple)
 
     def _decode(self, ids: Iterable[Any]) -> tuple:
         return tuple(ids)
@@ -200,7 +189,7 @@ class DistributedEnumerable(AutoregressiveEnumerable):
             seek = self.seek_index()
             d["built_bits"], d["index_builds"], d["index_seconds"] = seek.built_bits, seek.builds, seek.index_seconds
             d["indexed_sequences"] = seek.indexed
-            d["memory_bytes"] = t.memory_bytes() + INDEX_BYTES_PER_SEQUENCE * seek.indexed
+            d["memory_bytes"] = seek.memory_bytes
             d["max_bytes"], d["table_bytes"] = self.settings.max_bytes, self.settings.table_bytes
             d["workers"] = self.workers
             d["workers_forwards"] = per
@@ -221,7 +210,7 @@ class DistributedEnumerable(AutoregressiveEnumerable):
     def log_density(self, sequence: Sequence[Any]) -> float:
         """As :meth:`AutoregressiveEnumerable.log_density`, computed by the worker owning the sequence."""
         seq = self._as_tuple(sequence)
-        if not self._in_declared_support(seq):
+        if not self.support.contains(seq):
             return -math.inf
         with self._lock:
             return self._tree.score(seq)
@@ -261,7 +250,7 @@ class DistributedEnumerable(AutoregressiveEnumerable):
             raise ValueError(f"interval must be one of {INTERVALS}, got {interval!r}")
         key = (n, seed, False, interval)
         with self._lock:
-            est = self._mc.get(key)
+            est = self._draws.get(key)
             if est is not None:
                 return est
             base = seed if seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
@@ -277,7 +266,7 @@ class DistributedEnumerable(AutoregressiveEnumerable):
             cat = {k: np.concatenate([p[k] for p in parts]) for k in ("score", "log_q", "complete", "length", "keys")}
             samples = SampleSet(cat["score"], cat["log_q"], cat["complete"], None, math.inf, 0, 0.0,
                                 sum(int(p["forwards"]) for p in parts), seed, length=cat["length"], keys=cat["keys"])
-            est = self._mc[key] = MonteCarloEstimator(samples, confidence=self.confidence, interval=interval)
+            est = self._draws[key] = MonteCarloEstimator(samples, confidence=self.confidence, interval=interval)
             return est
 
     def _check(self) -> None:

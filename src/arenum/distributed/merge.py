@@ -26,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from ..exact import float_units, to_float, values, mass_bracket, SeekIndex, LN2, HIST_BINS_PER_BIT, PrefixTree
+from ..exact import float_units, to_float, values, mass_bracket, SeekIndex, HIST_BINS_PER_BIT, PrefixTree
 from ..results import MassBracket
 from .plan import ShardPlan
+from .._validate import LN2
 
 __all__ = ["MergedTree", "MergedIndex", "DistributedSeek", "SAMPLES_PER_ROUND"]
 
@@ -47,7 +48,6 @@ class MergedTree:
                  batch_size: int, summaries: list[dict]) -> None:
         self.backend, self.plan, self.support = backend, plan, support
         self.lock = threading.RLock()
-        self.branch_cap = None
         self.leaf_level = support.leaf_level
         self.fixed_len = support.fixed_len
         self.keep_margin_bits = float(keep_margin_bits)

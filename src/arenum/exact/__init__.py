@@ -17,14 +17,14 @@ from .budget import BUDGET_HINT
 from .count_index import CountHistogram, CountIndex, autoregressive_count_index, build_count_index
 from .exactsum import float_units, to_float, values
 from .index import ExactIndex, mass_bracket
-from .quantize import LN2, Quantizer
-from .seek import INDEX_BYTES_PER_SEQUENCE, Limits, SeekIndex, default_max_bytes
-from .store import StoreError, TreeStore, describe_store, open_store, root_fingerprint
+from .quantize import Quantizer
+from .seek import Limits, SeekIndex, default_max_bytes
+from .store import TreeStore, describe_store, open_store, root_fingerprint
 from .tree import DEFAULT_TABLE_BYTES, HIST_BINS_PER_BIT, PrefixTree
 
 __all__ = [
     "BUDGET_HINT", "CountHistogram", "CountIndex", "DEFAULT_TABLE_BYTES", "ExactIndex", "HIST_BINS_PER_BIT",
-    "INDEX_BYTES_PER_SEQUENCE", "LN2", "Limits", "PrefixTree", "Quantizer", "SeekIndex", "StoreError", "TreeStore",
+    "Limits", "PrefixTree", "Quantizer", "SeekIndex", "TreeStore",
     "autoregressive_count_index", "best_first", "build_count_index", "default_max_bytes",
     "describe_store", "float_units", "mass_bracket", "open_store", "root_fingerprint", "to_float",
     "values",

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from .._validate import check_count_mode, exact_int, optional_exact_int
+from .._validate import check_count_mode, exact_int, optional_exact_int, LN2
 from .index import ExactIndex
 from ..step import StepOracle
-from .quantize import LN2, Quantizer
+from .quantize import Quantizer
 from ..support import Support
 from .tree import PrefixTree
 
@@ -96,7 +96,8 @@ class CountHistogram:
 
 
 class CountIndex:
-    """Completions counted by fine bucket, with exact unranking inside a bucket.
+    """Low-level: completions counted by fine bucket, with exact unranking inside a bucket; a user
+    wants :meth:`arenum.AutoregressiveEnumerable.quantized_count_index` (or ``count``).
 
     hist: the :class:`CountHistogram`.
     dropped_upper: certified bound on in-budget completions excluded by ``branch_cap``; the true

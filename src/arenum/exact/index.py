@@ -79,7 +79,8 @@ class _Block:
 
 
 class ExactIndex:
-    """Every complete sequence with ``score >= T`` in exact descending order (module docstring).
+    """Low-level: every complete sequence with ``score >= T`` in exact descending order (module
+    docstring), as :meth:`arenum.AutoregressiveEnumerable.slice` lists them, caps and all.
 
     Scores are not stored: they are recomputed from the tree (the same float addition) wherever
     needed, so the index itself holds one permutation entry per sequence.
@@ -135,7 +136,7 @@ class ExactIndex:
         if n == 0:
             return -math.inf, math.inf, 0
         pool = lev.pool_lp
-        cap = tree.branch_cap
+        cap = tree.support.branch_cap
         nodes, s_out, shift = page_empty(n, np.int64), page_empty(n, np.float64), page_empty(n, np.int64)
         offsets = page_empty(n + 1, np.int64)
         offsets[0] = 0
@@ -189,7 +190,7 @@ class ExactIndex:
             if n == 0:
                 continue
             blk = _Block(d, pos, n, False)
-            if self.T == -math.inf or tree.branch_cap is not None:
+            if self.T == -math.inf or tree.support.branch_cap is not None:
                 for _, xc in self._eos_chunks(blk, 4 * _CHUNK):
                     top = max(top, float(xc.max()))
                     bottom = min(bottom, float(xc.min()))
@@ -207,7 +208,7 @@ class ExactIndex:
     def _eos_chunks(self, blk: _Block, step: int, sample: int = 1):
         lev = self.tree.view(blk.level)
         score, elp = lev.score, lev.eos_lp
-        cap = self.tree.branch_cap
+        cap = self.tree.support.branch_cap
         for a in range(0, blk.span, step * sample):
             b = min(blk.span, a + step)
             xc = score[a:b] + elp[a:b]  # the same float addition as the tree's

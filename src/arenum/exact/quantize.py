@@ -13,11 +13,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .._validate import exact_int, finite_float
+from .._validate import exact_int, finite_float, LN2
 
-LN2 = math.log(2.0)
 
-__all__ = ["Quantizer", "LN2", "logit_error_bucket_slack"]
+__all__ = ["Quantizer", "logit_error_bucket_slack"]
 
 
 @dataclass(frozen=True)

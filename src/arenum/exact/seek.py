@@ -24,12 +24,12 @@ from typing import Iterator
 import numpy as np
 
 from .._guard import locked
-from .._validate import CountMode, check_count_mode, exact_int, finite_float
+from .._validate import CountMode, check_count_mode, exact_int, finite_float, LN2
 from .index import ExactIndex
-from .quantize import LN2, Quantizer
+from .quantize import Quantizer
 from ._arrays import seg_first_below
 from .budget import BUDGET_HINT, position_beyond_message, position_floor
-from ..results import BudgetExceeded
+from ..errors import BudgetExceeded
 from .tree import HIST_BINS_PER_BIT, PrefixTree
 
 __all__ = ["SeekIndex", "BudgetExceeded", "Limits"]
@@ -64,7 +64,10 @@ def default_max_bytes() -> int:
 
 
 class SeekIndex:
-    """Exact, deepening random access over a model's support in descending score order.
+    """Low-level: the budget steering under :meth:`arenum.AutoregressiveEnumerable.unrank`,
+    ``slice``, ``count`` and ``threshold`` (which a user wants: they validate their arguments, flag
+    caps and fall back past them). Exact, deepening random access over a model's support in
+    descending score order; its query arguments are trusted (not validated again here).
 
     Same as ``sorted(support, key=score, reverse=True)`` materialized lazily: ``unrank(i)`` is its
     ``i``-th element, ``count(t)`` the number of elements with score ``>= t``. Ties: shorter first,
@@ -116,6 +119,11 @@ class SeekIndex:
     def indexed(self) -> int:
         """Sequences in :attr:`current` (0 before the first build)."""
         return self._index.N if self._index is not None else 0
+
+    @property
+    def memory_bytes(self) -> int:
+        """Memory held by the tree and the index (:data:`INDEX_BYTES_PER_SEQUENCE` per indexed sequence)."""
+        return self.tree.memory_bytes() + INDEX_BYTES_PER_SEQUENCE * self.indexed
 
     @property
     def built_bits(self) -> float:
@@ -293,7 +301,7 @@ class SeekIndex:
             if tree.built == -math.inf:  # the whole support is built
                 return self.index()
             lim = self.limits.max_prefixes
-            if fail_fast and lim is not None and tree.branch_cap is None:
+            if fail_fast and lim is not None and tree.support.branch_cap is None:
                 floor = position_floor(n, terminating=tree.support.is_terminating,
                                        known_prefixes=tree.known_prefixes)
                 if floor > lim:
@@ -302,7 +310,7 @@ class SeekIndex:
             cum = np.cumsum(tree.completions_hist)
             at_built = int(cum[max(0, min(len(cum) - 1, int(round(cur * HIST_BINS_PER_BIT)) - 1))])
             floor_hit = tree.built <= self.depth_floor
-            if at_built >= n or floor_hit or tree.branch_cap is not None:
+            if at_built >= n or floor_hit or tree.support.branch_cap is not None:
                 # count first: the bin straddling the budget may hold fewer than it seems, and
                 # then the buckets would be built for nothing
                 try:
@@ -310,7 +318,7 @@ class SeekIndex:
                         return self.index()
                 except BudgetExceeded:
                     return self._index_holding(n)
-            b_lo = None if tree.branch_cap is not None else tree.bits_for(tree.completions_hist, n)
+            b_lo = None if tree.support.branch_cap is not None else tree.bits_for(tree.completions_hist, n)
             if b_lo is not None and b_lo <= cur + 1e-9:
                 b_lo = None  # the histogram overcounted (float edge): grow instead
             est = self._extrapolate(cum, n)
@@ -368,15 +376,17 @@ class SeekIndex:
 
     @locked
     def unrank(self, i: int) -> tuple[tuple, float]:
-        """``(sequence, log_prob)`` at 0-based position ``i`` of the exact descending order."""
-        i = exact_int("i", i)
-        if i < 0:
-            raise IndexError(f"rank must be >= 0, got {i}")
+        """``(sequence, log_prob)`` at 0-based position ``i >= 0`` of the exact descending order."""
+        idx = self._holding(i)
+        p, x = idx.item(i)
+        return self._seq(idx, [p])[0], x
+
+    def _holding(self, i: int) -> ExactIndex:
+        """The index holding position ``i``; ``IndexError`` past the support (or ``max_depth_bits``)."""
         idx = self.ensure_count(i + 1, fail_fast=True)
         if i >= idx.N:
             raise IndexError(self._exhausted_msg(i, idx.N))
-        p, x = idx.item(i)
-        return self._seq(idx, [p])[0], x
+        return idx
 
     def _exhausted_msg(self, i: int, n: int) -> str:
         if -math.inf < self.tree.built <= self.depth_floor and self._more_beyond():
@@ -386,9 +396,7 @@ class SeekIndex:
 
     @locked
     def slice(self, start: int, k: int) -> list[tuple[tuple, float]]:
-        """Items ``start .. start+k-1`` (fewer at the end of the support)."""
-        start = exact_int("start", start, minimum=0)
-        k = exact_int("k", k, minimum=0)
+        """Items ``start .. start+k-1`` (fewer at the end of the support); ``start, k >= 0``."""
         if k == 0:
             return []
         idx = self.ensure_count(start + k, fail_fast=True)
@@ -409,11 +417,10 @@ class SeekIndex:
 
     @locked
     def count(self, min_log_prob: float) -> int:
-        """Exact number of sequences with ``log_prob >= min_log_prob``."""
-        t = finite_float("min_log_prob", min_log_prob, allow_neg_inf=True)
-        if t > 0:
+        """Exact number of sequences with ``log_prob >= min_log_prob`` (a float, ``-inf`` allowed)."""
+        if min_log_prob > 0:
             return 0
-        return self.ensure_score(t).count_ge(t)
+        return self.ensure_score(min_log_prob).count_ge(min_log_prob)
 
     @locked
     def ensure_mass(self, p: float) -> tuple[ExactIndex, bool]:
@@ -448,9 +455,9 @@ class SeekIndex:
 
     @locked
     def threshold(self, rank: int) -> float:
-        """Log-prob of the ``rank``-th most probable sequence (1-based): ``count(threshold(k)) >= k``."""
-        k = exact_int("rank", rank, minimum=1)
-        return self.unrank(k - 1)[1]
+        """Log-prob of the ``rank``-th most probable sequence (1-based, ``rank >= 1``):
+        ``count(threshold(k)) >= k``. Decodes no sequence."""
+        return self._holding(rank - 1).item(rank - 1)[1]
 
     @locked
     def rank_bracket(self, log_prob: float) -> tuple[int, int]:
@@ -458,7 +465,7 @@ class SeekIndex:
         t = finite_float("log_prob", log_prob, allow_neg_inf=True)
         idx = self.ensure_score(t)
         c = idx.count_gt(t)
-        if self.tree.branch_cap is None:
+        if self.tree.support.branch_cap is None:
             return c, c
         return c, c + self.dropped_bound(t)
 
@@ -487,7 +494,7 @@ class SeekIndex:
 
     def _dropped(self, T: float) -> tuple[int | float, float]:
         tree = self.tree
-        cap = tree.branch_cap
+        cap = tree.support.branch_cap
         if cap is None or T == math.inf:
             return 0, 0.0
         ints = 0

@@ -42,10 +42,11 @@ from typing import Any
 import numpy as np
 
 from .._io import atomic_write
+from ..errors import StoreError
 from ..step import StepOracle, decode_token, encode_token
 from .tree import PrefixTree
 
-__all__ = ["TreeStore", "StoreError", "describe_store", "root_fingerprint", "open_store", "STORE_VERSION"]
+__all__ = ["TreeStore", "describe_store", "root_fingerprint", "open_store", "STORE_VERSION"]
 
 STORE_FORMAT = "arenum-store"
 STORE_VERSION = 1
@@ -56,10 +57,6 @@ _HDR = struct.Struct("<4sQI")  # magic, payload length, CRC-32 of the payload
 _CHECKPOINT_MIN = 1 << 30
 """A build snapshots when its journal passes this and four times the snapshot (bounded replay,
 amortized writes)."""
-
-
-class StoreError(ValueError):
-    """A store that cannot be opened as asked (damaged, foreign, newer, locked); one line."""
 
 
 # ------------------------------------------------------------------------------------ tokens

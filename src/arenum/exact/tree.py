@@ -40,9 +40,9 @@ from ._arrays import seg_first_below
 from .._guard import deferred_interrupts
 from .levels import Level, LevelView, read_only
 from ..step import StepOracle
-from .quantize import LN2
-from ..results import BudgetExceeded
+from ..errors import BudgetExceeded
 from ..support import Support
+from .._validate import LN2
 
 __all__ = ["PrefixTree", "HIST_BINS_PER_BIT"]
 
@@ -54,7 +54,8 @@ _HIST_LEN = HIST_BINS_PER_BIT * _HIST_MAX_BITS + 1
 
 
 class PrefixTree:
-    """Live prefixes of a model for a descending score threshold (see module docstring).
+    """Low-level: the live prefixes every query of :meth:`arenum.AutoregressiveEnumerable.count` (and
+    the other queries) is built on, for a descending score threshold (see module docstring).
 
     ``support``: fixed length (levels ``0..fixed_len-1`` are prefixes) or terminating (sequences end
     in ``eos`` at length ``<= cap``), and the ``branch_cap`` of the enumerated sub-support.
@@ -74,7 +75,6 @@ class PrefixTree:
         self.fixed_len = support.fixed_len
         self.eos_id = eos_id = support.eos_id
         self.cap = support.cap
-        self.branch_cap = support.branch_cap
         self.keep_margin_bits = float(keep_margin_bits)
         self.table_bytes = table_bytes  # whole tables while stored entries fit (None: always)
         self.prefix = tuple(prefix_ids)  # conditioning ids prepended to every model call
@@ -317,8 +317,8 @@ class PrefixTree:
         if n == 0:
             return
         lim = lev.tlen.astype(np.int64)
-        if self.branch_cap is not None:
-            lim = np.minimum(lim, self.branch_cap)
+        if self.support.branch_cap is not None:
+            lim = np.minimum(lim, self.support.branch_cap)
         made = lev.made.astype(np.int64)
         score = lev.score
         cand = np.flatnonzero(lev.fetched & (made < lim) & (score >= T))

@@ -25,10 +25,10 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..beyond import mass_count_bound
+from .._validate import LN2
 
 __all__ = ["RankedItem", "CurvePoint", "GuessCurve", "guessing_curve", "predeepen", "draw_guessing_curves"]
 
-LN2 = math.log(2.0)
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def predeepen(enum: Any, scores: Sequence[float], pad_bits: float = 1.0) -> floa
     instead of one per score (the same forwards, a fraction of the bookkeeping). Near the cap the
     padding halves down to 1/16 bit, then the step aims at the score itself. Returns the score built
     to (``0.0``: nothing). Stops quietly at the first cap."""
-    from ..results import BudgetExceeded
+    from ..errors import BudgetExceeded
 
     seek = enum.seek_index()
     built = 0.0

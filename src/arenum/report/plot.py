@@ -24,10 +24,10 @@ from typing import Any, Iterable, Sequence
 from .._io import atomic_write
 
 import numpy as np
+from .._validate import LN2
 
 __all__ = ["CurvePoint", "EstimatePoint", "Mark", "pyplot", "exact_curve", "estimated_curve", "draw_curves", "save_png"]
 
-LN2 = math.log(2.0)
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def exact_curve(enum: Any, max_rank: int, n_points: int = 40) -> list[CurvePoint
     only estimate), the curve stops at the sequences the exact index holds. ``IndexError`` past the
     end of the support.
     """
-    from ..results import BudgetExceeded
+    from ..errors import BudgetExceeded
 
     ks = log_ranks(int(max_rank), int(n_points))
     if not ks:

@@ -45,7 +45,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["CHUNK", "EXP_REL_ERR", "MAX_V", "KernelUnavailable", "backend", "set_backend", "heads_sweep", "rows_sum",
+from ..errors import KernelUnavailable
+
+__all__ = ["CHUNK", "EXP_REL_ERR", "MAX_V", "backend", "set_backend", "heads_sweep", "rows_sum",
            "quantized_cum", "takes"]
 
 CHUNK = 1024
@@ -91,11 +93,6 @@ def _active() -> dict[str, Callable] | None:
         if choice == "numba":
             raise
         return None
-
-
-class KernelUnavailable(ImportError):
-    """numba is missing, or the kernels do not compile or run on this machine (the reason is
-    in the message); the numpy path is used unless ``numba`` was asked for."""
 
 
 def _compiled() -> dict[str, Callable]:

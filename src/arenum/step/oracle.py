@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .._validate import short_repr
 from .many import parse_tables
 from .vocab import Vocab
 from .tables import (
@@ -45,7 +46,6 @@ from .tables import (
     parse_heads,
     parse_table,
     rows_of_dense,
-    short_repr,
     sort_table,
 )
 

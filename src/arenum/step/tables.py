@@ -39,6 +39,7 @@ import numpy as np
 from . import kernels
 from .dense import desc_order, desc_sort_row, sorted_heads, sweep
 from .vocab import Vocab
+from .._validate import INT64_MAX, short_repr
 
 __all__ = [
     "NORM_TOL",
@@ -57,10 +58,7 @@ __all__ = [
     "head_order",
     "sort_table",
     "check_cardinality",
-    "short_repr",
 ]
-
-_INT64_MAX = 2**63 - 1
 
 NORM_TOL = 2e-2
 """Default tolerance on ``|sum(p) - 1|`` of a step table (bf16/int8 rows pass, renormalized)."""
@@ -182,7 +180,7 @@ def parse_table(raw: Any, prefix: tuple, ps: Parser) -> tuple[np.ndarray, np.nda
             raise _fail(prefix, f"log_probs must be numeric, got dtype {lps.dtype}")
         lps = lps.astype(np.float64, copy=False)
         if toks.dtype.kind in "iu":
-            if toks.dtype.kind == "u" and toks.size and int(toks.max()) > _INT64_MAX:
+            if toks.dtype.kind == "u" and toks.size and int(toks.max()) > INT64_MAX:
                 raise _fail(prefix, f"token id {int(toks.max())} does not fit in int64 (ids must be < 2**63)")
             if vocab.int_tokens():
                 ids = toks.astype(np.int64, copy=False)
@@ -514,7 +512,7 @@ def parse_heads(
         raise TypeError(f"batch_next_heads: log_probs must be numeric, got dtype {lps.dtype}")
     if not ps.vocab.int_tokens():
         raise TypeError("batch_next_heads needs integer tokens, but this model's tokens are not integers")
-    if total and toks.dtype.kind == "u" and int(toks.max()) > _INT64_MAX:
+    if total and toks.dtype.kind == "u" and int(toks.max()) > INT64_MAX:
         raise ValueError(f"batch_next_heads: token id {int(toks.max())} does not fit in int64 (ids must be < 2**63)")
     ids = toks.astype(np.int64, copy=False)
     lps = lps.astype(np.float64, copy=False)
@@ -579,9 +577,3 @@ def head_order(row: np.ndarray, lps: np.ndarray, lens: np.ndarray) -> np.ndarray
         by_row = np.argsort(row, kind="stable")
         return by_row[desc_order(lps[by_row], lens)]
     return desc_order(lps, lens)
-
-
-def short_repr(x: Any, n: int = 60) -> str:
-    """``repr(x)``, cut to ``n`` characters (for messages naming a prefix)."""
-    r = repr(x)
-    return r if len(r) <= n else r[: n - 3] + "..."

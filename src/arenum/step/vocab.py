@@ -20,9 +20,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from .._validate import INT64_MAX
+
 __all__ = ["Vocab", "encode_token", "decode_token", "is_int_token"]
 
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_INT64_MIN = -INT64_MAX - 1
 
 
 def is_int_token(t: Any) -> bool:
@@ -73,7 +75,7 @@ class Vocab:
             if not is_int_token(token):
                 raise TypeError(f"token {token!r} is not an integer, but this model's tokens are integers")
             t = int(token)
-            if not _INT64_MIN <= t <= _INT64_MAX:
+            if not _INT64_MIN <= t <= INT64_MAX:
                 raise ValueError(f"token id {t} does not fit in int64 (integer ids must be in [-2**63, 2**63))")
             return t
         try:

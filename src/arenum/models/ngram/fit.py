@@ -12,7 +12,7 @@ from typing import Any, Hashable, Iterable, Sequence
 
 import numpy as np
 
-from ..._validate import exact_int
+from ..._validate import exact_int, INT64_MAX
 
 __all__ = ["KINDS", "MAX_ORDER", "SMOOTHINGS", "UNKNOWN_MODES", "check_params", "check_weights", "fit_tables",
            "parse_weighted_line"]
@@ -21,7 +21,6 @@ SMOOTHINGS = ("kn", "wb", "addk")
 UNKNOWN_MODES = ("error", "unk")
 KINDS = ("char", "token")
 MAX_ORDER = 8
-_INT64_MAX = 2**63 - 1
 
 
 # ----------------------------------------------------------------------------------- validation
@@ -242,7 +241,7 @@ def _count(
     # back, with key_L = parent_id * B + token; ids index the sorted unique keys, so
     # parent(id) = key // B and the context's oldest token = key % B.
     ctx_keys: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
-    if B**n1 * V <= _INT64_MAX:
+    if B**n1 * V <= INT64_MAX:
         # One mixed-radix key per prediction, most recent token most significant, next token
         # least.  Sorted distinct keys list the n-grams lexicographically by (token 1 back,
         # token 2 back, ..., next token), so every level's contexts are contiguous runs, their

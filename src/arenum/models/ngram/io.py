@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..._io import atomic_write
-from ..._validate import exact_int
+from ..._validate import exact_int, INT64_MAX
 from .fit import KINDS, check_params
 
 __all__ = [
@@ -244,7 +244,7 @@ def _int_array(zf: zipfile.ZipFile, info: zipfile.ZipInfo, label: str) -> np.nda
     a = _array(zf, info, label)
     if a.dtype.kind not in "iu" or a.ndim != 1:
         raise _bad(f"{label} must be a 1-d integer array, got {a.ndim}-d {a.dtype}")
-    if a.dtype.kind == "u" and a.dtype.itemsize == 8 and len(a) and int(a.max()) > 2**63 - 1:
+    if a.dtype.kind == "u" and a.dtype.itemsize == 8 and len(a) and int(a.max()) > INT64_MAX:
         raise _bad(f"{label} holds a value above 2**63-1")
     return np.array(a, dtype=np.int64)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from ..._validate import INT64_MAX
 
 __all__ = ["CountTables"]
 
-_INT64_MAX = 2**63 - 1
 
 
 def _ranges(ptr: np.ndarray, c: np.ndarray) -> tuple[np.ndarray | None, Any]:
@@ -80,7 +80,7 @@ class CountTables:
         self.k = k
         # Context keys with a sentinel above every key appended, so that a lookup's position is
         # always a valid index; ctx_keys are views without it.
-        self._keys_s = [np.append(np.asarray(a, dtype=np.int64), _INT64_MAX) for a in ctx_keys]
+        self._keys_s = [np.append(np.asarray(a, dtype=np.int64), INT64_MAX) for a in ctx_keys]
         self.ctx_keys = [a[:-1] for a in self._keys_s]
         self.ptr = [np.ascontiguousarray(a, dtype=np.int64) for a in ptr]
         self.words = [np.ascontiguousarray(a, dtype=np.int64) for a in words]
