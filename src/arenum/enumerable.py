@@ -346,11 +346,8 @@ class AutoregressiveEnumerable:
     def sampler(self, seed: int | None = None) -> ARSampler:
         """An ancestral sampler (``sample()``, ``sample_n(n)``, ``draw()``), seeded for replay."""
         seed = optional_exact_int("seed", seed, minimum=0)
-        return ARSampler(self._oracle, self.support, seed=seed, lock=self._lock, finite_state=self._state_sampler)
-
-    @locked
-    def _state_sampler(self) -> FiniteStateSampler | None:
-        return self._beyond.state_sampler()
+        return ARSampler(self._oracle, self.support, seed=seed, lock=self._lock,
+                         finite_state=self._beyond.state_sampler)
 
     # ------------------------------------------------------------------ indexes
     @locked
@@ -626,10 +623,11 @@ class AutoregressiveEnumerable:
         """The model's finite-state tables (``finite_state=``; a callable is called once), validated; else None."""
         return self._beyond.finite_state_tables()
 
+    @locked
     def finite_state_sampler(self) -> FiniteStateSampler | None:
         """The sampler plain draws use for a finite-state model (cumulative step tables by state),
         ``None`` for other models: what :meth:`monte_carlo` draws with under ``head=False``."""
-        return self._state_sampler()
+        return self._beyond.state_sampler()
 
     @locked
     def _check(self) -> None:

@@ -218,7 +218,7 @@ def test_large_vocabulary_key_fallback_matches_fast_path(monkeypatch):
     rng = np.random.default_rng(3)
     corpus = [[int(x) for x in rng.integers(0, 40, size=int(rng.integers(0, 12)))] for _ in range(60)]
     fast = NGramModel.fit(corpus, order=4, smoothing="kn")
-    monkeypatch.setattr(ngram_fit, "_INT64_MAX", 0)  # force the level-by-level numbering
+    monkeypatch.setattr(ngram_fit, "INT64_MAX", 0)  # force the level-by-level numbering
     slow = NGramModel.fit(corpus, order=4, smoothing="kn")
     for name in ("_ctx_keys", "_ptr", "_words", "_counts"):
         for a, b in zip(getattr(fast, name), getattr(slow, name)):

@@ -86,7 +86,8 @@ class OracleStats:
 
 
 class StepOracle:
-    """Validated, memoized access to a model's next-token tables (see module docstring).
+    """Low-level: validated, memoized access to a model's next-token tables (see module docstring);
+    a user scores a sequence with :meth:`arenum.AutoregressiveEnumerable.log_density`.
 
     Tables handed out are ``(ids, logps)``: ``ids`` int64 token ids, ``logps`` float64, sorted by
     descending log-prob (stable). :attr:`vocab` (a :class:`arenum.step.vocab.Vocab`) maps tokens to
