@@ -28,14 +28,13 @@ from types import SimpleNamespace
 from typing import Any, Sequence
 
 from ..answers import Answers
-from ..results import BudgetExceeded
-from ..cli.common import LN2, CLIError, one_line
+from .._validate import INT64_MAX, LN2
+from ..errors import BudgetExceeded
+from ..cli.common import CLIError, one_line
 from ..cli.commands import count_answer, item, mass_record, rank_record, threshold_record
 from ..cli.load import Loaded, load_model, score_strings
 
 __all__ = ["Limits", "RequestError", "ServeConfig", "Service", "prepare", "describe_error", "int_param", "float_param"]
-
-INT64_MAX = 2**63 - 1
 
 
 class RequestError(ValueError):
