@@ -183,10 +183,14 @@ def test_errors_live_in_one_module_and_are_exported():
         assert cls.__module__ == "arenum.errors"
     assert issubclass(arenum.StoreError, ValueError) and issubclass(arenum.BudgetExceeded, RuntimeError)
     assert issubclass(arenum.WorkerError, RuntimeError) and issubclass(arenum.KernelUnavailable, ImportError)
+    # the library's own exceptions are all in errors.py; the command line and the server map theirs
+    # to exit codes and HTTP statuses, and the KV-cache probe's never leaves its module
+    interface = {"cli", "serve"}
     defined = [f"{p.relative_to(SRC)}: {m.group(1)}" for p in SRC.rglob("*.py")
                for m in re.finditer(r"^class (\w+)\((?:\w*Error|Exception|RuntimeError|ImportError)\)", p.read_text(), re.M)
-               if p.name != "errors.py" and not m.group(1).startswith("_")]
-    assert defined == [] or all(d.split(": ")[1] in ("CLIError", "NoKVCache") for d in defined), defined
+               if p.name != "errors.py" and not m.group(1).startswith("_")
+               and p.relative_to(SRC).parts[0] not in interface and m.group(1) != "NoKVCache"]
+    assert defined == [], defined
     m = _model(False)
     with pytest.raises(arenum.BudgetExceeded, match="max_prefixes"):
         _fresh(m, False, L=6, max_prefixes=3).count(-20.0)
