@@ -277,3 +277,24 @@ def test_certified_brackets_with_merged_steps_hold_the_truth():
     for k in [1, 10, 1000, len(scores)]:
         lo, hi = cc.threshold_bracket(k)
         assert lo <= scores[k - 1] <= hi
+
+
+def test_failed_save_leaves_the_previous_file(tmp_path, monkeypatch):
+    import arenum.models.pcfg.io as pio
+
+    m1 = PCFGModel.fit(["abc1", "abc2"])
+    m2 = PCFGModel.fit(["xyz!", "q"])
+    p = tmp_path / "m.npz"
+    m1.save(p)
+    real = np.savez_compressed
+    for trial in range(5):
+        def savez_then_fail(file, **arrays):  # writes part of an archive, then fails
+            real(file, **{k: v for i, (k, v) in enumerate(arrays.items()) if i <= trial % 2})
+            raise (KeyboardInterrupt if trial % 2 else OSError)("disk gone")
+
+        monkeypatch.setattr(pio.np, "savez_compressed", savez_then_fail)
+        with pytest.raises((OSError, KeyboardInterrupt)):
+            m2.save(p)
+        monkeypatch.setattr(pio.np, "savez_compressed", real)
+        assert PCFGModel.load(p).fingerprint() == m1.fingerprint()
+        assert sorted(x.name for x in tmp_path.iterdir()) == ["m.npz"]  # no temp file left

@@ -3,7 +3,8 @@
 Subcommands (``arenum <command> --help`` for each; ``docs/cli.md`` has examples and outputs):
 
     fit FILE -o MODEL        character (or ``--tokens``) n-gram from a text file, one item per line
-                             (``--weighted`` frequency lists, ``--encoding``, ``--errors replace|skip``)
+                             (``--weighted`` frequency lists, ``--encoding``, ``--errors replace|skip``,
+                             ``--lowercase``); ``--kind pcfg``: a PCFG password model from the same lines
     count / mass             ``--min-log-prob X`` or ``--bits B``: exact count / mass at that threshold
     threshold K              log-prob of the K-th most likely sequence (1-based) and the sequence
     unrank I / slice START K sequences at 0-based ranks (``slice --jsonl``: JSON lines, streamed)
@@ -16,7 +17,7 @@ Subcommands (``arenum <command> --help`` for each; ``docs/cli.md`` has examples 
     demo                     all of the above on a 4-gram fitted on 30,000 real passwords
     serve MODEL              a local JSON API and web page (password meter, explorer) from a store
 
-``--model`` is a file written by ``arenum fit`` (:meth:`NGramModel.save`) or ``hf:<local dir>`` (a
+``--model`` is a file written by ``arenum fit`` (:meth:`NGramModel.save`, :meth:`PCFGModel.save`) or ``hf:<local dir>`` (a
 Hugging Face causal LM, loaded with ``local_files_only``; nothing is downloaded). Every answer is
 exact unless it says ``bracket`` (a certified ``lo <= true <= hi``, past ``--max-forwards``) or names
 an estimator (a Monte Carlo estimate with a confidence interval, past ``--exact-limit``), and every
