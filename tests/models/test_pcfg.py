@@ -298,3 +298,19 @@ def test_failed_save_leaves_the_previous_file(tmp_path, monkeypatch):
         monkeypatch.setattr(pio.np, "savez_compressed", real)
         assert PCFGModel.load(p).fingerprint() == m1.fingerprint()
         assert sorted(x.name for x in tmp_path.iterdir()) == ["m.npz"]  # no temp file left
+
+
+def test_distributed_spec_same_answers(tmp_path):
+    from arenum.distributed import DistributedEnumerable, ModelSpec
+
+    lines, weights = corpus(3, n=20)
+    m = PCFGModel.fit(lines, weights)
+    p = tmp_path / "m.npz"
+    m.save(p)
+    one = m.enumerable()
+    with DistributedEnumerable(ModelSpec.pcfg(p), 3, backend="local") as dist:
+        for t in [-2.0, -5.0, -9.0]:
+            assert dist.count(t) == one.count(t)
+        q = m.encode(m.decode(one.unrank(4)[0]))
+        assert int(dist.rank(q).rank) == int(one.rank(q).rank)
+        assert [s for s, _ in dist.slice(0, 6)] == [s for s, _ in one.slice(0, 6)]
