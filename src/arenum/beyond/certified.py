@@ -75,27 +75,32 @@ def _merged(nx: np.ndarray, cost: np.ndarray, prob: np.ndarray, possible: np.nda
     thousands of strings, a few hundred distinct cells), else the tables are kept (``weight`` None)
     with ``prob`` widened by ``4 u``."""
     pad = 1 - 4 * _U if lower else 1 + 4 * _U
-    src, col = np.nonzero(possible)
-    if len(src) == 0:
+    S, V = nx.shape
+    if not possible.any():
         return nx, cost, prob * pad, possible, None
-    key_n, key_c = nx[src, col], cost[src, col]
-    order = np.lexsort((key_c, key_n, src))
-    s_, n_, c_ = src[order], key_n[order], key_c[order]
-    first = np.flatnonzero(np.r_[True, (s_[1:] != s_[:-1]) | (n_[1:] != n_[:-1]) | (c_[1:] != c_[:-1])])
-    per_state = np.bincount(s_[first], minlength=nx.shape[0])
+    base = int(cost[possible].max()) + 1
+    key = np.where(possible, nx * base + cost, -1)  # (next state, cell) of each step; -1: impossible
+    order = np.argsort(key, axis=1, kind="stable")  # per state: impossible steps first, then by key
+    ks = np.take_along_axis(key, order, axis=1)
+    new = ks >= 0
+    new[:, 1:] &= ks[:, 1:] != ks[:, :-1]  # the first step of each distinct (next, cell)
+    per_state = new.sum(axis=1)
     width = int(per_state.max())
-    if 4 * width > nx.shape[1]:
+    if 4 * width > V:  # an n-gram: its steps lead to distinct states
         return nx, cost, prob * pad, possible, None
-    m = np.diff(np.r_[first, len(s_)])  # steps merged into each
-    psum = np.add.reduceat(prob[s_, col[order]], first)
+    valid = (ks >= 0).ravel()
+    g = (np.cumsum(new.ravel()) - 1)[valid]  # the merged step of each possible step
+    n_new = int(per_state.sum())
+    m = np.bincount(g, minlength=n_new)  # steps merged into each
+    psum = np.bincount(g, weights=np.take_along_axis(prob, order, axis=1).ravel()[valid], minlength=n_new)
     psum *= (1 - (m + 4) * _U) if lower else (1 + (m + 4) * _U)
-    ms = s_[first]
-    slot = np.arange(len(first)) - np.r_[0, np.cumsum(per_state)][ms]  # position within its state
-    S = nx.shape[0]
+    ms = np.nonzero(new)[0]
+    slot = (np.cumsum(new, axis=1) - 1)[new]  # position within its state
+    kk = ks[new]
     out_n, out_c = np.zeros((S, width), np.int64), np.zeros((S, width), np.int64)
     out_p, out_w = np.zeros((S, width)), np.zeros((S, width))
     out_ok = np.zeros((S, width), np.bool_)
-    out_n[ms, slot], out_c[ms, slot], out_p[ms, slot], out_w[ms, slot], out_ok[ms, slot] = n_[first], c_[first], psum, m, True
+    out_n[ms, slot], out_c[ms, slot], out_p[ms, slot], out_w[ms, slot], out_ok[ms, slot] = kk // base, kk % base, psum, m, True
     return out_n, out_c, out_p, out_ok, out_w
 
 
