@@ -104,8 +104,14 @@ def test_positions_counts_and_masses_equal_the_library(demo_server, demo_store):
     enum.close()
 
 
-def test_past_the_index_a_certified_bracket_and_no_forward_beyond_the_strings(demo_server):
+def _files(store: str) -> dict:
+    return {f: (os.stat(os.path.join(store, f)).st_size, os.stat(os.path.join(store, f)).st_mtime_ns)
+            for f in sorted(os.listdir(store))}
+
+
+def test_past_the_index_a_certified_bracket_and_no_forward_beyond_the_strings(demo_server, demo_store):
     url = demo_server.url
+    files = _files(demo_store)
     before = get(url, "/api/info").json()
     deep = ["correcthorse", "zzzzqqqq", "iloveyou2"]
     got = post(url, "/api/rank", {"strings": deep, "steps": False}).json()
@@ -121,6 +127,7 @@ def test_past_the_index_a_certified_bracket_and_no_forward_beyond_the_strings(de
     assert after["prefixes"] == before["prefixes"] and after["indexed_sequences"] == before["indexed_sequences"]
     # the only model work: scoring the strings' own prefixes (at most one forward per character + 1)
     assert after["forwards_since_start"] - before["forwards_since_start"] <= sum(len(s) + 1 for s in deep)
+    assert _files(demo_store) == files  # the server wrote nothing to the store
     demo_server.service.check()
 
 
