@@ -181,7 +181,9 @@ function drawCurve() {
   }
   if (d) {
     if (!d.exact) svg.append(svgEl("line", { class: "mark-range", x1: x(d.rank_lo + 1), x2: x(d.rank_hi + 1), y1: y(d.cumulative_lo), y2: y(d.cumulative_hi) }));
-    const gx = d.exact ? d.guess_number : Math.sqrt((d.rank_lo + 1) * (d.rank_hi + 1));
+    // the record's own point when it lies strictly inside its bracket, else the bracket's geometric middle
+    const inside = d.guess_number > d.rank_lo + 1 && d.guess_number < d.rank_hi + 1;
+    const gx = d.exact || inside ? d.guess_number : Math.sqrt((d.rank_lo + 1) * (d.rank_hi + 1));
     svg.append(svgEl("circle", { class: "mark", id: "mark", cx: x(gx), cy: y(d.cumulative), r: 5, "data-guess": String(d.guess_number) }));
   }
 }
