@@ -124,7 +124,7 @@ def main() -> None:
     plain = PlainSampler(fs, model.eos, L)
     plain_build_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    enum._state_sampler()  # arenum's tables by state, built once like the plain sampler's
+    enum.finite_state_sampler()  # arenum's tables by state, built once like the plain sampler's
     arenum_build_s = time.perf_counter() - t0
 
     # exact ranks of words whose rank is affordable

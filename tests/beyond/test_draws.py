@@ -76,7 +76,7 @@ def test_finite_state_draws_match_brute_force(term):
     assert np.abs(s.log_q - s.score).max() < 1e-12 * L
     from arenum.beyond.draws import walk_finite_state
 
-    smp = ar._state_sampler()
+    smp = ar.finite_state_sampler()
     sc, lq, ok, length, keys, toks = walk_finite_state(smp, 3000, L, None if term else L, np.random.default_rng(5), True)
     freq = Counter()
     for row, k, x, good in zip(toks, length, sc, ok):
