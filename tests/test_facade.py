@@ -166,12 +166,15 @@ def test_the_facade_is_composed_and_holds_one_source_per_setting():
 
 
 def test_the_regime_ladder_is_one_method():
-    """count, count_bracket, threshold, mass_above and rank go through Answers.regime; no other
-    method of the answers stage catches BudgetExceeded to choose a regime."""
+    """count, count_bracket, count_or_bracket, threshold, mass_above and rank go through
+    Answers.regime; none of them catches BudgetExceeded to choose a regime itself."""
     text = (SRC / "answers.py").read_text()
-    for q in ("count", "count_bracket", "threshold", "mass_above", "rank"):
+    for q in ("count", "_count_brackets", "threshold", "mass_above", "rank"):
         body = re.search(rf"\n    def {q}\(self.*?(?=\n    def |\n    # -)", text, re.S).group(0)
         assert "self.regime(" in body and "except BudgetExceeded" not in body, q
+    for q in ("count_bracket", "count_or_bracket"):
+        body = re.search(rf"\n    def {q}\(self.*?(?=\n    def |\n    # -)", text, re.S).group(0)
+        assert "self._count_brackets(" in body and "except BudgetExceeded" not in body, q
 
 
 def test_errors_live_in_one_module_and_are_exported():

@@ -187,25 +187,23 @@ class Answers:
 
     def count_bracket(self, t: float) -> CountBracket:
         """Certified ``lo <= #{x : s(x) >= t} <= hi``, never raising for a cap."""
-        seek = self.seek
-        return self.regime(
-            lambda: seek.count(t), lambda c: CountBracket(c, c), t=t,
-            sub_support=lambda c: CountBracket(c, c + seek.dropped_bound(t)),
-            certified=lambda cc: self._cert_count(cc, t),
-            bracket=lambda idx: CountBracket(idx.N if idx.T >= t else 0, mass_count_bound(t)),
-        )
+        return self._count_brackets(t, estimate=False)
 
     def count_or_bracket(self, t: float) -> CountResult | CountBracket:
         """The count the automatic regime gives, never raising for a cap: the exact count as its
         certified bracket (equal ends unless ``branch_cap`` cut the support), an estimate when one is
         allowed, else the certified bracket past the cap."""
-        try:
-            c = self.count(t)
-        except BudgetExceeded:
-            return self.count_bracket(t)
-        if c.exact or c.method in ("bracket", "certified"):  # its certified ends, already computed
-            return CountBracket(c.ci_lo, c.ci_hi)
-        return c
+        return self._count_brackets(t, estimate=True)
+
+    def _count_brackets(self, t: float, *, estimate: bool) -> CountResult | CountBracket:
+        seek = self.seek
+        return self.regime(
+            lambda: seek.count(t), lambda c: CountBracket(c, c), t=t,
+            sub_support=lambda c: CountBracket(c, c + seek.dropped_bound(t)),
+            certified=lambda cc: self._cert_count(cc, t),
+            estimate=(lambda est, head: est.count(t, head=head)) if estimate else None,
+            bracket=lambda idx: CountBracket(idx.N if idx.T >= t else 0, mass_count_bound(t)),
+        )
 
     # ------------------------------------------------------------------ positions
     def threshold(self, k: int) -> ThresholdResult:
