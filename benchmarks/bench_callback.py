@@ -17,7 +17,8 @@ the ratios, not the absolute times):
   object, and its own work per row: (CPU seconds - the callback's CPU seconds) / forwards, the
   callback's seconds timed by calling it again on the prefixes arenum asked for (recording them is
   counted as arenum's work);
-- ``reference``: a dozen-line pure-Python best-first enumerator (a heap of ``(score, prefix)``,
+- ``reference``: a dozen-line pure-Python best-first enumerator (a heap of ``(score, prefix)``
+  entries, each prefix's children pushed lazily in table order so that memory follows the pops:
   :func:`reference_top`) over the same callback, listing the same top ``k``.
 
 Both lists are checked to hold the same scores (the sequences too, where no tie straddles the
@@ -49,20 +50,30 @@ from arenum.models import NGramModel  # noqa: E402
 
 def reference_top(next_logprobs, k: int, eos: int, max_len: int) -> list[tuple[tuple, float]]:
     """The top ``k`` sequences ending in ``eos`` (at most ``max_len`` tokens), best first: a heap of
-    ``(-score, prefix)``; a popped prefix ending in ``eos`` is the next sequence. ``next_logprobs``
-    returns ``(token, log_prob)`` pairs or a ``(tokens, log_probs)`` pair of arrays."""
-    heap: list = [(-0.0, ())]
-    out: list[tuple[tuple, float]] = []
-    while heap and len(out) < k:
-        neg, prefix = heapq.heappop(heap)
-        if prefix and prefix[-1] == eos:
-            out.append((prefix, -neg))
-            continue
-        last = len(prefix) == max_len - 1
+    ``(-score, ..., prefix)`` entries, each the next child of a prefix in its sorted table (a popped
+    child pushes its next sibling and its own first child: memory stays proportional to the pops).
+    ``next_logprobs`` returns ``(token, log_prob)`` pairs or a ``(tokens, log_probs)`` array pair."""
+    def table(prefix: tuple) -> list:
         row = next_logprobs(prefix)
-        for t, lp in zip(row[0].tolist(), row[1].tolist()) if isinstance(row, tuple) else row:
-            if lp > -math.inf and (not last or t == eos):
-                heapq.heappush(heap, (neg - lp, prefix + (t,)))
+        pairs = zip(row[0].tolist(), row[1].tolist()) if isinstance(row, tuple) else row
+        last = len(prefix) == max_len - 1
+        return sorted(((lp, t) for t, lp in pairs if lp > -math.inf and (not last or t == eos)), reverse=True)
+
+    def push(neg_parent: float, prefix: tuple, tab: list, j: int) -> None:
+        if j < len(tab):
+            heapq.heappush(heap, (neg_parent - tab[j][0], neg_parent, prefix, j, tab))
+
+    heap: list = []
+    out: list[tuple[tuple, float]] = []
+    push(-0.0, (), table(()), 0)
+    while heap and len(out) < k:
+        neg, neg_parent, prefix, j, tab = heapq.heappop(heap)
+        push(neg_parent, prefix, tab, j + 1)
+        seq = prefix + (tab[j][1],)
+        if tab[j][1] == eos:
+            out.append((seq, -neg))
+        else:
+            push(neg, seq, table(seq), 0)
     return out
 
 

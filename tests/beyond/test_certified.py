@@ -371,3 +371,26 @@ def test_sliding_buffer_gives_the_same_floats(monkeypatch):
     assert [(slid.count_bracket(t), slid.mass_bracket(t)) for t in ts] == want
     sw = [s for k, s in slid._sweeps.items() if k[2] is None][0]
     assert sw.o > 0 and sw.N.shape[1] < sw.K  # it slid, and holds fewer cells than it built
+
+
+def test_per_length_mode_is_warned_with_its_cost(monkeypatch):
+    """A likely self-loop makes a max_len-token path cheap: the bracket is counted length by length
+    (cap sweeps). Past LEVELS_WARN_WORK added cell updates the first such sweep warns with the cost;
+    below it (this tiny model as it is) it stays quiet. The bracket holds the truth either way."""
+    import warnings
+
+    import arenum.beyond.certified as cmod
+
+    lp = np.log(np.array([[0.02, 0.98]]))  # token 0 ends, token 1 loops
+    tabs = FiniteStateTables(np.arange(2, dtype=np.int64), lp, lp[:, 0].copy(),
+                             np.zeros((1, 2), dtype=np.int32), 0, 0)
+    sup = Support.terminating(0, 0, 30)
+    true = sum(1 for n in range(30) if n * math.log(0.98) + math.log(0.02) >= -40.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        b = CertifiedCounter(tabs, sup, resolution_bits=1 / 128).count_bracket(-40.0)
+    assert b.lo <= true <= b.hi
+    monkeypatch.setattr(cmod, "LEVELS_WARN_WORK", 1000)  # this tiny model's work stands for a large one
+    with pytest.warns(RuntimeWarning, match="counted length by length: 30 sweeps"):
+        b = CertifiedCounter(tabs, sup, resolution_bits=1 / 128).count_bracket(-40.0)
+    assert b.lo <= true <= b.hi

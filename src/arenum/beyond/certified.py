@@ -32,6 +32,9 @@ Two sweeps, chosen per query (``mode`` in :attr:`CertifiedCounter.stats`):
   end is sound as is; the lower end is sound while ``K`` is below the cheapest (rounded-up) path
   of ``cap`` tokens (a min-plus DP checks that), and beyond it the ``levels`` sweep answers.
 - ``levels`` (fixed length, or a terminating cap that binds): one sweep per length, ``O(cap E K)``.
+  A terminating model forced into it (a short cycle of likely steps makes a ``cap``-token path
+  cheap, e.g. a small ``max_len``) gets a ``RuntimeWarning`` with that cost when the sweep is first
+  built, if it adds more than ``LEVELS_WARN_WORK`` cell updates.
 
 What it does not do: it never calls the model, and it does not order sequences (``unrank`` stays
 with the exact index).  Memory: ``8 S (K + 1)`` bytes per built DP (``stats["bytes"]``).
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -52,6 +56,9 @@ from ..support import Support
 
 __all__ = ["CertifiedCounter", "DEFAULT_RESOLUTION_BITS", "DEFAULT_MAX_BITS"]
 
+LEVELS_WARN_WORK = 2e9
+"""A terminating model counted length by length warns when that adds more cell updates than this
+(seconds of work) over the one-pass sweep."""
 DEFAULT_RESOLUTION_BITS = 1.0 / 32
 DEFAULT_MAX_BITS = 256.0
 _U = 2.0**-53  # unit roundoff of float64
@@ -406,6 +413,13 @@ class CertifiedCounter:
         key = (lower, mass, levels)
         sw = self._sweeps.get(key)
         if sw is None:
+            work = (self.cap - 1) * int(self._edges[lower].possible.sum()) * (K + 1)  # cell updates past one pass
+            if self.terminating and levels is not None and work > LEVELS_WARN_WORK:
+                warnings.warn(
+                    f"certified: paths of max_len = {self.cap} tokens reach this query's depth ({K * self.resolution_bits:.1f} "
+                    f"bits; a short cycle of likely steps), so it is counted length by length: {self.cap} "
+                    f"sweeps over {self.S:,} states x {K + 1:,} cells, about {self.cap}x the time of the one-pass "
+                    f"sweep; a smaller max_len (max_depth) costs less", RuntimeWarning, stacklevel=4)
             end_cost, end_prob = self._end[lower] if self.terminating else (None, None)
             sw = self._sweeps[key] = _Sweep(self._edges[lower], end_cost, end_prob, self.S, self.tables.start,
                                             lower=lower, mass=mass, levels=levels, fixed=not self.terminating)

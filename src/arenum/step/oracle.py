@@ -431,8 +431,8 @@ class StepOracle:
                 f"batch_score_sequences returned {arr.shape[0]} scores for {len(seqs)} sequences; "
                 "it must return exactly one score per sequence"
             )
-        if np.isnan(arr).any() or (arr > 0).any():
-            j = int(np.flatnonzero(np.isnan(arr) | (arr > 0))[0])
+        if not (arr <= 0.0).all():  # NaN or > 0
+            j = int(np.flatnonzero(~(arr <= 0.0))[0])
             raise ValueError(
                 f"batch_score_sequences returned {arr[j]!r} for sequence {short_repr(seqs[j])}; "
                 "a total log-prob must be <= 0 and not NaN"
