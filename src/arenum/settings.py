@@ -40,9 +40,16 @@ class Settings:
     confidence: float
     logprob_error: float = 0.0
 
+    STORE_CHECKED = ("max_len", "eos", "cap", "branch_cap", "norm_tol", "terminating")
+    """The settings that decide what a stored tree holds: a store opened with others is refused."""
+
     @property
     def terminating(self) -> bool:
         return self.eos is not None
+
+    def store_checked(self) -> dict[str, Any]:
+        """``{name: value}`` of :attr:`STORE_CHECKED` (a store's meta)."""
+        return {k: getattr(self, k) for k in self.STORE_CHECKED}
 
     def limits(self) -> Limits:
         """Fresh caps on an exact build: ``exact_limit`` also caps the live prefixes."""

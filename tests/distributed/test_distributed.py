@@ -20,6 +20,7 @@ import pytest
 from arenum import AutoregressiveEnumerable
 from arenum import StoreError, WorkerError
 from arenum.distributed import DistributedEnumerable, ModelSpec, ShardPlan, plan_shards
+from arenum.exact import PROBES
 from arenum.testing import EnumerableFactory, brute_force
 
 CASES = [

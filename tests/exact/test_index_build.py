@@ -70,7 +70,7 @@ def test_grow_remaps_in_place_and_copies_when_a_view_is_held(monkeypatch):
         if i == 30:
             held = g.v  # the next growth must not move the memory under this view
             snapshot = held.copy()
-    assert g._mm is not None
+    assert g._own_map() is not None  # a map of its own, grown in place
     assert np.array_equal(g.v, np.concatenate(parts))
     assert np.array_equal(held, snapshot)
     del held

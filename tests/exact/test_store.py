@@ -20,7 +20,8 @@ import pytest
 
 from arenum import AutoregressiveEnumerable
 from arenum import StoreError
-from arenum.exact.store import describe_store
+from arenum.exact import describe_store
+from arenum.exact.store import PROBES
 from arenum.testing import RandomModel, brute_force
 
 V, L = 5, 5
@@ -47,19 +48,21 @@ def test_reopen_answers_without_forwards_and_extends_in_place(tmp_path, term):
         first = ar.stats["forwards"]
     assert got == [bf[i] for i in range(0, 60, 7)] and c == sum(1 for s in scores if s >= scores[80])
     ar2 = _open(m, term, path, fingerprint=None)
+    opened = ar2.stats["forwards"]  # the root table and PROBES stored prefixes, to check the model is the same
+    assert ar2.store.probed == PROBES and opened <= 1 + PROBES
     assert [ar2.unrank(i) for i in range(0, 60, 7)] == got
     assert ar2.count(scores[80]) == c
-    assert ar2.stats["forwards"] == 1  # the root table, to check the model is the same one
+    assert ar2.stats["forwards"] == opened
     ar2._check()
     # deeper: extends the stored tree, scoring only new prefixes
     assert ar2.count(-math.inf) == len(bf)
-    total = ar2.stats["forwards"] - 1 + first
+    total = ar2.stats["forwards"] - opened + first
     clean = AutoregressiveEnumerable(m, max_len=L, eos="a" if term else None, batch_next_logprobs=m.batch, batch_size=8)
     clean.count(-math.inf)
     assert total == clean.stats["forwards"] == ar2.stats["store_forwards"]
     ar2.close()
     ar3 = _open(m, term, path, fingerprint=None)
-    assert ar3.slice(0, len(bf)) == bf and ar3.stats["forwards"] == 1
+    assert ar3.slice(0, len(bf)) == bf and ar3.stats["forwards"] <= 1 + PROBES
     ar3._check()
     ar3.close()
 
@@ -91,6 +94,7 @@ def test_foreign_model_settings_version_and_lock_are_refused(tmp_path):
         AutoregressiveEnumerable(m, max_len=L + 1, batch_next_logprobs=m.batch, store=p)
     man = json.loads((p / "manifest.json").read_text())
     man["version"] = 99
+    del man["crc32"]  # a newer format is judged before a checksum it may compute otherwise
     (p / "manifest.json").write_text(json.dumps(man))
     with pytest.raises(StoreError, match="newer") as e:
         _open(m, False, p)
@@ -182,11 +186,11 @@ def test_checkpoints_during_a_build_keep_it_exact(tmp_path):
     ar = _open(m, True, p)
     ar.store.checkpoint_bytes = 0  # snapshot whenever the journal outgrows the snapshot
     n = ar.count(-math.inf)
-    assert ar.store.generation >= 2
+    assert ar.store.generation >= 1  # snapshots taken during the build
     want = ar.slice(0, n)
     del ar
     ar2 = _open(m, True, p)
-    assert ar2.slice(0, n) == want and ar2.stats["forwards"] == 1
+    assert ar2.slice(0, n) == want and ar2.stats["forwards"] <= 1 + PROBES  # the root and the probes
     ar2._check()
     ar2.close()
 
@@ -332,7 +336,7 @@ def test_a_full_disk_mid_build_commits_nothing_and_the_build_resumes(tmp_path, m
     del ar
     ar2 = _open(m, True, p)
     ar2._check()
-    assert ar2.slice(0, n) == want and ar2.stats["forwards"] == 1
+    assert ar2.slice(0, n) == want and ar2.stats["forwards"] <= 1 + PROBES  # the root and the probes
     # forwards lost to failed writes were paid again, but every saved prefix once
     assert ar2.stats["store_forwards"] == clean.stats["forwards"]
     ar2.close()
@@ -432,5 +436,5 @@ def test_threads_building_one_store_leave_it_exact(tmp_path):
     ar2 = _open(m, True, p)
     ar2._check()
     assert ar2.stats["store_forwards"] == saved
-    assert ar2.slice(0, 200) == bf[:200] and ar2.stats["forwards"] == 1
+    assert ar2.slice(0, 200) == bf[:200] and ar2.stats["forwards"] <= 1 + PROBES  # the root and the probes
     ar2.close()

@@ -19,7 +19,8 @@ from .exactsum import float_units, to_float, values
 from .index import ExactIndex, mass_bracket
 from .quantize import Quantizer
 from .seek import Limits, SeekIndex, default_max_bytes
-from .store import TreeStore, describe_store, open_store, root_fingerprint
+from .store import PROBES, TreeStore, open_store, root_fingerprint
+from .storefiles import describe_store
 from .tree import DEFAULT_TABLE_BYTES, HIST_BINS_PER_BIT, PrefixTree
 
 __all__ = [

@@ -40,22 +40,44 @@ class Grow:
     Once large, the storage is an anonymous memory map that grows in place (``mremap``: no copy,
     no page touched twice); if a view of the old storage is still held elsewhere, or the platform
     cannot remap, it is copied into a new map instead.
+
+    Exception-safe at every bytecode: the values are published by one assignment (``n`` after an
+    append, ``a`` after a growth or a widening), and the one window where ``a`` must be dropped (to
+    remap in place) keeps the map in ``_hold``, from which ``a`` is rebuilt if an exception (a
+    signal handler raising, say) lands inside it.
     """
 
-    __slots__ = ("a", "n", "_mm")
+    __slots__ = ("_a", "n", "_hold", "_dt")
 
     def __init__(self, dtype: type, cap: int = 16) -> None:
-        self.a = np.empty(cap, dtype=dtype)
+        self._a: np.ndarray | None = np.empty(cap, dtype=dtype)
+        self._dt = self._a.dtype
         self.n = 0
-        self._mm: mmap.mmap | None = None
+        self._hold: mmap.mmap | None = None  # the map while ``_a`` is dropped to remap it
 
     @classmethod
     def wrap(cls, values: np.ndarray) -> "Grow":
         """A Grow holding ``values`` as they are (e.g. a copy-on-write file map): read in place, and
         copied into a map of its own at the first append."""
         g = cls.__new__(cls)
-        g.a, g.n, g._mm = values, int(values.shape[0]), None
+        g._a, g._dt, g.n, g._hold = values, values.dtype, int(values.shape[0]), None
         return g
+
+    @property
+    def a(self) -> np.ndarray:
+        """The storage (capacity ``a.shape[0]``, values ``a[:n]``)."""
+        a = self._a
+        if a is None:  # an exception landed while the map was being remapped: it still holds the values
+            mm = self._hold
+            assert mm is not None
+            self._a = a = np.frombuffer(memoryview(mm), self._dt, count=len(mm) // self._dt.itemsize)
+        return a
+
+    def _own_map(self) -> "mmap.mmap | None":
+        base = self._a.base if self._a is not None else None
+        if type(base) is memoryview and type(base.obj) is mmap.mmap:
+            return base.obj
+        return None
 
     def _grow(self, need: int) -> None:
         a = self.a
@@ -65,36 +87,42 @@ class Grow:
         if nbytes < MAP_MIN_BYTES:
             new = np.empty(cap, dt)
             new[: self.n] = a[: self.n]
-            self.a = new
+            self._a = new  # published in one step
             return
-        mm = self._mm
+        mm = self._own_map()
         if mm is not None:
-            self.a = a = None  # drop our view: the map can move only without exported views
+            self._dt, self._hold = dt, mm
+            self._a = a = None  # drop our view: the map can move only without exported views
             try:
                 mm.resize(nbytes)
-                self.a = np.frombuffer(memoryview(mm), dt, count=cap)
+                self._a = np.frombuffer(memoryview(mm), dt, count=cap)
                 return
             except (BufferError, OSError, SystemError, ValueError, TypeError):
                 a = np.frombuffer(memoryview(mm), dt, count=self.n)
-        self._mm = mmap.mmap(-1, nbytes, **_MAP_KW)
+        mm2 = mmap.mmap(-1, nbytes, **_MAP_KW)
         # through a memoryview: it holds the map's buffer export, so a resize refuses while any
         # view of this array is alive (numpy alone would release the export at once)
-        new = np.frombuffer(memoryview(self._mm), dt, count=cap)
+        new = np.frombuffer(memoryview(mm2), dt, count=cap)
         new[: self.n] = a[: self.n]
-        self.a = new
+        self._a = new  # published in one step
 
     def extend(self, values: np.ndarray) -> None:
         need = self.n + values.shape[0]
         if need > self.a.shape[0]:
             self._grow(need)
         self.a[self.n : need] = values
-        self.n = need
+        self.n = need  # the publish
+
+    def truncate(self, n: int) -> None:
+        """Forget the values past the first ``n`` (undoing appends)."""
+        if n < self.n:
+            self.n = n
 
     def widen(self, dtype: type) -> None:
-        """Store the values (and every later one) as ``dtype``."""
-        old = self.v.astype(dtype)
-        self.a, self._mm, self.n = np.empty(16, dtype), None, 0
-        self.extend(old)
+        """Store the values (and every later one) as ``dtype`` (built aside, published in one step)."""
+        g = Grow(dtype, max(16, self.n))
+        g.extend(self.v.astype(dtype))
+        self._a = g.a
 
     @property
     def v(self) -> np.ndarray:

@@ -14,23 +14,36 @@ Layout of the directory::
     lock               held (``flock``) by the one process that writes
 
 Crash safety: a commit of the tree (a fetched batch, an expanded level, a finished budget) is
-written to the journal *before* it is applied in memory, as one record ``[magic, length, CRC-32,
-payload]`` followed by ``fsync``; a process killed at any moment leaves at most the record in
-flight torn, which the next writer cuts off (that batch's forwards are lost, nothing else). A
-snapshot is written to a fresh ``gen-K`` folder, synced, and only then named by a new manifest
-(written to a temp file, synced, renamed); the old generation is removed after. Replaying the journal
-calls the tree's own ``_commit_*`` methods with the recorded arguments, so the rebuilt tree is the
-same, array for array. No pickle: payloads are ``.npz`` bytes read with ``allow_pickle=False``.
+written to the journal *before* it is applied in memory, as one record ``[magic, length, CRC-32 of
+the payload, CRC-32 of the header, payload]`` followed by ``fsync``; a process killed at any moment
+leaves at most the record in flight torn, which the next writer cuts off (that batch's forwards are
+lost, nothing else). Each record carries its sequence number (the tree's commit count before it):
+a commit that an exception stopped after its record was written is rolled back in memory and its
+record cut from the journal, and if the cut itself fails, the next commit's record carries the same
+number and supersedes it (replay applies the last record of each number), so the journal and the
+tree agree whatever exception lands where. A snapshot is written to a fresh ``gen-K`` folder,
+synced, and only then named by a new manifest (written to a temp file, synced, renamed; it carries
+a CRC-32 of its own content); the old generation is removed after. Replaying the journal applies
+the records through :meth:`PrefixTree.apply` (:mod:`arenum.exact.records`), so the rebuilt tree is
+the same, array for array. No pickle: payloads are ``.npz`` bytes read with ``allow_pickle=False``.
+
+Identity: ``fingerprint=`` names the model (the adapters give a hash of their weights or counts).
+Without it, the store holds a hash of the model's first-step table *and*, on every open, re-scores
+``PROBES`` stored prefixes drawn at random and compares them with the stored tables (``PROBES``
+forwards): a model whose tables differ from the stored ones at a fraction ``f`` of the stored
+prefixes opens anyway with probability at most ``(1 - f) ** PROBES`` (a store of at most ``PROBES``
+prefixes is checked whole). See ``docs/store.md`` for the table of guarantees.
 
 Refusals, each a one-line :class:`StoreError` naming the file: a missing, truncated or corrupted
-file (sizes and checksums), a journal record damaged before its end, a newer format version, a
-store built with other settings or another model (the fingerprint), and a second writer (the lock).
+file (sizes and checksums, the manifest's included), a journal record damaged before its end or out
+of sequence, another format version, a store built with other settings or another model (the
+fingerprint, the probes), an unreadable folder, and a second writer (the lock).
 """
 from __future__ import annotations
 
+import errno
 import gc
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -43,136 +56,65 @@ import numpy as np
 
 from .._io import atomic_write
 from ..errors import StoreError
-from ..step import StepOracle, decode_token, encode_token
+from ..step import StepOracle, decode_token
+from .records import decode_record, encode_record
+from .storefiles import (MANIFEST, STORE_FORMAT, STORE_VERSION, CrcWriter, crc_file, encode_tokens,
+                         fsync_dir, manifest_crc, read_manifest)
 from .tree import PrefixTree
 
-__all__ = ["TreeStore", "describe_store", "root_fingerprint", "open_store", "STORE_VERSION"]
+__all__ = ["TreeStore", "root_fingerprint", "open_store", "PROBES"]
 
-STORE_FORMAT = "arenum-store"
-STORE_VERSION = 1
-MANIFEST = "manifest.json"
 LOCK = "lock"
-_MAGIC = b"ARJ1"
-_HDR = struct.Struct("<4sQI")  # magic, payload length, CRC-32 of the payload
+PROBES = 32
+"""Stored prefixes re-scored on opening a store without ``fingerprint=`` (module docstring)."""
+_MAGIC = b"ARJ2"
+_HDR = struct.Struct("<4sQII")  # magic, payload length, CRC-32 of the payload, CRC-32 of the 16 bytes before
 _CHECKPOINT_MIN = 1 << 30
 """A build snapshots when its journal passes this and four times the snapshot (bounded replay,
 amortized writes)."""
-
-
-# ------------------------------------------------------------------------------------ tokens
-def _encode_tokens(toks: list) -> list:
-    """JSON forms of tokens (:func:`arenum.step.encode_token`); one that cannot be stored is a StoreError."""
-    try:
-        return [encode_token(t) for t in toks]
-    except ValueError as e:
-        raise StoreError(str(e)) from None
 
 
 def root_fingerprint(oracle: StepOracle) -> str:
     """A hash of the model's root table: tokens and log-probs (one forward; the oracle memoizes the
     table, so a new tree reuses it)."""
     ids, lps = oracle.table(())
-    toks = _encode_tokens(list(oracle.vocab.tokens(ids)))
+    toks = encode_tokens(list(oracle.vocab.tokens(ids)))
     h = hashlib.sha256(json.dumps(toks).encode("utf-8"))
     h.update(np.ascontiguousarray(lps, np.float64).tobytes())
     return "root:" + h.hexdigest()
 
 
 def open_store(path: Any, tree: PrefixTree, settings: Any, fingerprint: str | None,
-               readonly: Any) -> "TreeStore | None":
-    """The store of an enumerable (``None`` without a ``path``): its answer-deciding ``settings`` (an
-    :class:`arenum.settings.Settings`) as the store's meta, ``fingerprint`` or the root table's hash
-    (:func:`root_fingerprint`)."""
+               readonly: Any, *, probe: bool | None = None) -> "TreeStore | None":
+    """The store of an enumerable (``None`` without a ``path``): the settings that decide answers
+    (:meth:`arenum.settings.Settings.store_checked`) as the store's meta, ``fingerprint`` or the root
+    table's hash (:func:`root_fingerprint`), in which case stored prefixes are re-scored on open
+    (``probe``, default: when no fingerprint is given)."""
     if path is None:
         if readonly or fingerprint is not None:
             raise ValueError("store_readonly and fingerprint apply to a store: give store=PATH")
         return None
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"store must be a folder path, got {type(path).__name__}")
+    if os.fspath(path) in ("", b""):
+        raise ValueError("store must name a folder, got '' (use store='.' for the working directory)")
     if fingerprint is not None and not isinstance(fingerprint, str):
         raise TypeError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
     fp = fingerprint if fingerprint is not None else root_fingerprint(tree.oracle)
-    cfg = settings
-    meta = {"max_len": cfg.max_len, "eos": None if cfg.eos is None else _encode_tokens([cfg.eos])[0], "cap": cfg.cap,
-            "branch_cap": cfg.branch_cap, "norm_tol": cfg.norm_tol, "terminating": cfg.terminating}
-    return TreeStore(path, tree, meta=meta, fingerprint=fp, readonly=bool(readonly))
+    meta = {k: _plain(v) for k, v in settings.store_checked().items()}
+    return TreeStore(path, tree, meta=meta, fingerprint=fp, readonly=bool(readonly),
+                     probe=fingerprint is None if probe is None else probe)
 
 
-# ------------------------------------------------------------------------------------ files
-def _crc_file(path: str) -> int:
-    crc = 0
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(1 << 22)
-            if not b:
-                return crc
-            crc = zlib.crc32(b, crc)
-
-
-class _CrcWriter:
-    """A write-only file wrapper keeping the CRC-32 and size of what passes through it."""
-
-    def __init__(self, f: Any) -> None:
-        self.f, self.crc, self.n = f, 0, 0
-
-    def write(self, b: Any) -> int:
-        mv = memoryview(b).cast("B")
-        self.crc = zlib.crc32(mv, self.crc)
-        self.n += mv.nbytes
-        return self.f.write(mv)
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without folder handles
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
-def _read_manifest(path: str) -> dict:
-    mpath = os.path.join(path, MANIFEST)
-    try:
-        with open(mpath, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise StoreError(f"store {path}: no {MANIFEST} (not a store, or never completed)") from None
-    try:
-        m = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise StoreError(f"store {path}: {MANIFEST} is damaged ({e.__class__.__name__})") from None
-    if not isinstance(m, dict) or m.get("format") != STORE_FORMAT:
-        raise StoreError(f"store {path}: {MANIFEST} is not an arenum store manifest")
-    v = m.get("version")
-    if not isinstance(v, int):
-        raise StoreError(f"store {path}: {MANIFEST} has no format version")
-    if v > STORE_VERSION:
-        raise StoreError(f"store {path}: format version {v} is newer than this arenum reads ({STORE_VERSION}); "
-                         "upgrade arenum")
-    for k in ("generation", "files", "tree", "meta", "fingerprint", "tokens", "forwards"):
-        if k not in m:
-            raise StoreError(f"store {path}: {MANIFEST} lacks {k!r}")
-    return m
-
-
-def describe_store(path: str | os.PathLike) -> dict:
-    """What a store holds, from its manifest and journal, without opening the tree (for ``arenum info``)."""
-    path = os.fspath(path)
-    m = _read_manifest(path)
-    jpath = os.path.join(path, f"journal-{m['generation']}.bin")
-    jbytes = os.path.getsize(jpath) if os.path.exists(jpath) else 0
-    snap = sum(int(f["bytes"]) for f in m["files"].values())
-    t = m["tree"]
-    return {"path": path, "version": m["version"], "meta": m["meta"], "fingerprint": m["fingerprint"],
-            "generation": m["generation"], "snapshot_bytes": snap, "journal_bytes": jbytes,
-            "built_bits": 0.0 if float.fromhex(t["built"]) == float("inf") else -float.fromhex(t["built"]) / np.log(2),
-            "prefixes": int(t["fetched_nodes"]), "levels": int(t["n_levels"]), "forwards": int(m["forwards"]),
-            "note": "snapshot figures; the journal adds what was built since"}
+def _plain(v: Any) -> Any:
+    """A setting as JSON: numbers and flags as they are, anything else (a token: ``eos``) encoded."""
+    if v is None or isinstance(v, (bool, np.bool_)):
+        return None if v is None else bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v)
+    return encode_tokens([v])[0]
 
 
 # ------------------------------------------------------------------------------------ the store
@@ -182,11 +124,13 @@ class TreeStore:
     Opening an existing store loads the snapshot (memory-mapped) and replays the journal into
     ``tree`` (which must be fresh); a new store starts with a snapshot of ``tree``. ``meta`` (the
     settings that decide answers) and ``fingerprint`` (the model's identity) must equal the stored
-    ones. ``readonly``: no lock, nothing written (a deeper query deepens in memory only).
+    ones; ``probe``: also re-score :data:`PROBES` stored prefixes drawn at random and compare them
+    with the stored tables (module docstring). ``readonly``: no lock, nothing written (a deeper
+    query deepens in memory only).
     """
 
     def __init__(self, path: str | os.PathLike, tree: PrefixTree, *, meta: dict, fingerprint: str,
-                 readonly: bool = False, checkpoint_bytes: int = _CHECKPOINT_MIN) -> None:
+                 readonly: bool = False, checkpoint_bytes: int = _CHECKPOINT_MIN, probe: bool = False) -> None:
         self.path = path = os.path.abspath(os.fspath(path))
         self.tree = tree
         self.meta = json.loads(json.dumps(meta))  # as it reads back
@@ -202,11 +146,19 @@ class TreeStore:
         self._snapshot_bytes = 0
         self._journal_bytes = 0
         self._ntok = 0
+        self._probe = bool(probe)
+        self._last: tuple[int, int, int, int] | None = None  # (seq, start, tokens, forwards) of the last record
+        self.probed = 0  # stored prefixes re-scored on open
+        if os.path.isdir(path) and not os.access(path, os.R_OK | os.X_OK):
+            raise StoreError(f"store {path}: permission denied (the folder cannot be read)")
         exists = os.path.exists(os.path.join(path, MANIFEST))
         if readonly and not exists:
             raise StoreError(f"store {path}: no {MANIFEST} (a read-only store must exist)")
         if not readonly:
-            os.makedirs(path, exist_ok=True)
+            try:
+                os.makedirs(path, exist_ok=True)
+            except OSError as e:
+                raise StoreError(f"store {path}: the folder cannot be made ({e.strerror or e})") from None
             self._take_lock()
         try:
             if exists:
@@ -225,7 +177,12 @@ class TreeStore:
     def _take_lock(self) -> None:
         import fcntl
 
-        fd = os.open(os.path.join(self.path, LOCK), os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = os.open(os.path.join(self.path, LOCK), os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            why = "permission denied" if e.errno in (errno.EACCES, errno.EPERM) else (e.strerror or str(e))
+            raise StoreError(f"store {self.path}: {LOCK} cannot be opened ({why}); open with store_readonly=True "
+                             "to read") from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -239,12 +196,12 @@ class TreeStore:
         self._lock_fd = fd
 
     def _release(self) -> None:
-        if self._jfd is not None:
-            os.close(self._jfd)
-            self._jfd = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # closing releases the flock
-            self._lock_fd = None
+        jfd, self._jfd = self._jfd, None
+        if jfd is not None:
+            os.close(jfd)
+        lfd, self._lock_fd = self._lock_fd, None
+        if lfd is not None:
+            os.close(lfd)  # closing releases the flock
 
     def __del__(self) -> None:
         try:
@@ -253,25 +210,36 @@ class TreeStore:
             pass
 
     def close(self) -> None:
-        """Write a snapshot if the journal holds anything, then release the lock (idempotent)."""
-        if isinstance(self.tree.journal, _Journal) and self.tree.journal.store() is self:
-            self.tree.journal = None
+        """Write a snapshot if the journal holds anything, then release the lock (idempotent). A tree
+        that fails its own check is never saved: the store keeps its last snapshot and journal."""
+        tree = self.tree
         try:
             if not self.readonly and self._jfd is not None and self._journal_bytes:
+                tree.recover()
+                try:
+                    tree._check()
+                except AssertionError as e:  # pragma: no cover - a bug: keep what is on disk
+                    raise StoreError(f"store {self.path}: the tree fails its check ({e}); not saved, the store "
+                                     "keeps its last snapshot and journal") from None
                 self.checkpoint()
         finally:
+            if isinstance(tree.journal, _Journal) and tree.journal.store() is self:
+                tree.journal = None
             self._release()
 
     # ------------------------------------------------------------------ open
     def _open_existing(self) -> None:
         for attempt in range(3):  # a reader may race a writer's checkpoint: read the new manifest
-            m = _read_manifest(self.path)
+            m = read_manifest(self.path)
             try:
                 self._load(m)
                 return
             except FileNotFoundError as e:
                 if not self.readonly or attempt == 2:
                     raise StoreError(f"store {self.path}: {os.path.relpath(e.filename, self.path)} is missing") from None
+            except (KeyError, TypeError, AttributeError) as e:
+                raise StoreError(f"store {self.path}: {MANIFEST} does not describe a store "
+                                 f"({e.__class__.__name__}: {e})") from None
 
     def _load(self, m: dict) -> None:
         path = self.path
@@ -281,8 +249,11 @@ class TreeStore:
             raise StoreError(f"store {path} was built with {k}={m['meta'].get(k)!r}, this enumerable has "
                              f"{k}={self.meta.get(k)!r}")
         if m["fingerprint"] != self.fingerprint:
-            raise StoreError(f"store {path} was built with another model (fingerprint {m['fingerprint'][:16]} != "
-                             f"{self.fingerprint[:16]})")
+            a, b = _short_pair(str(m["fingerprint"]), self.fingerprint)
+            hint = ""
+            if ("|worker:" in str(m["fingerprint"])) != ("|worker:" in self.fingerprint):
+                hint = "; it is one worker's part of a distributed store: open its parent folder with workers="
+            raise StoreError(f"store {path} was built with another model (fingerprint {a} != {b}){hint}")
         gen = int(m["generation"])
         gdir = os.path.join(path, f"gen-{gen}")
         arrays: dict[str, np.ndarray] = {}
@@ -292,7 +263,7 @@ class TreeStore:
             size = os.path.getsize(fp)  # FileNotFoundError: missing
             if size != int(info["bytes"]):
                 raise StoreError(f"store {path}: {rel} is truncated or damaged ({size} bytes, {info['bytes']} expected)")
-            if _crc_file(fp) != int(info["crc32"]):
+            if crc_file(fp) != int(info["crc32"]):
                 raise StoreError(f"store {path}: {rel} is damaged (checksum mismatch)")
             try:
                 a = np.load(fp, mmap_mode="c" if size > (1 << 16) else None, allow_pickle=False)
@@ -314,6 +285,8 @@ class TreeStore:
         self._snapshot_bytes = sum(int(f["bytes"]) for f in m["files"].values())
         self._replay(os.path.join(path, f"journal-{gen}.bin"))
         self._ntok = len(tree.vocab)
+        if self._probe:
+            self._check_probes()
 
     def _replay(self, jpath: str) -> None:
         rel = os.path.relpath(jpath, self.path)
@@ -326,16 +299,14 @@ class TreeStore:
             raise StoreError(f"store {self.path}: {rel} is missing") from None
         pos = 0
         n = len(data)
-        tree = self.tree
-        stats = tree.oracle.stats
-        refetches = stats.refetches
+        recs: list[tuple[int, int, bytes]] = []  # (start, seq, payload)
         while pos < n:
             if n - pos < _HDR.size:
                 break  # a torn header at the end
-            magic, length, crc = _HDR.unpack_from(data, pos)
-            end = pos + _HDR.size + length
-            if magic != _MAGIC:
+            magic, length, crc, hcrc = _HDR.unpack_from(data, pos)
+            if magic != _MAGIC or zlib.crc32(data[pos : pos + _HDR.size - 4]) != hcrc:
                 raise StoreError(f"store {self.path}: {rel} is damaged at byte {pos} (bad record header)")
+            end = pos + _HDR.size + length
             if end > n:
                 break  # torn at the end
             payload = data[pos + _HDR.size : end]
@@ -343,16 +314,41 @@ class TreeStore:
                 if end == n:
                     break  # the last record, torn
                 raise StoreError(f"store {self.path}: {rel} is damaged at byte {pos} (checksum mismatch)")
+            recs.append((pos, payload))
+            pos = end
+        tree = self.tree
+        stats = tree.oracle.stats
+        refetches = stats.refetches
+        decoded = []
+        for start, payload in recs:
             try:
-                kind, rec, toks = _decode(payload)
-                tree.vocab.append(toks)
-                getattr(tree, f"_commit_{kind}")(**rec)
-            except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
-                raise StoreError(f"store {self.path}: {rel} record at byte {pos} cannot be applied ({e})") from None
+                decoded.append((start,) + decode_record(payload))
+            except (ValueError, KeyError, TypeError) as e:
+                raise StoreError(f"store {self.path}: {rel} record at byte {start} cannot be read ({e})") from None
+        prev = tree.commits
+        for i, (start, kind, rec, seq, int_mode, toks, tok0) in enumerate(decoded):
+            if seq != prev:
+                raise StoreError(f"store {self.path}: {rel} record at byte {start} is out of sequence "
+                                 f"({seq} after {prev})")
+            prev = seq
+            try:
+                vocab = tree.vocab
+                if int_mode is not None and vocab.int_mode is None:  # decided after the snapshot
+                    vocab.restore(int_mode, vocab.state()[1])
+                toks = [decode_token(t) for t in toks]
+                have = len(vocab)
+                if tok0 > have or vocab.since(tok0) != toks[: have - tok0]:
+                    raise ValueError(f"its tokens start at id {tok0}, the store holds {have}")
+                vocab.append(toks[have - tok0 :])
+                if i + 1 < len(decoded) and decoded[i + 1][3] == seq:
+                    continue  # superseded: its commit did not complete in memory (module docstring)
+                tree.apply(kind, rec, seq)
+                prev = seq + 1
+            except (ValueError, KeyError, TypeError, IndexError) as e:
+                raise StoreError(f"store {self.path}: {rel} record at byte {start} cannot be applied ({e})") from None
             if kind == "fetch":
                 self.forwards += int(rec["ns"].shape[0])
             self.replayed += 1
-            pos = end
         stats.refetches = refetches  # replayed commits are not this process's forwards
         if pos < n:
             self.torn += 1
@@ -363,24 +359,70 @@ class TreeStore:
                     os.fsync(f.fileno())
         self._journal_bytes = pos
 
+    def _check_probes(self) -> None:
+        """Re-score up to :data:`PROBES` stored prefixes drawn at random and compare their stored heads
+        (``StoreError`` naming the first that differs): the identity check of a store opened without
+        ``fingerprint=`` (module docstring)."""
+        tree = self.tree
+        sizes = [int(tree.view(d).fetched.sum()) for d in range(tree.n_levels)]
+        total = sum(sizes)
+        rng = np.random.default_rng()
+        pick = np.sort(rng.choice(total, size=min(PROBES, total), replace=False)) if total else np.zeros(0, np.int64)
+        bounds = np.cumsum(sizes)
+        for d in range(tree.n_levels):
+            lo = bounds[d] - sizes[d]
+            mine = pick[(pick >= lo) & (pick < bounds[d])] - lo
+            if mine.size == 0:
+                continue
+            v = tree.view(d)
+            nodes = np.flatnonzero(v.fetched)[mine]
+            paths = tree.token_paths(d, nodes)
+            o = tree.oracle
+            pre = tree.vocab.tokens(tree.prefix)
+            prefixes = [pre + tree.vocab.tokens(r) for r in paths]
+            h = o.fetch_heads(prefixes, np.full(len(prefixes), -np.inf))
+            offs = np.cumsum(h.lens) - h.lens
+            for i, node in enumerate(nodes.tolist()):
+                ids = h.ids[offs[i] : offs[i] + h.lens[i]]
+                lps = h.lps[offs[i] : offs[i] + h.lens[i]]
+                keep = v.score[node] + lps >= v.floor[node] if v.floor[node] > -np.inf else np.ones(lps.shape[0], bool)
+                a, b = int(v.off[node]), int(v.off[node] + v.tlen[node])
+                fresh = sorted(zip(lps[keep].tolist(), ids[keep].tolist()))
+                stored = sorted(zip(v.pool_lp[a:b].tolist(), v.pool_tok[a:b].tolist()))
+                self.probed += 1
+                if fresh != stored:
+                    raise StoreError(f"store {self.path} was built with another model: the stored table at a prefix "
+                                     f"of length {d} differs from this model's (fingerprint {self.fingerprint[:21]} "
+                                     "matches; give fingerprint= to name a model)")
+
     # ------------------------------------------------------------------ write
     def _open_journal(self) -> None:
         if self._jfd is not None:
             os.close(self._jfd)
+            self._jfd = None
         jpath = os.path.join(self.path, f"journal-{self.generation}.bin")
         self._jfd = os.open(jpath, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
 
-    def _append(self, kind: str, rec: dict) -> None:
-        """Journal one commit (called by the tree before it applies it); fsynced before returning."""
+    def _append(self, kind: str, rec: dict, seq: int) -> None:
+        """Journal commit ``seq`` (called by the tree before it applies it); fsynced before returning."""
         if self._journal_bytes > max(self.checkpoint_bytes, 4 * self._snapshot_bytes):
             self.checkpoint()  # everything journaled so far is applied: snapshot it, start afresh
-        new = self.tree.vocab.since(self._ntok)
-        payload = _encode(kind, rec, _encode_tokens(new))
-        buf = _HDR.pack(_MAGIC, len(payload), zlib.crc32(payload)) + payload
+        vocab = self.tree.vocab
+        new = vocab.since(self._ntok)
+        payload = encode_record(kind, rec, seq, vocab.int_mode, encode_tokens(new), self._ntok)
+        hdr = struct.pack("<4sQI", _MAGIC, len(payload), zlib.crc32(payload))
+        buf = hdr + struct.pack("<I", zlib.crc32(hdr)) + payload
         fd = self._jfd
-        assert fd is not None
-        start = self._journal_bytes
+        if fd is None:
+            raise StoreError(f"store {self.path} is closed")
+        start = os.lseek(fd, 0, os.SEEK_END)  # the file's end, whatever an exception left uncounted
+        last = self._last
+        if last is not None and last[0] == seq:  # it supersedes a record whose commit did not complete
+            first, ntok, fwd = last[1], last[2], last[3]
+        else:
+            first, ntok, fwd = start, self._ntok, self.forwards
+        self._last = (seq, first, ntok, fwd)  # before the write: rollback(seq) cuts whatever of it is there
         try:
             os.write(fd, buf)
             os.fsync(fd)
@@ -392,8 +434,22 @@ class TreeStore:
             raise
         self._journal_bytes = start + len(buf)
         self._ntok += len(new)
-        if kind == "fetch":
-            self.forwards += int(rec["ns"].shape[0])
+        self.forwards = fwd + (int(rec["ns"].shape[0]) if kind == "fetch" else 0)
+
+    def rollback(self, seq: int) -> None:
+        """Cut commit ``seq``'s records from the journal if they are the last (its commit was rolled
+        back in memory); if the cut fails, the next record of ``seq`` supersedes them on replay."""
+        last = self._last
+        if last is None or last[0] != seq or self._jfd is None:
+            return
+        _, start, ntok, fwd = last
+        try:
+            os.ftruncate(self._jfd, start)
+            os.fsync(self._jfd)
+        except OSError:
+            return
+        self._journal_bytes, self._ntok, self.forwards = start, ntok, fwd
+        self._last = None
 
     def checkpoint(self) -> None:
         """Write the tree as snapshot generation ``K + 1`` and start its empty journal (atomic: the
@@ -413,39 +469,42 @@ class TreeStore:
             fp = os.path.join(gdir, name + ".npy")
             a = np.ascontiguousarray(a)
             with open(fp, "wb") as f:
-                w = _CrcWriter(f)
+                w = CrcWriter(f)
                 np.save(w, a, allow_pickle=False)  # through the wrapper: the checksum of what is written
                 f.flush()
                 os.fsync(f.fileno())
             files[name] = {"bytes": w.n, "crc32": w.crc, "dtype": a.dtype.str, "shape": list(a.shape)}
-        _fsync_dir(gdir)
+        fsync_dir(gdir)
         jpath = os.path.join(self.path, f"journal-{gen}.bin")
         with open(jpath, "wb") as f:
             os.fsync(f.fileno())
         int_mode, toks = tree.vocab.state()
         manifest = {"format": STORE_FORMAT, "version": STORE_VERSION, "generation": gen, "meta": self.meta,
                     "fingerprint": self.fingerprint, "tree": scalars, "files": files,
-                    "tokens": [int_mode, _encode_tokens(toks)], "forwards": self.forwards}
+                    "tokens": [int_mode, encode_tokens(toks)], "forwards": self.forwards}
+        manifest["crc32"] = manifest_crc(manifest)
         text = json.dumps(manifest, indent=1)
+
         def write(p: str) -> None:
             with open(p, "w", encoding="utf-8") as f:
                 f.write(text)
 
         atomic_write(os.path.join(self.path, MANIFEST), write)
         # the new generation is committed; the old one goes
-        if self._jfd is not None:
-            os.close(self._jfd)
-            self._jfd = None
+        jfd, self._jfd = self._jfd, None
+        if jfd is not None:
+            os.close(jfd)
+        self.generation = gen
+        self._snapshot_bytes = sum(f["bytes"] for f in files.values())
+        self._journal_bytes = 0
+        self._ntok = len(toks)
+        self._last = None
         if old is not None and old != gen:
             shutil.rmtree(os.path.join(self.path, f"gen-{old}"), ignore_errors=True)
             try:
                 os.unlink(os.path.join(self.path, f"journal-{old}.bin"))
             except FileNotFoundError:
                 pass
-        self.generation = gen
-        self._snapshot_bytes = sum(f["bytes"] for f in files.values())
-        self._journal_bytes = 0
-        self._ntok = len(toks)
         if not self.readonly and self._lock_fd is not None:
             self._open_journal()
 
@@ -458,41 +517,20 @@ class _Journal:
     def __init__(self, store: TreeStore) -> None:
         self.store = weakref.ref(store)
 
-    def __call__(self, kind: str, rec: dict) -> None:
+    def __call__(self, kind: str, rec: dict, seq: int) -> None:
         st = self.store()
         if st is not None:
-            st._append(kind, rec)
+            st._append(kind, rec, seq)
+
+    def rollback(self, seq: int) -> None:
+        st = self.store()
+        if st is not None:
+            st.rollback(seq)
 
 
-# ------------------------------------------------------------------------------------ records
-def _encode(kind: str, rec: dict, toks: list) -> bytes:
-    arrays = {"kind": np.array(kind)}
-    for k, v in rec.items():
-        if v is None:
-            continue
-        arrays["r." + k] = np.asarray(v)
-    if toks:
-        arrays["tokens"] = np.frombuffer(json.dumps(toks).encode("utf-8"), np.uint8)
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    return buf.getvalue()
-
-
-_SCALARS = {"d": int, "widest": int, "T": float, "truncated": bool}
-
-
-def _decode(payload: bytes) -> tuple[str, dict, list]:
-    with np.load(io.BytesIO(payload), allow_pickle=False) as z:
-        kind = str(z["kind"])
-        if kind not in ("fetch", "expand", "built"):
-            raise ValueError(f"unknown record kind {kind!r}")
-        rec: dict[str, Any] = {}
-        for k in z.files:
-            if k.startswith("r."):
-                name = k[2:]
-                v = z[k]
-                rec[name] = _SCALARS[name](v) if name in _SCALARS else v
-        toks = [decode_token(t) for t in json.loads(bytes(z["tokens"]).decode("utf-8"))] if "tokens" in z.files else []
-    if kind == "fetch":
-        rec.setdefault("eos_lp", None)
-    return kind, rec, toks
+def _short_pair(a: str, b: str) -> tuple[str, str]:
+    """Two different fingerprints, cut to show where they differ."""
+    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    if i < 12:
+        return a[:16], b[:16]
+    return a[:8] + "..." + a[i - 4 : i + 16], b[:8] + "..." + b[i - 4 : i + 16]

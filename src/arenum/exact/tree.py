@@ -41,16 +41,13 @@ from .._guard import deferred_interrupts
 from .levels import Level, LevelView, read_only
 from ..step import StepOracle
 from ..errors import BudgetExceeded
+from .records import HIST_BINS_PER_BIT, HIST_LEN, RECORDS, check_record
 from ..support import Support
 from .._validate import LN2
 
 __all__ = ["PrefixTree", "HIST_BINS_PER_BIT"]
 
-HIST_BINS_PER_BIT = 64
 DEFAULT_TABLE_BYTES = 2 << 30  # default budget for whole stored tables (module docstring)
-_INT32_MIN, _INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
-_HIST_MAX_BITS = 8192
-_HIST_LEN = HIST_BINS_PER_BIT * _HIST_MAX_BITS + 1
 
 
 class PrefixTree:
@@ -88,17 +85,19 @@ class PrefixTree:
         self._used_bytes = self._node_bytes  # values held by the levels' arrays
         self.built = math.inf  # every live prefix with score >= built is fetched and expanded
         self.depth_truncated = False  # a leaf-level prefix had non-eos children within budget
-        self.h_comp = np.zeros(_HIST_LEN, np.int64)  # completions seen, by 1/64-bit bin
-        self.h_pref = np.zeros(_HIST_LEN, np.int64)  # next-level prefixes seen, by bin
+        self.h_comp = np.zeros(HIST_LEN, np.int64)  # completions seen, by 1/64-bit bin
+        self.h_pref = np.zeros(HIST_LEN, np.int64)  # next-level prefixes seen, by bin
         self.fetched_nodes = 0
         self._pool_entries = 0
         self._widest = 0  # the widest whole table seen (entries)
         self._key_cache: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
         self._tuples: dict = {}  # deep levels: prefix tuples of the level fetched last and the one above
         self.progress: Callable[[dict], None] | None = None  # called after every fetched chunk
-        # every commit ("fetch", "expand", "built", its record) before it is applied, in its critical
-        # section; replaying them through _commit_* rebuilds the tree (arenum.exact.store)
-        self.journal: Callable[[str, dict], None] | None = None
+        # every commit (kind, record, sequence number) before it is applied; replaying them through
+        # apply() rebuilds the tree (arenum.exact.records, arenum.exact.store)
+        self.journal: Callable[[str, dict, int], None] | None = None
+        self.commits = 0  # commits applied (the next one's sequence number)
+        self._pending: tuple | None = None  # (kind, record, seq, undo) of a commit an exception cut short
         self._goal_bits = math.inf  # the budget the current deepen() is heading for (progress reports)
         self.lock = threading.RLock()  # held by every reader and writer above: one build at a time
 
@@ -226,11 +225,7 @@ class PrefixTree:
             widest = max(self._widest, int(heads.full.max(initial=0)))
             rec = {"d": d, "ns": ns, "kid": kid, "klp": klp, "klen": klen, "cut": cut, "keeps": keeps,
                    "eos_j": eos_j, "eos_lp": eos_lp, "widest": widest}
-            # commit, whole or not at all (an interrupt is delivered after it)
-            with deferred_interrupts():
-                if self.journal is not None:  # first: a failed write commits nothing
-                    self.journal("fetch", rec)
-                self._commit_fetch(**rec, kx=kx)
+            self._commit("fetch", rec, kx=kx)
             if self.progress is not None:
                 goal = self._goal_bits
                 self.progress({"prefixes": self.fetched_nodes, "forwards": o.stats.forwards, "level": d,
@@ -256,59 +251,78 @@ class PrefixTree:
         per_forward = st.model_seconds / st.forwards if st.forwards else 0.0
         return per_forward >= _SORT_SECONDS_PER_ENTRY * w * math.log2(w)
 
-    def _commit_fetch(self, d: int, ns: np.ndarray, kid: np.ndarray, klp: np.ndarray, klen: np.ndarray,
-                      cut: np.ndarray, keeps: np.ndarray, eos_j: np.ndarray, eos_lp: np.ndarray | None,
-                      widest: int, kx: np.ndarray | None = None) -> None:
-        """Store the fetched heads of nodes ``ns`` of level ``d`` (a journal replays exactly this;
-        ``kx``, each entry's score, is derived when not given)."""
-        lev = self.levels[d]
-        lev.drop_view()
-        is_leaf = d == self.leaf_level
-        eos = self.eos_id
-        m = ns.shape[0]
-        refetch = lev.fetched[ns].copy()
-        old_floor = np.where(refetch, lev.floor[ns], math.inf)  # entries below it are new
-        if kx is None:
-            kx = np.repeat(lev.score[ns], klen)
-            kx += klp  # s + lp, the score of each entry
-        if lev.pool_tok.a.dtype != np.int64 and kid.size > 0 and not (
-                _INT32_MIN <= kid.min() <= kid.max() <= _INT32_MAX):
-            self._used_bytes += lev.pool_tok.n * 4  # int32 -> int64
-            lev.pool_tok.widen(np.int64)
-        offs = lev.pool_lp.n + (np.cumsum(klen) - klen)
-        self._widest = widest
-        # steering histograms over the stored entries not stored before
-        if refetch.any():
-            fresh = kx < np.repeat(old_floor, klen)
-            fx, fid = kx[fresh], kid[fresh]
-        else:
-            fx, fid = kx, kid
-        bins = np.negative(fx)
-        bins /= LN2
-        bins *= HIST_BINS_PER_BIT
-        bins = np.minimum(bins.astype(np.int64), _HIST_LEN - 1)
-        if eos is None:
-            _addbins(self.h_comp if is_leaf else self.h_pref, bins)
-        else:
-            is_eos = fid == eos
-            _addbins(self.h_comp, bins[is_eos])
-            if not is_leaf:
-                _addbins(self.h_pref, bins[~is_eos])
-        lev.pool_lp.extend(klp)
-        lev.pool_tok.extend(kid)
-        self._used_bytes += klp.shape[0] * (8 + lev.pool_tok.a.itemsize)
-        self._pool_entries += klp.shape[0]
-        c = lev.cols
-        c["off"].a[ns] = offs
-        c["tlen"].a[ns] = klen
-        c["floor"].a[ns] = np.where(cut, keeps, -math.inf)
-        c["eos_j"].a[ns] = eos_j
-        if eos is not None:
-            c["eos_lp"].a[ns] = eos_lp
-        c["fetched"].a[ns] = True
-        nref = int(refetch.sum())
-        self.oracle.stats.refetches += nref
-        self.fetched_nodes += m - nref
+    # ------------------------------------------------------------------ commits (arenum.exact.records)
+    def apply(self, kind: str, rec: dict, seq: int | None = None) -> None:
+        """Apply one commit record of :data:`~arenum.exact.records.RECORDS` (a store replaying its
+        journal), all or nothing. ``seq``: the record's sequence number, which must be ``commits``
+        (``ValueError`` otherwise, or if ``rec`` lacks a field or does not fit the tree)."""
+        check_record(kind, rec)
+        if seq is not None and seq != self.commits:
+            raise ValueError(f"record {seq} does not follow commit {self.commits}")
+        with self.lock:
+            self.recover()
+            self._run(kind, rec, {}, None)
+
+    def _commit(self, kind: str, rec: dict, **extra: object) -> None:
+        """Journal ``rec``, then apply it in memory, whole or not at all whatever exception lands where
+        (SIGINT is held back; anything else rolls it back, here or at the next :meth:`recover`, and
+        cuts its record from the journal; if the cut fails, the next record supersedes it)."""
+        with self.lock, deferred_interrupts():
+            self._run(kind, rec, extra, self.journal)
+
+    def _run(self, kind: str, rec: dict, extra: dict, journal: Callable | None) -> None:
+        self.recover()
+        undo: list = []
+        written: list = [] if journal is not None else [True]
+        before = self.commits
+        self._pending = (kind, rec, before, undo, written)  # first: from here on, recover() finishes it
+        try:
+            if journal is not None:  # a failed write commits nothing
+                journal(kind, rec, before)
+                written.append(True)
+            self._save_scalars(undo)
+            RECORDS[kind].apply(self, **rec, **extra, undo=undo)
+            self.commits = before + 1  # the publish: a commit counts once this is done
+            self._pending = None
+        except BaseException:
+            self.recover()
+            raise
+
+    def recover(self) -> None:
+        """Finish a commit an exception cut short: roll it back (and cut its record from the journal),
+        or keep it if it was published (or, for ``built``, journaled: a reader may have seen it).
+        Every entry point calls this first; idempotent, so it may itself be cut short and rerun."""
+        if self._pending is None:
+            return
+        with self.lock:
+            p = self._pending
+            if p is None:
+                return
+            kind, rec, before, undo, written = p
+            if self.commits == before and kind == "built" and written:
+                RECORDS[kind].apply(self, **rec, undo=[])
+                self.commits = before + 1
+            elif self.commits == before:
+                for u in reversed(undo):
+                    u()
+                self._key_cache.clear()
+                self._tuples.clear()
+                j = self.journal
+                if j is not None and hasattr(j, "rollback"):
+                    j.rollback(before)
+            self._pending = None
+
+    def _save_scalars(self, undo: list) -> None:
+        st = self.oracle.stats
+        vals = (self.built, self.depth_truncated, self.fetched_nodes, self._pool_entries, self._widest,
+                self._used_bytes, st.refetches)
+        nlev = len(self.levels)
+
+        def back() -> None:
+            (self.built, self.depth_truncated, self.fetched_nodes, self._pool_entries, self._widest,
+             self._used_bytes, st.refetches) = vals
+            del self.levels[nlev:]
+        undo.append(back)
 
     def _expand(self, d: int, T: float) -> None:
         """Turn the stored heads of level ``d`` into child nodes of level ``d+1`` down to ``T``."""
@@ -347,19 +361,7 @@ class PrefixTree:
         pidx = lev.off[node] + j
         rec = {"d": d, "node": node, "j": j.astype(np.int32), "tok": lev.pool_tok.v[pidx],
                "score": score[node] + pool[pidx], "cand": cand, "made": h.astype(np.int32)}
-        with deferred_interrupts():  # children and `made` move together, or not at all
-            if self.journal is not None:
-                self.journal("expand", rec)
-            self._commit_expand(**rec)
-
-    def _commit_expand(self, d: int, node: np.ndarray, j: np.ndarray, tok: np.ndarray, score: np.ndarray,
-                       cand: np.ndarray, made: np.ndarray) -> None:
-        """Append the children ``node``/``j`` of level ``d`` and advance ``made`` (journaled)."""
-        if d + 1 >= len(self.levels):
-            self.levels.append(Level(d + 1, self.eos_id is not None))
-        self.levels[d + 1].append(node, j, tok, score)
-        self._used_bytes += node.shape[0] * self._node_bytes
-        self.levels[d].cols["made"].a[cand] = made
+        self._commit("expand", rec)
 
     def memory_bytes(self) -> int:
         """Bytes held by the tree's arrays (their values) and the oracle's table cache (a running
@@ -374,6 +376,7 @@ class PrefixTree:
         ``keep_margin_bits``). Exception-safe: a failing model call leaves every stored table valid
         and ``built`` unchanged, and the next call resumes.
         """
+        self.recover()
         if T >= self.built:
             return
         if keep is None:
@@ -399,15 +402,7 @@ class PrefixTree:
         trunc = self.depth_truncated
         if self.eos_id is not None and self.leaf_level < len(self.levels):
             trunc = self._depth_truncation(T)
-        rec = {"T": float(T), "truncated": bool(trunc)}
-        with deferred_interrupts():
-            if self.journal is not None:
-                self.journal("built", rec)
-            self._commit_built(**rec)
-
-    def _commit_built(self, T: float, truncated: bool) -> None:
-        """The tree is complete for threshold ``T`` (journaled)."""
-        self.depth_truncated, self.built = truncated, T
+        self._commit("built", {"T": float(T), "truncated": bool(trunc)})
 
     def _depth_truncation(self, T: float) -> bool:
         """Whether a leaf-level prefix has a non-eos child within ``T`` (or one had before)."""
@@ -429,7 +424,8 @@ class PrefixTree:
         (arrays are views: write them out before the tree changes)."""
         scalars = {"built": float(self.built).hex(), "depth_truncated": self.depth_truncated,
                    "fetched_nodes": self.fetched_nodes, "pool_entries": self._pool_entries,
-                   "widest": self._widest, "used_bytes": self._used_bytes, "n_levels": len(self.levels)}
+                   "widest": self._widest, "used_bytes": self._used_bytes, "n_levels": len(self.levels),
+                   "commits": self.commits}
         arrays = {k: h[: int(np.flatnonzero(h)[-1]) + 1] if h.any() else h[:0]  # trailing zeros dropped
                   for k, h in (("h_comp", self.h_comp), ("h_pref", self.h_pref))}
         for d, lev in enumerate(self.levels):
@@ -449,9 +445,9 @@ class PrefixTree:
         hists = []
         for k in ("h_comp", "h_pref"):
             a = arrays[k]
-            if a.ndim != 1 or a.shape[0] > _HIST_LEN or a.dtype != np.int64:
+            if a.ndim != 1 or a.shape[0] > HIST_LEN or a.dtype != np.int64:
                 raise ValueError(f"histogram {k} has dtype {a.dtype} and shape {a.shape}")
-            h = np.zeros(_HIST_LEN, np.int64)
+            h = np.zeros(HIST_LEN, np.int64)
             h[: a.shape[0]] = a
             hists.append(h)
         self.levels = levels
@@ -462,6 +458,7 @@ class PrefixTree:
         self._pool_entries = int(scalars["pool_entries"])
         self._widest = int(scalars["widest"])
         self._used_bytes = int(scalars["used_bytes"])
+        self.commits = int(scalars["commits"])
         self._key_cache.clear(), self._tuples.clear()
 
     # ------------------------------------------------------------------ read API
@@ -472,10 +469,12 @@ class PrefixTree:
 
     def view(self, d: int) -> LevelView:
         """Read-only columns of level ``d`` (see :class:`LevelView`)."""
+        self.recover()
         return self.levels[d].view()
 
     def level_size(self, d: int) -> int:
         """Nodes of level ``d`` (0 past the last level)."""
+        self.recover()
         return len(self.levels[d]) if d < len(self.levels) else 0
 
     @property
@@ -495,6 +494,7 @@ class PrefixTree:
     def child_nodes(self, d: int, parent: int, positions: np.ndarray) -> np.ndarray:
         """Node ids at level ``d`` of the children of node ``parent`` (level ``d - 1``) at table
         ``positions``; ``-1`` where no such child node exists."""
+        self.recover()
         positions = np.asarray(positions, np.int64)
         out = np.full(positions.shape[0], -1, np.int64)
         if d >= len(self.levels) or len(self.levels[d]) == 0:
@@ -546,6 +546,7 @@ class PrefixTree:
         The list is shorter than ``ids`` where the tree stops; a ``-inf`` entry means the token has
         probability 0 (absent from a whole stored table).
         """
+        self.recover()
         out: list[float] = []
         node = 0
         for d, tok in enumerate(ids):
@@ -585,7 +586,7 @@ class PrefixTree:
         if bits == math.inf:
             return 1 + int(self.h_pref.sum())
         b = int(math.floor(bits * HIST_BINS_PER_BIT))
-        return 1 + int(self.h_pref[: max(0, min(b, _HIST_LEN))].sum())
+        return 1 + int(self.h_pref[: max(0, min(b, HIST_LEN))].sum())
 
     @property
     def nbytes(self) -> int:
@@ -596,7 +597,9 @@ class PrefixTree:
         return sum(len(lev) for lev in self.levels)
 
     def _check(self) -> None:
-        """Assert the tree's invariants (for tests)."""
+        """Assert the tree's invariants (for tests; a commit an exception cut short is finished first)."""
+        self.recover()
+        assert self._pending is None
         assert self._used_bytes == sum(lev.used_bytes for lev in self.levels)
         T = self.built
         for d, lev in enumerate(self.levels):
@@ -617,11 +620,17 @@ class PrefixTree:
                 has = lev.eos_j >= 0
                 assert np.array_equal(lev.eos_lp[has], lev.pool_lp.v[lev.off[has] + lev.eos_j[has]])
                 assert (lev.eos_lp[~has] == -math.inf).all()
-            for i in np.flatnonzero(lev.fetched):
-                seg = lev.pool_lp.v[lev.off[i] : lev.off[i] + lev.tlen[i]]
-                assert (np.diff(seg) <= 0).all()
-                if lev.floor[i] > -math.inf:
-                    assert (lev.score[i] + seg >= lev.floor[i]).all()
+            fetched = np.flatnonzero(lev.fetched)
+            for a in range(0, fetched.shape[0], 1 << 16):  # heads sorted, each down to its floor
+                f = fetched[a : a + (1 << 16)]
+                lens = lev.tlen[f].astype(np.int64)
+                idx = np.repeat(lev.off[f] - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
+                seg = lev.pool_lp.v[idx]
+                first = np.zeros(seg.shape[0], bool)
+                first[(np.cumsum(lens) - lens)[lens > 0]] = True
+                assert (np.diff(seg)[~first[1:]] <= 0).all()
+                fl = np.repeat(lev.floor[f], lens)
+                assert (np.repeat(lev.score[f], lens) + seg >= fl).all()
             if T < math.inf:
                 live = lev.score >= T
                 assert lev.fetched[live].all(), f"unfetched live prefix at level {d}"
@@ -635,16 +644,7 @@ _NODE_BYTES = 65  # bytes of one node's columns (57 for a fixed-length tree)
 _ENTRY_BYTES = 12  # bytes of one stored table entry (float64 log-prob and int32 token)
 _TUPLE_CACHE_DEPTH = 24
 """From this depth on, model-call prefixes are built from their parents' (see ``_prefix_tuples``)."""
-_FETCH_ENTRIES = 1 << 18
+_FETCH_ENTRIES = 1 << 18  # about this many stored entries are fetched per round of PrefixTree._fetch
 # with a store, commits start at max(4 * batch_size, 256) prefixes and double while one takes less
 # than 0.25 s: a crash loses about that much work, and the journal's fsyncs stay a few percent
 _JOURNAL_CHUNK, _JOURNAL_SECONDS = 256, 0.25
-"""About this many stored entries are fetched per round of :meth:`PrefixTree._fetch`."""
-
-
-def _addbins(hist: np.ndarray, bins: np.ndarray) -> None:
-    """``hist[b] += 1`` for every ``b`` in ``bins`` (all in range), touching only the bins' span."""
-    if bins.size:
-        lo = int(bins.min())
-        c = np.bincount(bins - lo)
-        hist[lo : lo + c.shape[0]] += c

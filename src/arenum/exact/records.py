@@ -1,0 +1,260 @@
+"""The tree's commit records: every kind in one table, and their bytes in a store's journal.
+
+A :class:`~arenum.exact.tree.PrefixTree` changes only by commits, each one record of a kind below;
+:meth:`PrefixTree.apply` applies a record (all or nothing), and a store's journal keeps them in
+order, each with its sequence number (the tree's ``commits`` before it). The table is the schema:
+what each kind holds, and how its scalars read back.
+
+==========  ============================================================  =====================
+kind        arrays                                                        scalars
+==========  ============================================================  =====================
+``fetch``   ``ns kid klp klen cut keeps eos_j`` and ``eos_lp`` (terminating)  ``d`` int, ``widest`` int
+``expand``  ``node j tok score cand made``                                ``d`` int
+``built``   (none)                                                        ``T`` float, ``truncated`` bool
+==========  ============================================================  =====================
+
+Bytes (:func:`encode_record`): a JSON header (the kind, the sequence number, the token mode of the
+model, the tokens interned since the last record with the id of the first, so a token written twice
+is interned once, and each array's dtype and shape) and the arrays' raw bytes; no archive, no pickle.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ._arrays import Grow
+from .levels import Level
+from .._validate import LN2
+
+__all__ = ["RecordKind", "RECORDS", "check_record", "encode_record", "decode_record", "HIST_BINS_PER_BIT",
+           "HIST_LEN"]
+
+HIST_BINS_PER_BIT = 64
+"""The steering histograms' bins per bit of score."""
+HIST_LEN = HIST_BINS_PER_BIT * 8192 + 1
+_INT32_MIN, _INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
+
+
+@dataclass(frozen=True)
+class RecordKind:
+    """One kind of commit: its array fields, its scalar fields (name -> type), the optional ones, and
+    ``apply(tree, **record, undo=list)``, which changes the tree after ``undo`` learns how to take
+    each change back (everything else is computed first)."""
+
+    arrays: tuple[str, ...]
+    scalars: dict[str, type]
+    apply: Callable[..., None]
+    optional: tuple[str, ...] = ()
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return self.arrays + tuple(self.scalars)
+
+
+def check_record(kind: str, rec: dict) -> RecordKind:
+    """The kind's schema, after checking ``rec`` holds exactly its fields (``ValueError`` otherwise)."""
+    spec = RECORDS.get(kind)
+    if spec is None:
+        raise ValueError(f"unknown record kind {kind!r}")
+    need = set(spec.fields) - set(spec.optional)
+    have = {k for k, v in rec.items() if v is not None}
+    if not need <= have or not have <= set(spec.fields):
+        raise ValueError(f"a {kind} record holds {sorted(have)}, not the fields {sorted(spec.fields)}")
+    return spec
+
+
+def encode_record(kind: str, rec: dict, seq: int, int_mode: bool | None, toks: list, tok0: int) -> bytes:
+    """The bytes of one record (``toks``: JSON forms of the tokens interned since the last one, the
+    first with id ``tok0``): a JSON header (kind, numbers, tokens, and each array's dtype, shape and
+    size), its length in 4 bytes before it, then the arrays' bytes. No archive, no pickle."""
+    check_record(kind, rec)
+    spec = RECORDS[kind]
+    fields, blobs = [], []
+    for k, v in rec.items():
+        if v is None:
+            continue
+        if k in spec.scalars:
+            fields.append([k, spec.scalars[k](v)])
+            continue
+        a = np.ascontiguousarray(v)
+        fields.append([k, a.dtype.str, list(a.shape), a.nbytes])
+        blobs.append(a.tobytes())
+    head = json.dumps({"kind": kind, "seq": int(seq), "tok0": int(tok0), "mode": int_mode, "tokens": toks,
+                       "fields": fields}, separators=(",", ":")).encode("utf-8")
+    return len(head).to_bytes(4, "little") + head + b"".join(blobs)
+
+
+def decode_record(payload: bytes) -> tuple[str, dict, int, bool | None, list, int]:
+    """``(kind, record, seq, int_mode, token JSON forms, first token id)`` of :func:`encode_record`'s
+    bytes (``ValueError`` if they do not hold a record of a known kind with its fields)."""
+    n = int.from_bytes(payload[:4], "little")
+    try:
+        head = json.loads(payload[4 : 4 + n].decode("utf-8"))
+        kind, seq, tok0, mode, toks, fields = (head[k] for k in ("kind", "seq", "tok0", "mode", "tokens", "fields"))
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"the record's header is not readable ({e.__class__.__name__})") from None
+    spec = RECORDS.get(kind)
+    if spec is None:
+        raise ValueError(f"unknown record kind {kind!r}")
+    rec: dict[str, Any] = {k: None for k in spec.optional}
+    pos = 4 + n
+    for f in fields:
+        if f[0] in spec.scalars:
+            rec[f[0]] = spec.scalars[f[0]](f[1])
+            continue
+        name, dt, shape, nbytes = f
+        dtype = np.dtype(dt)
+        if dtype.hasobject or nbytes != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
+            raise ValueError(f"field {name} has dtype {dt} and {nbytes} bytes for shape {shape}")
+        rec[name] = np.frombuffer(payload, dtype, count=nbytes // dtype.itemsize, offset=pos).reshape(shape).copy()
+        pos += nbytes
+    if pos != len(payload):
+        raise ValueError(f"the record holds {len(payload) - pos} bytes past its fields")
+    check_record(kind, rec)
+    return kind, rec, int(seq), None if mode is None else bool(mode), list(toks), int(tok0)
+
+
+# ------------------------------------------------------------------------------------ applying
+def apply_fetch(tree: Any, d: int, ns: np.ndarray, kid: np.ndarray, klp: np.ndarray, klen: np.ndarray,
+                  cut: np.ndarray, keeps: np.ndarray, eos_j: np.ndarray, eos_lp: np.ndarray | None,
+                  widest: int, undo: list, kx: np.ndarray | None = None) -> None:
+    """Store the fetched heads of nodes ``ns`` of level ``d`` (a journal replays exactly this;
+    ``kx``, each entry's score, is derived when not given). Everything is computed first, then
+    each change is made after ``undo`` learns how to take it back."""
+    lev = tree.levels[d]
+    is_leaf = d == tree.leaf_level
+    eos = tree.eos_id
+    m = ns.shape[0]
+    if ns.shape != eos_j.shape or ns.shape != keeps.shape or klen.sum() != klp.shape[0] != kid.shape[0]:
+        raise ValueError("a fetch record's columns do not match")
+    refetch = lev.fetched[ns].copy()
+    old_floor = np.where(refetch, lev.floor[ns], math.inf)  # entries below it are new
+    if kx is None:
+        kx = np.repeat(lev.score[ns], klen)
+        kx += klp  # s + lp, the score of each entry
+    widen = lev.pool_tok.a.dtype != np.int64 and kid.size > 0 and not (
+        _INT32_MIN <= kid.min() <= kid.max() <= _INT32_MAX)
+    offs = lev.pool_lp.n + (np.cumsum(klen) - klen)
+    # steering histograms over the stored entries not stored before
+    if refetch.any():
+        fresh = kx < np.repeat(old_floor, klen)
+        fx, fid = kx[fresh], kid[fresh]
+    else:
+        fx, fid = kx, kid
+    bins = np.negative(fx)
+    bins /= LN2
+    bins *= HIST_BINS_PER_BIT
+    bins = np.minimum(bins.astype(np.int64), HIST_LEN - 1)
+    if eos is None:
+        adds = [(tree.h_comp if is_leaf else tree.h_pref, bins)]
+    else:
+        is_eos = fid == eos
+        adds = [(tree.h_comp, bins[is_eos])] + ([] if is_leaf else [(tree.h_pref, bins[~is_eos])])
+    c = lev.cols
+    names = ["off", "tlen", "floor", "eos_j", "fetched"] + (["eos_lp"] if eos is not None else [])
+    olds = {k: c[k].a[ns].copy() for k in names}
+    n_lp, n_tok = lev.pool_lp.n, lev.pool_tok.n
+    tok_a = lev.pool_tok.a if widen else None  # (held only then: a held array cannot be remapped)
+
+    def back() -> None:
+        lev.drop_view()
+        for k in names:
+            c[k].a[ns] = olds[k]
+        lev.pool_lp.truncate(n_lp)
+        if tok_a is not None and lev.pool_tok.a is not tok_a:  # widened
+            lev.pool_tok = _restore(tok_a, n_tok)
+        lev.pool_tok.truncate(n_tok)
+    undo.append(back)
+    spans = [(h, _span(h, b)) for h, b in adds]
+    undo.append(lambda: [_put(h, sp) for h, sp in spans])
+    # the changes
+    lev.drop_view()
+    if widen:
+        tree._used_bytes += lev.pool_tok.n * 4  # int32 -> int64
+        lev.pool_tok.widen(np.int64)
+    tree._widest = widest
+    for h, b in adds:
+        _addbins(h, b)
+    lev.pool_lp.extend(klp)
+    lev.pool_tok.extend(kid)
+    tree._used_bytes += klp.shape[0] * (8 + lev.pool_tok.a.itemsize)
+    tree._pool_entries += klp.shape[0]
+    c["off"].a[ns] = offs
+    c["tlen"].a[ns] = klen
+    c["floor"].a[ns] = np.where(cut, keeps, -math.inf)
+    c["eos_j"].a[ns] = eos_j
+    if eos is not None:
+        c["eos_lp"].a[ns] = eos_lp
+    c["fetched"].a[ns] = True
+    nref = int(refetch.sum())
+    tree.oracle.stats.refetches += nref
+    tree.fetched_nodes += m - nref
+
+
+def apply_expand(tree: Any, d: int, node: np.ndarray, j: np.ndarray, tok: np.ndarray, score: np.ndarray,
+                   cand: np.ndarray, made: np.ndarray, undo: list) -> None:
+    """Append the children ``node``/``j`` of level ``d`` and advance ``made`` (journaled)."""
+    if not node.shape == j.shape == tok.shape == score.shape or cand.shape != made.shape:
+        raise ValueError("an expand record's columns do not match")
+    lev = tree.levels[d]
+    old_made = lev.cols["made"].a[cand].copy()
+    kid = tree.levels[d + 1] if d + 1 < len(tree.levels) else None
+    n_kid = len(kid) if kid is not None else 0
+
+    def back() -> None:
+        lev.cols["made"].a[cand] = old_made
+        if kid is not None:
+            kid.drop_view()
+            for g in kid.cols.values():
+                g.truncate(n_kid)
+    undo.append(back)
+    if kid is None:
+        tree.levels.append(Level(d + 1, tree.eos_id is not None))
+    tree.levels[d + 1].append(node, j, tok, score)
+    tree._used_bytes += node.shape[0] * tree._node_bytes
+    lev.cols["made"].a[cand] = made
+
+
+def apply_built(tree: Any, T: float, truncated: bool, undo: list) -> None:
+    """The tree is complete for threshold ``T`` (journaled)."""
+    tree.depth_truncated, tree.built = truncated, T
+
+
+RECORDS: dict[str, RecordKind] = {
+    "fetch": RecordKind(("ns", "kid", "klp", "klen", "cut", "keeps", "eos_j", "eos_lp"),
+                        {"d": int, "widest": int}, apply_fetch, optional=("eos_lp",)),
+    "expand": RecordKind(("node", "j", "tok", "score", "cand", "made"), {"d": int}, apply_expand),
+    "built": RecordKind((), {"T": float, "truncated": bool}, apply_built),
+}
+"""The commit kinds of a prefix tree (module docstring)."""
+
+
+def _span(hist: np.ndarray, bins: np.ndarray) -> tuple[int, np.ndarray]:
+    """The bins of ``hist`` that :func:`_addbins` would change, copied (to take the change back)."""
+    if not bins.size:
+        return 0, hist[:0].copy()
+    lo, hi = int(bins.min()), int(bins.max()) + 1
+    return lo, hist[lo:hi].copy()
+
+
+def _put(hist: np.ndarray, span: tuple[int, np.ndarray]) -> None:
+    lo, vals = span
+    hist[lo : lo + vals.shape[0]] = vals
+
+
+def _restore(a: np.ndarray, n: int) -> Grow:
+    g = Grow.wrap(a)
+    g.n = n
+    return g
+
+
+def _addbins(hist: np.ndarray, bins: np.ndarray) -> None:
+    """``hist[b] += 1`` for every ``b`` in ``bins`` (all in range), touching only the bins' span."""
+    if bins.size:
+        lo = int(bins.min())
+        c = np.bincount(bins - lo)
+        hist[lo : lo + c.shape[0]] += c

@@ -1,0 +1,141 @@
+"""The files of a forward store: its token codec, checksummed writes and its manifest.
+
+- :func:`encode_tokens`: the JSON forms of tokens (:mod:`arenum.step`'s codec), as a :class:`StoreError`
+  when one cannot be stored.
+- :func:`crc_file`, :class:`CrcWriter`, :func:`fsync_dir`: what every file write of a store uses.
+- :func:`read_manifest`: the manifest, refused in one line (:class:`StoreError`) if it is missing,
+  unreadable, damaged (its CRC-32 covers every key), of another format version or incomplete;
+  :func:`manifest_crc` computes that CRC-32. :func:`describe_store`: a store's figures, read from it.
+
+The layout and the guarantees are :mod:`arenum.exact.store`'s.
+"""
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from typing import Any
+
+import numpy as np
+
+from ..errors import StoreError
+from ..step import encode_token
+
+__all__ = ["StoreError", "encode_tokens", "crc_file", "CrcWriter", "fsync_dir", "manifest_crc",
+           "read_manifest", "describe_store", "STORE_FORMAT", "STORE_VERSION", "MANIFEST"]
+
+STORE_FORMAT = "arenum-store"
+STORE_VERSION = 2
+MANIFEST = "manifest.json"
+
+
+def encode_tokens(toks: list) -> list:
+    """JSON forms of tokens (:func:`arenum.step.encode_token`); one that cannot be stored is a StoreError."""
+    try:
+        return [encode_token(t) for t in toks]
+    except ValueError as e:
+        raise StoreError(str(e)) from None
+
+
+def crc_file(path: str) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(1 << 22)
+            if not b:
+                return crc
+            crc = zlib.crc32(b, crc)
+
+
+class CrcWriter:
+    """A write-only file wrapper keeping the CRC-32 and size of what passes through it."""
+
+    def __init__(self, f: Any) -> None:
+        self.f, self.crc, self.n = f, 0, 0
+
+    def write(self, b: Any) -> int:
+        mv = memoryview(b).cast("B")
+        self.crc = zlib.crc32(mv, self.crc)
+        self.n += mv.nbytes
+        return self.f.write(mv)
+
+
+def fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without folder handles
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def manifest_crc(m: dict) -> int:
+    """CRC-32 of a manifest's content (every key but ``crc32``, in a canonical form)."""
+    body = {k: v for k, v in m.items() if k != "crc32"}
+    return zlib.crc32(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+
+
+def read_manifest(path: str) -> dict:
+    mpath = os.path.join(path, MANIFEST)
+    try:
+        with open(mpath, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        if not os.path.isdir(path):
+            raise StoreError(f"store {path}: no such folder") from None
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise StoreError(f"store {path}: permission denied (the folder cannot be read)") from None
+        raise StoreError(f"store {path}: no {MANIFEST} (not a store, or never completed)") from None
+    except PermissionError:
+        raise StoreError(f"store {path}: permission denied reading {MANIFEST}") from None
+    except OSError as e:
+        raise StoreError(f"store {path}: {MANIFEST} cannot be read ({e.strerror or e})") from None
+    try:
+        m = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise StoreError(f"store {path}: {MANIFEST} is damaged ({e.__class__.__name__})") from None
+    if not isinstance(m, dict) or m.get("format") != STORE_FORMAT:
+        raise StoreError(f"store {path}: {MANIFEST} is not an arenum store manifest")
+    if "crc32" in m and m["crc32"] != manifest_crc(m):
+        raise StoreError(f"store {path}: {MANIFEST} is damaged (checksum mismatch)")
+    v = m.get("version")
+    if not isinstance(v, int):
+        raise StoreError(f"store {path}: {MANIFEST} has no format version")
+    if v > STORE_VERSION:
+        raise StoreError(f"store {path}: {MANIFEST} says format version {v}, newer than this arenum reads "
+                         f"({STORE_VERSION}); upgrade arenum")
+    if v < STORE_VERSION:
+        raise StoreError(f"store {path}: {MANIFEST} says format version {v}, older than this arenum reads "
+                         f"({STORE_VERSION}); build the store again")
+    if "crc32" not in m:
+        raise StoreError(f"store {path}: {MANIFEST} is damaged (no checksum)")
+    for k in ("generation", "files", "tree", "meta", "fingerprint", "tokens", "forwards"):
+        if k not in m:
+            raise StoreError(f"store {path}: {MANIFEST} lacks {k!r}")
+    return m
+
+
+def describe_store(path: str | os.PathLike) -> dict:
+    """What a store holds, from its manifest and journal, without opening the tree (for ``arenum info``)."""
+    path = os.fspath(path)
+    m = read_manifest(path)
+    try:
+        return _describe(path, m)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise StoreError(f"store {path}: {MANIFEST} does not describe a store ({e.__class__.__name__}: {e})") from None
+
+
+def _describe(path: str, m: dict) -> dict:
+    jpath = os.path.join(path, f"journal-{m['generation']}.bin")
+    jbytes = os.path.getsize(jpath) if os.path.exists(jpath) else 0
+    snap = sum(int(f["bytes"]) for f in m["files"].values())
+    t = m["tree"]
+    return {"path": path, "version": m["version"], "meta": m["meta"], "fingerprint": m["fingerprint"],
+            "generation": m["generation"], "snapshot_bytes": snap, "journal_bytes": jbytes,
+            "built_bits": 0.0 if float.fromhex(t["built"]) == float("inf") else -float.fromhex(t["built"]) / np.log(2),
+            "prefixes": int(t["fetched_nodes"]), "levels": int(t["n_levels"]), "forwards": int(m["forwards"]),
+            "note": "snapshot figures; the journal adds what was built since"}
