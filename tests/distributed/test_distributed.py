@@ -21,7 +21,7 @@ from arenum import AutoregressiveEnumerable
 from arenum import StoreError, WorkerError
 from arenum.distributed import DistributedEnumerable, ModelSpec, ShardPlan, plan_shards
 from arenum.exact import PROBES
-from arenum.testing import EnumerableFactory, brute_force
+from arenum.testing import EnumerableFactory, RandomModel, brute_force
 
 CASES = [
     # (vocab, length, terminating, peak, ties, form)
@@ -169,12 +169,47 @@ def test_a_store_reopens_without_forwards_and_refuses_another_model(tmp_path):
         assert dist.slice(0, len(bf)) == bf
     with DistributedEnumerable(fac, 2, backend="local", store=tmp_path / "s") as dist:
         assert dist.slice(0, len(bf)) == bf
-        assert dist.stats["forwards"] <= 2  # the root table of each worker's fingerprint, nothing else
+        # the root table of each worker's fingerprint, and the probes (no fingerprint= was given)
+        assert dist.stats["forwards"] <= 2 * (1 + PROBES + PROBES * 4)
     with pytest.raises(StoreError, match="workers"):
         DistributedEnumerable(fac, 3, backend="local", store=tmp_path / "s")
     other = _factory(case, seed=99)
     with pytest.raises(StoreError):
         DistributedEnumerable(other, 2, backend="local", store=tmp_path / "s")
+
+
+class _SameRootFactory:
+    """Worker ``k`` gets model ``seeds[k % 2]`` past the first step, all the same first step (the
+    local backend calls the factory once per worker, in order)."""
+
+    def __init__(self, case, seeds):
+        self.case, self.seeds, self.calls = case, seeds, 0
+
+    def __call__(self):
+        from arenum import AutoregressiveEnumerable
+
+        V, L, term, peak, ties, form = self.case
+        seed = self.seeds[self.calls % 2]
+        self.calls += 1
+        root = RandomModel(V, seed=self.seeds[0], peak=peak, eos=0 if term else None, eos_boost=2.0)
+        m = RandomModel(V, seed=seed, peak=peak, eos=0 if term else None, eos_boost=2.0)
+        m.logprobs = lambda prefix, _m=RandomModel.logprobs: _m(root if not prefix else m, prefix)
+        return AutoregressiveEnumerable(m, eos=m.eos, max_len=L)
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[3], CASES[5]])
+def test_workers_with_different_models_of_the_same_first_step_are_refused(case):
+    for trial in range(6):
+        fac = _SameRootFactory(case, (trial, 100 + trial))
+        with pytest.raises(ValueError, match="another model") as e:
+            DistributedEnumerable(fac, 2, backend="local")
+        assert "\n" not in str(e.value)
+        same = _SameRootFactory(case, (trial, trial))  # the same model everywhere: accepted, exact
+        V, L, term = case[:3]
+        bf = brute_force(RandomModel(V, seed=trial, peak=case[3], eos=0 if term else None, eos_boost=2.0).table,
+                         fixed_len=None if term else L, eos=0 if term else None, cap=L)
+        with DistributedEnumerable(same, 2, backend="local") as dist:
+            assert dist.count(-math.inf) == len(bf) and dist.slice(0, len(bf)) == bf
 
 
 @pytest.mark.parametrize("vocab", [[b"a", b"bb", b"\xff", b"<eos>"], ["a", "b", "c", "<eos>"]])

@@ -28,13 +28,18 @@ Estimated unrank. A rank maps to a fine bucket ``B`` and an offset inside it; th
 REAL model (one forward per step, memoized): every table entry gets the envelope's count of its
 completions landing in ``B``, the offset picks the entry and is rescaled to the next level's counts.
 Returned sequences are real, with exact log-probs. Where the estimate promised completions the real
-model lacks, the walk takes the entry whose range is nearest to ``B``, so the envelope guarantees
-only bucket order, and only as far as its counts are right; it is not known to be COMPLETE. It sets
+model lacks, the walk takes the entry whose range is nearest to ``B``; if it ends outside ``B``, a
+depth-first search (at most ``SEARCH_FORWARDS`` tables, guided by the same counts) looks for a real
+sequence in ``B``, so that ``unrank(i)`` lies inside its own ``rank_bracket`` (which reports bucket
+positions here) wherever the real model has one within reach. The envelope guarantees only bucket
+order, and only as far as its counts are right; it is not known to be COMPLETE. Ranks are integers
+end to end (counts compared exactly at any size, e.g. past ``2**53``). It sets
 ``exact_order = False`` and ``dropped_upper = inf``, so a :class:`arenum.RescoredIndex` built on it
 orders by it but never certifies.
 
 Cost: at most ``n_paths`` forwards per depth (per state, for the lattice) to build, ``O(L)`` forwards
-per ``unrank``, none per ``count``/``threshold``/``mass_above``.
+per ``unrank`` (plus at most ``SEARCH_FORWARDS`` when its walk misses the bucket), none per
+``count``/``threshold``/``mass_above``.
 
 This module gives no confidence intervals: :mod:`arenum.beyond.estimate` does.
 """
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 import math
 import threading
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -59,6 +65,8 @@ if TYPE_CHECKING:
 __all__ = ["AREnvelopeIndex", "EnvelopeBase", "StepTable", "calibration_ids", "MAX_PAIRS", "GRID_PER_BUCKET"]
 
 _MAX_BUDGET_BITS = 4096.0
+SEARCH_FORWARDS = 256
+"""Tables an estimated ``unrank`` may read to find a sequence in its rank's bucket when the walk missed it."""
 _START = -1
 """State of the empty prefix."""
 
@@ -263,7 +271,7 @@ class EnvelopeBase:
         return self
 
     def _ensure_rank(self, i: int) -> None:
-        while (self._bucket_cum.size == 0 or self._bucket_cum[-1] < i + 0.5) and self.pruned \
+        while (self._bucket_cum.size == 0 or not float(self._bucket_cum[-1]) > i) and self.pruned \
                 and self.budget_bits < _MAX_BUDGET_BITS:
             self._build(min(_MAX_BUDGET_BITS, max(self.budget_bits * 1.5, self.budget_bits + 8.0)))
 
@@ -321,7 +329,7 @@ class EnvelopeBase:
         k = exact_int("rank", rank, minimum=1)
         self._ensure_rank(k - 1)
         cum = self._total.cum()
-        j = int(np.searchsorted(cum, k - 0.5, side="left"))  # first atom whose cumulative count reaches k
+        j = first_above(cum, k - 1)  # first atom whose cumulative count reaches k
         if j >= cum.size:
             if not self.pruned:
                 raise IndexError(f"rank {k} is beyond the envelope's support ({self.size():.6g} sequences)")
@@ -335,17 +343,21 @@ class EnvelopeBase:
         """Envelope estimate of ``sum(1 for x in support if s(x) > s(sequence))`` and the mass at or
         above it; the sequence's own log-prob is exact (one forward per step, memoized).
 
-        A :class:`RankBracket` (unpacks as ``(rank_lo, rank_hi)``, the seed system's pair):
-        ``rank_lo``/``rank_hi`` are the positions the envelope's order gives the sequence's score (from
-        the number strictly above to the number at or above, less one). ``exact=False``,
-        ``method='envelope'``: it is the exact rank where the module docstring says."""
+        A :class:`RankBracket` (unpacks as ``(rank_lo, rank_hi)``, the seed system's pair), integer
+        positions: where the answers are exact (exact atoms, tables that agree), from the number of
+        sequences strictly above the score to the number at or above, less one; elsewhere, the
+        positions of the score's fine bucket (the envelope guarantees only bucket order), so that
+        ``unrank(i)``'s sequence, which lies in rank ``i``'s bucket, has ``i`` inside its bracket.
+        ``exact=False``, ``method='envelope'``."""
         seq = tuple(sequence)
         s = self._score(seq)
         if s == -math.inf:
             raise ValueError(f"sequence {seq!r} is outside the support or has probability 0; its rank is undefined")
         self._ensure_budget(-s / LN2 + 1e-9)
-        above = self._total.count_gt(s)
-        at = self._total.count_ge(s)
+        if self.exact_atoms and self.tables_agree:
+            above, at = int(self._total.count_gt(s)), int(self._total.count_ge(s))
+        else:
+            above, at = self._bucket_positions(s)
         m = self._total.mass_ge(s)
         return RankBracket(rank=above, cumulative=m, log_prob=s, exact=False, method="envelope",
                                  rank_lo=above, rank_hi=max(above, at - 1), cumulative_lo=m, cumulative_hi=m,
@@ -366,20 +378,33 @@ class EnvelopeBase:
             s = s + float(lp[hit[0]])
         return s
 
+    def _bucket_positions(self, s: float) -> tuple[int, int]:
+        """``(first, end)`` integer positions of the fine bucket of score ``s`` (``end`` exclusive):
+        the ranks ``i`` with ``cum[b-1] <= i < cum[b]``, as :meth:`bucket_of_rank` maps them."""
+        cum = self._bucket_cum
+        b = int(math.floor((-s / LN2) / self.quantizer.fine_width_bits)) - self._fb0
+        if cum.size == 0 or b < 0:
+            return 0, 0
+        b = min(b, cum.size - 1)
+        lo = math.ceil(float(cum[b - 1])) if b > 0 else 0
+        return lo, max(lo, math.ceil(float(cum[b])))
+
     def bucket_of_rank(self, i: int) -> tuple[int, float]:
-        """``(fine bucket, offset)`` of rank ``i`` under the envelope's counts; the offset is the centre
+        """``(fine bucket, offset)`` of rank ``i`` under the envelope's counts: the first bucket whose
+        cumulative count passes ``i`` (compared exactly, at any size); the offset is the centre
         ``i + 0.5`` of the rank's unit interval, measured from the bucket's start."""
         i = _rank_index(i)
         self._ensure_rank(i)
         cum = self._bucket_cum
-        if cum.size == 0 or i + 0.5 > cum[-1]:
+        if cum.size == 0 or not float(cum[-1]) > i:
             full = all(t.same_size for tabs in self._tabs[: self._depth] for t in tabs.values())
             if not self.pruned and full:  # else the real support may be larger than the estimate
                 raise IndexError(f"rank {i} is beyond the support ({self.size():.6g} sequences)")
             b = int(cum.size - 1)
-            return self._fb0 + b, float(i + 0.5 - (cum[b - 1] if b else 0.0))
-        b = int(np.searchsorted(cum, i + 0.5, side="left"))
-        return self._fb0 + b, float(i + 0.5 - (cum[b - 1] if b > 0 else 0.0))
+        else:
+            b = first_above(cum, i)
+        start = Fraction(float(cum[b - 1])) if b else Fraction(0)
+        return self._fb0 + b, float(i - start) + 0.5
 
     @locked
     def unrank(self, i: int) -> SequenceResult:
@@ -395,6 +420,8 @@ class EnvelopeBase:
                 return SequenceResult(r[0], r[1], exact=False, method="exact_order", rank=i)
         lo, hi = self.quantizer.bucket_log_prob_bounds(fb)
         seq, lp = self._walk(lo, hi, o, self._bucket_count(fb))
+        if not lo < lp <= hi:  # the walk missed the bucket: look for a real sequence in it
+            seq, lp = self._search(lo, hi) or (seq, lp)
         return SequenceResult(seq, lp, exact=False, method="envelope", rank=i)
 
     @locked
@@ -459,6 +486,44 @@ class EnvelopeBase:
                 break
         return oracle.tokens(o_ids), s
 
+    def _counts(self, d: int, x: np.ndarray, term: np.ndarray, st: np.ndarray, lo: float, hi: float) -> np.ndarray:
+        """The envelope's count of the completions in ``(lo, hi]`` through each entry of a depth-``d`` table."""
+        c = np.zeros(x.size)
+        c[term] = ((x[term] > lo) & (x[term] <= hi)).astype(float)
+        for c2 in np.unique(st[~term]):
+            m = ~term & (st == c2)
+            S = self._suffix(self._S, d + 1, int(c2))
+            if len(S):
+                cum = self._Scum[d + 1][int(c2)] if d + 1 < self._depth else S.cum()
+                c[m] = S.count_in(lo - x[m], hi - x[m], cum)
+        return c
+
+    def _search(self, lo: float, hi: float) -> tuple[tuple, float] | None:
+        """A real sequence with score in ``(lo, hi]``, searched depth first down the entries the envelope
+        counts most completions in the bucket through (at most ``SEARCH_FORWARDS`` tables); ``None``
+        if none is found. Makes an estimated ``unrank(i)`` land in rank ``i``'s bucket, hence inside
+        its own ``rank_bracket``, wherever the real model has a sequence there within reach."""
+        oracle = self._oracle
+        Dmax = self._depth_limit()
+        stack: list[tuple[list, float, int]] = [([], 0.0, 0)]
+        for _ in range(SEARCH_FORWARDS):
+            if not stack:
+                return None
+            path, s, d = stack.pop()
+            ids, lps = oracle.table(oracle.tokens(path))
+            x = s + lps
+            term = ids == self.eos_id if self.eos_id is not None else np.full(ids.size, d == Dmax - 1)
+            hit = np.flatnonzero(term & (x > lo) & (x <= hi))
+            if hit.size:
+                j = int(hit[0])
+                return oracle.tokens(path + [int(ids[j])]), s + float(lps[j])
+            if d + 1 >= Dmax:
+                continue
+            c = self._counts(d, x, term, self._next_states(ids), lo, hi)
+            for j in np.flatnonzero(~term & (c > 0))[np.argsort(c[~term & (c > 0)], kind="stable")]:
+                stack.append((path + [int(ids[j])], s + float(lps[j]), d + 1))
+        return None
+
     def _nearest(self, x: np.ndarray, term: np.ndarray, st: np.ndarray, d: int, lo: float, hi: float) -> int:
         """Entry whose reachable range ``[x + min S, x + max S]`` is nearest to the bucket ``(lo, hi]``."""
         top = np.where(term, x, -np.inf)
@@ -475,20 +540,20 @@ class EnvelopeBase:
     def _unrank_exact(self, i: int) -> tuple[tuple, float] | None:
         """The exact index's ``i``-th sequence, when the tables agree and the atoms are exact; ``None``
         if the real model contradicts the envelope (or the counting grows past ``MAX_PAIRS``)."""
-        cum = self._total.cum()
-        j = int(np.searchsorted(cum, i + 0.5, side="left"))
+        cum = int_cum(self._total.w)  # integers here (tables that agree weigh 1): exact at any size
+        j = first_above(cum, i)
         if j >= cum.size:
             return None
         v = float(self._total.v[j])
-        o = i - (float(cum[j - 1]) if j else 0.0)
+        o = i - (int(cum[j - 1]) if j else 0)
         hits = self._exact_counts(np.zeros(1), np.full(1, _START, np.int64), 0, self._depth_limit(), v)
         if hits is None:
             return None
-        by_len = np.cumsum(hits[0])  # shorter first
-        k = int(np.searchsorted(by_len, o + 0.5, side="left"))
+        by_len = int_cum(hits[0])  # shorter first
+        k = first_above(by_len, o)
         if k >= by_len.size:
             return None
-        o -= float(by_len[k - 1]) if k else 0.0
+        o -= int(by_len[k - 1]) if k else 0
         length = k + 1
         oracle = self._oracle
         o_ids: list[int] = []
@@ -506,11 +571,11 @@ class EnvelopeBase:
                 if h is None:
                     return None
                 cnt[keep] = h[:, length - 1]
-            cc = np.cumsum(cnt)
-            j = int(np.searchsorted(cc, o + 0.5, side="left"))
+            cc = int_cum(cnt)
+            j = first_above(cc, o)
             if j >= cc.size:
                 return None
-            o -= float(cc[j - 1]) if j else 0.0
+            o -= int(cc[j - 1]) if j else 0
             o_ids.append(int(ids[j]))
             s = s + float(lps[j])
         return oracle.tokens(o_ids), s
@@ -524,6 +589,36 @@ class EnvelopeBase:
         for D in [self._total, *(x for Sd in self._S for x in Sd.values())]:
             assert (np.diff(D.v) < 0).all() and (D.w > 0).all()
         assert (np.diff(self._bucket_cum) >= -1e-9).all()
+
+
+def int_cum(counts: np.ndarray) -> np.ndarray:
+    """Cumulative sums of integer-valued float ``counts`` as exact integers (``int64`` while they fit
+    in 2**53, Python integers past it)."""
+    c = np.asarray(counts, np.float64)
+    if c.size == 0 or float(c.sum()) < 2.0**53:
+        return np.cumsum(np.rint(c).astype(np.int64))
+    return np.cumsum(np.array([int(x) for x in c.tolist()], dtype=object))
+
+
+def first_above(cum: np.ndarray, i: int) -> int:
+    """The first ``j`` with ``cum[j] > i`` (``len(cum)`` if none), ``cum`` ascending (floats or exact
+    integers) and ``i`` an integer of any size, compared exactly (no rounding of ``i`` to a float)."""
+    n = int(cum.shape[0])
+    kind = cum.dtype.kind
+    conv = float if kind == "f" else int
+
+    def above(k: int) -> bool:
+        return conv(cum[k]) > i  # a Python float or int against an int: exact
+
+    if n == 0 or not above(n - 1):
+        return n
+    j = int(np.searchsorted(cum, float(i) if kind == "f" else (i if kind == "O" else min(i, 2**62)), side="right"))
+
+    while j > 0 and above(j - 1):
+        j -= 1
+    while j < n and not above(j):
+        j += 1
+    return j
 
 
 def _rank_index(i: Any) -> int:

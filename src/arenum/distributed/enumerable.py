@@ -22,7 +22,7 @@ from .._validate import exact_int, optional_exact_int
 from ..enumerable import AutoregressiveEnumerable
 from ..beyond import INTERVALS, BeyondExact, Interval, MonteCarloEstimator, SampleSet
 from ..errors import StoreError
-from ..exact import SeekIndex
+from ..exact import PROBES, SeekIndex
 from .backend import LocalBackend, RayBackend, start_ray
 from .merge import DistributedSeek, MergedTree
 from .plan import ShardPlan, plan_shards
@@ -105,6 +105,8 @@ class DistributedEnumerable(AutoregressiveEnumerable):
                 diff = sorted(k for k in ref if ref[k] != got.get(k))
                 raise ValueError(f"worker {j} loaded another model or settings than worker 0 (differs in: "
                                  f"{', '.join(diff)})")
+        if be.n > 1 and not ref["fingerprint_given"]:
+            _same_model(be)
         cfg = be.call(0, "settings")
         if cfg.branch_cap is not None or cfg.logprob_error or cfg.exact_limit is not None:
             raise ValueError("branch_cap, logprob_error and exact_limit are not supported across workers")
@@ -300,3 +302,19 @@ def _default_workers(backend: str, address: str | None, gpus: float) -> int:
     res = ray.cluster_resources()
     n = res.get("GPU", 0) if gpus else res.get("CPU", 1)
     return max(1, int(n))
+
+
+def _same_model(be: Any) -> None:
+    """Refuse workers whose models differ past the first step (their fingerprints, hashes of the
+    first-step table, agree): the tables along :data:`~arenum.exact.store.PROBES` paths drawn from
+    worker 0's model (a fresh seed each time) are hashed on every worker and compared. A model that
+    differs from worker 0's at tables that a path drawn from worker 0's model meets with probability
+    ``q`` passes with probability at most ``(1 - q) ** PROBES``."""
+    seed = int(np.random.SeedSequence().entropy % (1 << 62))
+    prefixes = be.call(0, "probe_prefixes", PROBES, seed)
+    digests = be.map("probe_digest", [(prefixes,)] * be.n)
+    for j, dg in enumerate(digests[1:], 1):
+        if dg != digests[0]:
+            raise ValueError(f"worker {j} loaded another model than worker 0: their first steps agree but their "
+                             f"tables differ along {PROBES} paths drawn from worker 0's model (give each the same "
+                             "model, or a ModelSpec / fingerprint= naming it)")

@@ -10,6 +10,7 @@ Every method takes and returns plain values (numbers, lists, small arrays), chea
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import time
@@ -93,6 +94,7 @@ class ShardWorker:
         self.ar, self.worker, self.store_dir = ar, int(worker), store
         self.oracle = ar.oracle
         self._fp = fingerprint
+        self._fp_given = fingerprint is not None  # else the root table's hash, and probes check the rest
         self.plan: ShardPlan | None = None
         self.tree: PrefixTree | None = None
         self.store = None
@@ -119,7 +121,51 @@ class ShardWorker:
                 "cap": cfg.cap, "terminating": cfg.terminating, "branch_cap": cfg.branch_cap,
                 "norm_tol": cfg.norm_tol, "leaf_level": self.ar.support.leaf_level,
                 "int_mode": self.oracle.int_mode, "batch_size": cfg.batch_size,
-                "planned": self.plan is not None}
+                "fingerprint_given": self._fp_given, "planned": self.plan is not None}
+
+    def probe_prefixes(self, k: int, seed: int) -> list[tuple]:
+        """The prefixes along ``k`` paths drawn from this worker's model (seeded), each to a random
+        length below the cap: what :meth:`probe_digest` hashes on every worker, so that workers that
+        loaded different models are told apart past the first step (``k`` forwards per step)."""
+        rng = np.random.default_rng(seed)
+        cap = self.ar.support.leaf_level + 1
+        ends = rng.integers(1, max(cap, 1) + 1, size=k)
+        eos = self.oracle.eos_id
+        paths = [()] * k
+        out = {()}
+        for d in range(int(ends.max())):
+            live = [i for i in range(k) if ends[i] > d and paths[i] is not None]
+            if not live:
+                break
+            h = self.oracle.fetch_heads([paths[i] for i in live], np.full(len(live), -math.inf))
+            offs = np.cumsum(h.lens) - h.lens
+            for r, i in enumerate(live):
+                lps = h.lps[offs[r] : offs[r] + h.lens[r]]
+                if lps.size == 0:
+                    paths[i] = None
+                    continue
+                p = np.exp(lps - lps.max())
+                j = int(rng.choice(lps.size, p=p / p.sum()))
+                tid = int(h.ids[offs[r] + j])
+                if tid == eos:
+                    paths[i] = None
+                    continue
+                paths[i] = paths[i] + self.oracle.tokens([tid])
+                if d + 1 < cap:
+                    out.add(paths[i])
+        return sorted(out, key=lambda q: (len(q), repr(q)))
+
+    def probe_digest(self, prefixes: list[tuple]) -> str:
+        """A hash of this worker's whole tables (tokens and log-probs, sorted) at ``prefixes``."""
+        h = hashlib.sha256()
+        heads = self.oracle.fetch_heads([tuple(q) for q in prefixes], np.full(len(prefixes), -math.inf))
+        offs = np.cumsum(heads.lens) - heads.lens
+        for r in range(len(prefixes)):
+            ids = heads.ids[offs[r] : offs[r] + heads.lens[r]]
+            lps = heads.lps[offs[r] : offs[r] + heads.lens[r]]
+            rows = sorted(zip(lps.tolist(), [repr(t) for t in self.oracle.tokens(ids)]))
+            h.update(repr(rows).encode("utf-8"))
+        return h.hexdigest()
 
     def settings(self) -> Any:
         """The enumeration's :class:`~arenum.settings.Settings` (from the factory's enumerable)."""
@@ -146,7 +192,7 @@ class ShardWorker:
         if self.store_dir is not None:
             os.makedirs(self.store_dir, exist_ok=True)
             fp = f"{self.fingerprint()}|plan:{plan.digest()}|worker:{self.worker}/{plan.workers}"
-            self.store = open_store(self.store_dir, tree, cfg, fp, False)
+            self.store = open_store(self.store_dir, tree, cfg, fp, False, probe=not self._fp_given)
             self._restored = self.store.forwards  # forwards saved before this process started
             if not _saved:
                 write_atomic(os.path.join(self.store_dir, PLAN_FILE), plan.to_json())

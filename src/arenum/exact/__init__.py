@@ -25,7 +25,7 @@ from .tree import DEFAULT_TABLE_BYTES, HIST_BINS_PER_BIT, PrefixTree
 
 __all__ = [
     "BUDGET_HINT", "CountHistogram", "CountIndex", "DEFAULT_TABLE_BYTES", "ExactIndex", "HIST_BINS_PER_BIT",
-    "Limits", "PrefixTree", "Quantizer", "SeekIndex", "TreeStore",
+    "Limits", "PROBES", "PrefixTree", "Quantizer", "SeekIndex", "TreeStore",
     "autoregressive_count_index", "best_first", "build_count_index", "default_max_bytes",
     "describe_store", "float_units", "mass_bracket", "open_store", "root_fingerprint", "to_float",
     "values",
