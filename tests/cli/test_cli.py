@@ -436,3 +436,16 @@ def test_hf_damaged_checkpoint_is_a_one_line_error(tmp_path):
     weights.write_bytes(weights.read_bytes()[:100])
     err = fails("top", "3", "-m", f"hf:{tmp_path}", "--max-len", 2)
     assert "cannot load hf model" in err and "SafetensorError" in err and "internal error" not in err, err
+
+
+def test_count_accepts_minus_infinity_as_the_threshold(tmp_path):
+    from arenum.models.ngram import NGramModel
+
+    NGramModel.fit(["ab", "ba", "abc"] * 3, order=2).save(tmp_path / "m.npz")
+    p = run("count", "--model", tmp_path / "m.npz", "--max-len", "4", "--min-log-prob", "-inf", "--json")
+    assert p.returncode == 0, p.stderr.decode()
+    doc = json.loads(p.stdout)
+    assert doc["exact"] and doc["count"] > 0
+    q = run("count", "--model", tmp_path / "m.npz", "--max-len", "4", "--min-log-prob", "inf")
+    assert q.returncode == 2 and b"finite" in q.stderr
+

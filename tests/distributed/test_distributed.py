@@ -178,6 +178,26 @@ def test_a_store_reopens_without_forwards_and_refuses_another_model(tmp_path):
         DistributedEnumerable(other, 2, backend="local", store=tmp_path / "s")
 
 
+def test_an_error_closing_the_workers_does_not_hide_the_one_that_left_the_block(monkeypatch):
+    from arenum.distributed import backend
+
+    fac = _factory(CASES[0])
+
+    def failing_close(self):
+        raise RuntimeError("worker 1 could not start")
+
+    with pytest.raises(KeyError) as e:
+        with DistributedEnumerable(fac, 2, backend="local") as dist:
+            monkeypatch.setattr(backend.LocalBackend, "close", failing_close)
+            dist.count(-2.0)
+            raise KeyError("the block's own error")
+    assert "could not start" in " ".join(getattr(e.value, "__notes__", []))
+    monkeypatch.undo()
+    with pytest.raises(RuntimeError, match="could not start"):  # alone, it is raised
+        with DistributedEnumerable(fac, 2, backend="local"):
+            monkeypatch.setattr(backend.LocalBackend, "close", failing_close)
+
+
 class _SameRootFactory:
     """Worker ``k`` gets model ``seeds[k % 2]`` past the first step, all the same first step (the
     local backend calls the factory once per worker, in order)."""
@@ -199,6 +219,7 @@ class _SameRootFactory:
 
 @pytest.mark.parametrize("case", [CASES[0], CASES[3], CASES[5]])
 def test_workers_with_different_models_of_the_same_first_step_are_refused(case):
+    # (issue 26 item 3: before, the answers mixed the two models)
     for trial in range(6):
         fac = _SameRootFactory(case, (trial, 100 + trial))
         with pytest.raises(ValueError, match="another model") as e:

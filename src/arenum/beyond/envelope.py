@@ -27,13 +27,12 @@ depends on how much the steps depend on what the state forgets; ``docs/envelope.
 Estimated unrank. A rank maps to a fine bucket ``B`` and an offset inside it; the walk goes down the
 REAL model (one forward per step, memoized): every table entry gets the envelope's count of its
 completions landing in ``B``, the offset picks the entry and is rescaled to the next level's counts.
-Returned sequences are real, with exact log-probs. Where the estimate promised completions the real
-model lacks, the walk takes the entry whose range is nearest to ``B``; if it ends outside ``B``, a
-depth-first search (at most ``SEARCH_FORWARDS`` tables, guided by the same counts) looks for a real
-sequence in ``B``, so that ``unrank(i)`` lies inside its own ``rank_bracket`` (which reports bucket
-positions here) wherever the real model has one within reach. The envelope guarantees only bucket
-order, and only as far as its counts are right; it is not known to be COMPLETE. Ranks are integers
-end to end (counts compared exactly at any size, e.g. past ``2**53``). It sets
+Returned sequences are real, with exact log-probs. Where the walk ends outside ``B`` (the estimate
+promised completions the real model lacks), a count-guided depth-first search (``SEARCH_FORWARDS``
+tables at most) looks for a real sequence in ``B``, so ``unrank(i)`` lies inside its own
+``rank_bracket`` (bucket positions here) wherever one is within reach; else the nearest entry's.
+Only bucket order is guaranteed, as far as the counts are right; not COMPLETE. Ranks are integers
+end to end (:mod:`arenum.beyond.ranks`). It sets
 ``exact_order = False`` and ``dropped_upper = inf``, so a :class:`arenum.RescoredIndex` built on it
 orders by it but never certifies.
 
@@ -54,6 +53,7 @@ import numpy as np
 
 from .._guard import locked
 from .._validate import exact_int, finite_float, LN2
+from .ranks import calibration_ids, first_above, int_cum, rank_index
 from .atoms import GRID_PER_BUCKET, MAX_PAIRS, Dist, StepTable, convolve, exact_counts, mix_all
 from ..exact import Quantizer
 from ..results import CountResult, MassBracket, RankBracket, SequenceResult, ThresholdResult
@@ -62,11 +62,10 @@ from ..support import Support
 if TYPE_CHECKING:
     from ..step import StepOracle
 
-__all__ = ["AREnvelopeIndex", "EnvelopeBase", "StepTable", "calibration_ids", "MAX_PAIRS", "GRID_PER_BUCKET"]
+__all__ = ["AREnvelopeIndex", "EnvelopeBase", "StepTable", "MAX_PAIRS", "GRID_PER_BUCKET"]
 
 _MAX_BUDGET_BITS = 4096.0
-SEARCH_FORWARDS = 256
-"""Tables an estimated ``unrank`` may read to find a sequence in its rank's bucket when the walk missed it."""
+SEARCH_FORWARDS = 256  # tables an estimated unrank may read to find a sequence in its bucket
 _START = -1
 """State of the empty prefix."""
 
@@ -343,12 +342,10 @@ class EnvelopeBase:
         """Envelope estimate of ``sum(1 for x in support if s(x) > s(sequence))`` and the mass at or
         above it; the sequence's own log-prob is exact (one forward per step, memoized).
 
-        A :class:`RankBracket` (unpacks as ``(rank_lo, rank_hi)``, the seed system's pair), integer
-        positions: where the answers are exact (exact atoms, tables that agree), from the number of
-        sequences strictly above the score to the number at or above, less one; elsewhere, the
-        positions of the score's fine bucket (the envelope guarantees only bucket order), so that
-        ``unrank(i)``'s sequence, which lies in rank ``i``'s bucket, has ``i`` inside its bracket.
-        ``exact=False``, ``method='envelope'``."""
+        A :class:`RankBracket` (unpacks as ``(rank_lo, rank_hi)``), integer positions: where exact
+        (exact atoms, tables that agree) from the count strictly above the score to the count at or
+        above, less one; elsewhere the score's fine bucket's positions (only bucket order is
+        guaranteed). ``exact=False``, ``method='envelope'``."""
         seq = tuple(sequence)
         s = self._score(seq)
         if s == -math.inf:
@@ -379,8 +376,7 @@ class EnvelopeBase:
         return s
 
     def _bucket_positions(self, s: float) -> tuple[int, int]:
-        """``(first, end)`` integer positions of the fine bucket of score ``s`` (``end`` exclusive):
-        the ranks ``i`` with ``cum[b-1] <= i < cum[b]``, as :meth:`bucket_of_rank` maps them."""
+        """``(first, end)``: the ranks ``i`` with ``cum[b-1] <= i < cum[b]``, ``b`` the bucket of ``s``."""
         cum = self._bucket_cum
         b = int(math.floor((-s / LN2) / self.quantizer.fine_width_bits)) - self._fb0
         if cum.size == 0 or b < 0:
@@ -390,10 +386,9 @@ class EnvelopeBase:
         return lo, max(lo, math.ceil(float(cum[b])))
 
     def bucket_of_rank(self, i: int) -> tuple[int, float]:
-        """``(fine bucket, offset)`` of rank ``i`` under the envelope's counts: the first bucket whose
-        cumulative count passes ``i`` (compared exactly, at any size); the offset is the centre
-        ``i + 0.5`` of the rank's unit interval, measured from the bucket's start."""
-        i = _rank_index(i)
+        """``(fine bucket, offset)`` of rank ``i``: the first bucket whose cumulative count passes ``i``
+        (exactly, at any size); the offset is ``i + 0.5`` measured from the bucket's start."""
+        i = rank_index(i)
         self._ensure_rank(i)
         cum = self._bucket_cum
         if cum.size == 0 or not float(cum[-1]) > i:
@@ -421,7 +416,7 @@ class EnvelopeBase:
         lo, hi = self.quantizer.bucket_log_prob_bounds(fb)
         seq, lp = self._walk(lo, hi, o, self._bucket_count(fb))
         if not lo < lp <= hi:  # the walk missed the bucket: look for a real sequence in it
-            seq, lp = self._search(lo, hi) or (seq, lp)
+            seq, lp = self._search(lo, hi, i) or (seq, lp)
         return SequenceResult(seq, lp, exact=False, method="envelope", rank=i)
 
     @locked
@@ -458,14 +453,7 @@ class EnvelopeBase:
             x = s + lps
             term = ids == self.eos_id if self.eos_id is not None else np.full(ids.size, d == Dmax - 1)
             st = self._next_states(ids)
-            c = np.zeros(ids.size)
-            c[term] = ((x[term] > lo) & (x[term] <= hi)).astype(float)
-            for c2 in np.unique(st[~term]):
-                m = ~term & (st == c2)
-                S = self._suffix(self._S, d + 1, int(c2))
-                if len(S):
-                    cum = self._Scum[d + 1][int(c2)] if d + 1 < self._depth else S.cum()
-                    c[m] = S.count_in(lo - x[m], hi - x[m], cum)
+            c = self._counts(d, x, term, st, lo, hi)
             tot = float(c.sum())
             if tot <= 0:
                 j = self._nearest(x, term, st, d, lo, hi)
@@ -498,11 +486,11 @@ class EnvelopeBase:
                 c[m] = S.count_in(lo - x[m], hi - x[m], cum)
         return c
 
-    def _search(self, lo: float, hi: float) -> tuple[tuple, float] | None:
-        """A real sequence with score in ``(lo, hi]``, searched depth first down the entries the envelope
-        counts most completions in the bucket through (at most ``SEARCH_FORWARDS`` tables); ``None``
-        if none is found. Makes an estimated ``unrank(i)`` land in rank ``i``'s bucket, hence inside
-        its own ``rank_bracket``, wherever the real model has a sequence there within reach."""
+    def _search(self, lo: float, hi: float, i: int) -> tuple[tuple, float] | None:
+        """A real sequence with score in ``(lo, hi]`` (``None`` if none within ``SEARCH_FORWARDS``
+        tables), depth first down the entries in an order drawn by their envelope completions in the
+        bucket (seeded by the rank ``i``, so that the ranks of one bucket spread over its sequences)."""
+        rng = np.random.default_rng(i % (1 << 63))
         oracle = self._oracle
         Dmax = self._depth_limit()
         stack: list[tuple[list, float, int]] = [([], 0.0, 0)]
@@ -515,12 +503,14 @@ class EnvelopeBase:
             term = ids == self.eos_id if self.eos_id is not None else np.full(ids.size, d == Dmax - 1)
             hit = np.flatnonzero(term & (x > lo) & (x <= hi))
             if hit.size:
-                j = int(hit[0])
+                j = int(hit[rng.integers(hit.size)])
                 return oracle.tokens(path + [int(ids[j])]), s + float(lps[j])
             if d + 1 >= Dmax:
                 continue
             c = self._counts(d, x, term, self._next_states(ids), lo, hi)
-            for j in np.flatnonzero(~term & (c > 0))[np.argsort(c[~term & (c > 0)], kind="stable")]:
+            live = np.flatnonzero(~term & (c > 0))
+            keys = np.log(c[live]) + rng.gumbel(size=live.size)  # a draw in proportion to the counts
+            for j in live[np.argsort(keys, kind="stable")]:  # the first drawn is pushed last: popped first
                 stack.append((path + [int(ids[j])], s + float(lps[j]), d + 1))
         return None
 
@@ -591,44 +581,6 @@ class EnvelopeBase:
         assert (np.diff(self._bucket_cum) >= -1e-9).all()
 
 
-def int_cum(counts: np.ndarray) -> np.ndarray:
-    """Cumulative sums of integer-valued float ``counts`` as exact integers (``int64`` while they fit
-    in 2**53, Python integers past it)."""
-    c = np.asarray(counts, np.float64)
-    if c.size == 0 or float(c.sum()) < 2.0**53:
-        return np.cumsum(np.rint(c).astype(np.int64))
-    return np.cumsum(np.array([int(x) for x in c.tolist()], dtype=object))
-
-
-def first_above(cum: np.ndarray, i: int) -> int:
-    """The first ``j`` with ``cum[j] > i`` (``len(cum)`` if none), ``cum`` ascending (floats or exact
-    integers) and ``i`` an integer of any size, compared exactly (no rounding of ``i`` to a float)."""
-    n = int(cum.shape[0])
-    kind = cum.dtype.kind
-    conv = float if kind == "f" else int
-
-    def above(k: int) -> bool:
-        return conv(cum[k]) > i  # a Python float or int against an int: exact
-
-    if n == 0 or not above(n - 1):
-        return n
-    j = int(np.searchsorted(cum, float(i) if kind == "f" else (i if kind == "O" else min(i, 2**62)), side="right"))
-
-    while j > 0 and above(j - 1):
-        j -= 1
-    while j < n and not above(j):
-        j += 1
-    return j
-
-
-def _rank_index(i: Any) -> int:
-    """A rank argument: an exact integer (``TypeError``/``ValueError`` otherwise), ``IndexError`` if < 0."""
-    i = exact_int("i", i)
-    if i < 0:
-        raise IndexError(f"i must be >= 0, got {i}")
-    return i
-
-
 class AREnvelopeIndex(EnvelopeBase):
     """The mean-field envelope: one pooled step table per depth (module docstring). Built by
     ``enumerable.envelope_index(n_paths=64, seed=0, budget_bits=64.0)``, or, as in the seed system,
@@ -688,25 +640,3 @@ class AREnvelopeIndex(EnvelopeBase):
     def __repr__(self) -> str:
         return (f"AREnvelopeIndex(n_paths={self.n_paths}, budget_bits={self.budget_bits:g}, "
                 f"size~{self.size():.4g}, exact_atoms={self.exact_atoms})")
-
-
-def calibration_ids(oracle: "StepOracle", support: Support, seqs: Sequence[Sequence[Any]]) -> list[tuple]:
-    """Id tuples of the calibration sequences' non-eos tokens (checked against the support)."""
-    if isinstance(seqs, (str, bytes)) or not hasattr(seqs, "__iter__"):
-        raise TypeError(f"calibration_sequences must be a list of sequences, got {type(seqs).__name__}")
-    seqs = [tuple(s) for s in seqs]
-    if not seqs:
-        raise ValueError("calibration_sequences must hold at least one sequence")
-    oracle.table(())  # decides the token mode
-    out = []
-    for s in seqs:
-        if not support.contains(s):
-            want = (f"length {support.fixed_len}" if support.fixed_len is not None
-                    else f"length 1..{support.cap}, ending in eos {support.eos!r} (and only there)")
-            raise ValueError(f"calibration sequence {s!r} has length {len(s)}; the support needs {want}")
-        body = s if support.fixed_len is not None else s[:-1]
-        ids = oracle.ids_of(body)
-        if any(i is None for i in ids):
-            raise ValueError(f"calibration sequence {s!r} has a token the model never produced")
-        out.append(tuple(int(i) for i in ids))
-    return out

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from .._validate import exact_int, finite_float, optional_exact_int
-from .envelope import AREnvelopeIndex, EnvelopeBase, calibration_ids
+from .envelope import AREnvelopeIndex, EnvelopeBase
+from .ranks import calibration_ids
 from ..exact import Quantizer
 from ..support import Support
 

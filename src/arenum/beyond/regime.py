@@ -19,7 +19,7 @@ from ..exact import PrefixTree
 from ..settings import Settings
 from ..step import FiniteStateTables, StepOracle
 from ..support import Support
-from .sampling import check_sample_bytes, draw_samples
+from .sampling import SAMPLE_BYTES_PER_DRAW, check_sample_bytes, draw_samples
 
 if TYPE_CHECKING:  # pragma: no cover
     from .envelope import AREnvelopeIndex
@@ -49,6 +49,7 @@ class BeyondExact:
         self._certified: dict[float, CertifiedCounter] = {}
         self._fs_sampler: FiniteStateSampler | None = None
         self._envelopes: dict[tuple, Any] = {}
+        self._room: int | None = None  # bytes the next draws may use (check_room), None: no budget
 
     # ------------------------------------------------------------------ Monte Carlo
     def cached_estimator(self, key: tuple) -> MonteCarloEstimator | None:
@@ -59,7 +60,10 @@ class BeyondExact:
         """Raise :class:`BudgetExceeded` before any forward if ``n`` more draws, with the draw sets
         cached, ``held_bytes`` (the tree and the index) and the oracle's table cache, would pass
         ``max_bytes``."""
-        check_sample_bytes(n, [k[0] for k in self._mc], held_bytes + self.oracle.cache_bytes, self.settings.max_bytes)
+        held = held_bytes + self.oracle.cache_bytes
+        check_sample_bytes(n, [k[0] for k in self._mc], held, self.settings.max_bytes)
+        mb = self.settings.max_bytes
+        self._room = None if mb is None else mb - held - SAMPLE_BYTES_PER_DRAW * sum(k[0] for k in self._mc)
 
     def draw(self, key: tuple, head: ExactHead | None) -> MonteCarloEstimator:
         """The estimator for ``key = (n, seed, head wanted, interval)``, drawn once and cached: ``n``
@@ -74,6 +78,7 @@ class BeyondExact:
             tree=self.tree if head is not None else None, head_T=head.T if head is not None else math.inf,
             head_count=head.count if head is not None else 0,
             finite_state=self.state_sampler() if head is None else None,
+            max_bytes=self._room,  # the drawing's working memory too: batches that fit (draw_samples)
         )
         est = self._mc[key] = MonteCarloEstimator(samples, confidence=self.settings.confidence, interval=interval,
                                                   head=head)

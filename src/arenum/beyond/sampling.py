@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ..step import StepOracle
     from ..exact import PrefixTree
 
-__all__ = ["ARSampler", "Draw", "SampleSet", "check_sample_bytes", "draw_samples", "head_masses"]
+__all__ = ["ARSampler", "Draw", "SampleSet", "check_sample_bytes", "draw_samples", "draw_work_bytes", "head_masses"]
 
 _ENTRY_CHUNK = 1 << 22  # table entries held at once while drawing one level (bounds memory for big V)
 _KEEP_SUBTREE = 1e-9  # relative floor of a child's tail weight: keeps q > 0 on every tail sequence
@@ -152,6 +152,7 @@ def draw_samples(
     tokens: bool = False,
     remember: bool = False,
     finite_state: FiniteStateSampler | None = None,
+    max_bytes: int | None = None,
 ) -> SampleSet:
     """Draw ``n`` sequences level by level: every live draw advances one token per level, and a
     level's distinct prefixes are scored in one batched call per chunk (``oracle.fetch_rows``).
@@ -163,9 +164,13 @@ def draw_samples(
     sequences (``seqs``); otherwise only scores, ``log_q``, lengths and 64-bit keys are kept.
     ``remember``: add the scored tables to the oracle's cache (off: draws visit each prefix about
     once). ``finite_state``: walk these tables by state ids instead (no model call; plain draws only).
+    ``max_bytes``: the memory the drawing may use; the draws are made in batches whose working
+    memory (:func:`draw_work_bytes` a draw) fits it, one generator running through them (one batch,
+    the draws of an unbounded call, while they fit); ``BudgetExceeded`` if the kept arrays alone
+    (``SAMPLE_BYTES_PER_DRAW`` a draw) do not.
     """
     n = exact_int("n", n, minimum=1)
-    fixed_len, eos_id, cap = support.fixed_len, support.eos_id, support.cap
+    fixed_len, cap = support.fixed_len, support.cap
     rng = np.random.default_rng(seed)
     use_head = tree is not None and head_T < math.inf
     L = fixed_len if fixed_len is not None else cap
@@ -179,95 +184,80 @@ def draw_samples(
                          extra={"sampler": "finite_state"})
     f0 = oracle.stats.forwards + oracle.stats.refetches
     H = head_masses(tree, head_T) if use_head else None
-    score = np.zeros(n)
-    log_q = np.zeros(n)
-    complete = np.zeros(n, np.bool_)
-    length = np.zeros(n, np.int32)
-    keys = np.zeros(n, np.uint64)
-    seqs: list[tuple] | None = [()] * n if tokens else None
+    batch = n
+    if max_bytes is not None:
+        room = max_bytes - SAMPLE_BYTES_PER_DRAW * n
+        if room <= 0:
+            raise BudgetExceeded(f"{n:,} Monte Carlo draws keep about {SAMPLE_BYTES_PER_DRAW * n:,} bytes > "
+                                 f"max_bytes={max_bytes:,}; draw fewer or raise max_bytes")
+        batch = max(1, min(n, room // draw_work_bytes(L, tokens)))
+    out = _Drawn(n, tokens)
+    for a in range(0, n, batch):
+        _draw_levels(oracle, support, rng, out, a, min(n, a + batch), tree if use_head else None, H, head_T,
+                     remember)
+    head_mass = float(H[0][0]) if use_head and H and H[0].size else 0.0
+    return SampleSet(
+        score=out.score, log_q=out.log_q, complete=out.complete, seqs=out.seqs,
+        head_T=head_T if use_head else math.inf, head_count=int(head_count) if use_head else 0,
+        head_mass=head_mass, forwards=oracle.stats.forwards + oracle.stats.refetches - f0, seed=seed,
+        length=out.length, keys=out.keys,
+        extra={"sampler": "levels", **({"batches": -(-n // batch)} if batch < n else {})},
+    )
+
+
+def draw_work_bytes(L: int, tokens: bool) -> int:
+    """Upper estimate of one live draw's working memory while drawing sequences of up to ``L`` steps:
+    its prefix tuple and token objects (``72 + 40 L``), its index arrays and the temporaries of a
+    level (``160``), and with ``tokens`` the kept sequence again."""
+    return 160 + (72 + 40 * L) * (2 if tokens else 1)
+
+
+class _Drawn:
+    """The arrays the draws fill (``SAMPLE_BYTES_PER_DRAW`` a draw, and the sequences if kept)."""
+
+    def __init__(self, n: int, tokens: bool) -> None:
+        self.score, self.log_q = np.zeros(n), np.zeros(n)
+        self.complete = np.zeros(n, np.bool_)
+        self.length = np.zeros(n, np.int32)
+        self.keys = np.zeros(n, np.uint64)
+        self.seqs: list[tuple] | None = [()] * n if tokens else None
+
+
+def _draw_levels(oracle: "StepOracle", support: Support, rng: np.random.Generator, out: _Drawn, lo: int, hi: int,
+                 tree: "PrefixTree | None", H: list | None, head_T: float, remember: bool) -> None:
+    """Draws ``lo..hi-1`` of ``out``, level by level (see :func:`draw_samples`)."""
+    fixed_len, eos_id, cap = support.fixed_len, support.eos_id, support.cap
+    L = fixed_len if fixed_len is not None else cap
+    use_head = tree is not None
     convert = not oracle.int_mode  # the callback takes the model's tokens; ids are kept here
     # current level: distinct prefixes (id tuples), each live draw's prefix, each prefix's tree node
     prefixes: list[tuple] = [()]
-    pid = np.zeros(n, np.int64)
+    pid = np.zeros(hi - lo, np.int64)
     node_of = np.array([0 if use_head else -1], np.int64)
-    alive = np.arange(n, dtype=np.int64)
-    v_seen = 256  # widest table seen: sizes the chunks of rows scored at once
+    alive = np.arange(lo, hi, dtype=np.int64)
+    v_seen = [256]  # widest table seen: sizes the chunks of rows scored at once
     for d in range(L):
         if alive.size == 0:
             break
-        m = len(prefixes)
-        na = alive.size
-        tok = np.empty(na, np.int64)
-        lp = np.empty(na)
-        lq = np.empty(na)
-        nxt_node = np.full(na, -1, np.int64)
         terminal_level = fixed_len is not None and d == fixed_len - 1
-        step = max(1, _ENTRY_CHUNK // v_seen)
-        if m > step:  # several chunks of rows: group the draws by prefix
-            order = np.argsort(pid, kind="stable")
-            spid = pid[order]
-            bounds = np.searchsorted(spid, np.arange(m + 1))
-        else:
-            order = spid = bounds = None
-        a = 0
-        while a < m:
-            b = min(m, a + step)
-            chunk = prefixes[a:b]
-            nodes = node_of[a:b]
-            known = _whole_tables(tree, d, nodes) if use_head and (nodes >= 0).any() else None
-            lps, ids = oracle.fetch_rows([oracle.tokens(p) for p in chunk] if convert else chunk, remember=remember,
-                                         known=known)
-            k, W = lps.shape
-            v_seen = max(v_seen, W)
-            with np.errstate(under="ignore"):
-                w = np.exp(lps)  # conditional probabilities, row by row (0 where no entry)
-            child = None
-            if use_head and (nodes >= 0).any():
-                child = _tail_weights(tree, H, head_T, d, nodes, lps, ids, w, eos_id, terminal_level)
-            cum = quantized_cumsum(w).reshape(-1)  # running integer widths, row by row
-            if order is None:
-                idx = slice(None)
-                base = pid * W
-            else:
-                c0, c1 = bounds[a], bounds[b]
-                idx = order[c0:c1]  # positions in `alive` of the draws in rows a..b
-                base = (spid[c0:c1] - a) * W
-            g = base + row_search(cum, base, W, uniform_ints(rng, base.shape[0]))
-            tok[idx] = ids.reshape(-1)[g] if ids.ndim == 2 else ids[g - base]
-            lp[idx] = lps.reshape(-1)[g]
-            wg = cum[g]
-            inner = g > base
-            wg[inner] -= cum[g[inner] - 1]  # the drawn entry's own width (exact integers)
-            lq[idx] = log_width(wg)
-            if child is not None:
-                nxt_node[idx] = child.reshape(-1)[g]
-            a = b
+        tok, lp, lq, nxt_node = _draw_step(oracle, rng, prefixes, pid, node_of, d, v_seen, tree, H, head_T,
+                                           terminal_level, convert, remember, eos_id)
         who = alive
-        score[who] += lp
-        log_q[who] += lq
-        keys[who] = mix_keys(keys[who], tok)
-        length[who] = d + 1
-        ended = tok == eos_id if eos_id is not None else np.zeros(na, np.bool_)
-        complete[who[ended]] = True
+        out.score[who] += lp
+        out.log_q[who] += lq
+        out.keys[who] = mix_keys(out.keys[who], tok)
+        out.length[who] = d + 1
+        ended = tok == eos_id if eos_id is not None else np.zeros(who.size, np.bool_)
+        out.complete[who[ended]] = True
         if terminal_level:
             ended[:] = True
-            complete[who] = True
+            out.complete[who] = True
         last = d == L - 1  # depth cap reached: the remaining draws are incomplete
-        # the next level's distinct prefixes: distinct (prefix id, token) pairs, as one int64 key
-        tmin = int(tok.min())
-        span = int(tok.max()) - tmin + 1
-        if m * span < 2**62:
-            upair, inv = np.unique(pid * span + (tok - tmin), return_inverse=True)
-            up, ut = np.divmod(upair, span)
-            ut += tmin
-        else:
-            pairs, inv = np.unique(np.stack([pid, tok], axis=1), axis=0, return_inverse=True)
-            up, ut = pairs[:, 0], pairs[:, 1]
-        inv = inv.reshape(-1)
-        if seqs is not None:
+        up, ut, inv = _pairs(pid, tok, len(prefixes))
+        if out.seqs is not None:
             fin = np.flatnonzero(ended | last)
             for i, (p_, t_) in zip(fin.tolist(), zip(up[inv[fin]].tolist(), ut[inv[fin]].tolist())):
-                seqs[int(who[i])] = prefixes[p_] + (t_,)
+                out.seqs[int(who[i])] = prefixes[p_] + (t_,)
         if last:
             break
         new_node = np.full(up.shape[0], -1, np.int64)
@@ -279,13 +269,75 @@ def draw_samples(
         pid = pid.reshape(-1).astype(np.int64)
         prefixes = [prefixes[p_] + (t_,) for p_, t_ in zip(up[live_p].tolist(), ut[live_p].tolist())]
         node_of = new_node[live_p]
-    head_mass = float(H[0][0]) if use_head and H and H[0].size else 0.0
-    return SampleSet(
-        score=score, log_q=log_q, complete=complete, seqs=seqs,
-        head_T=head_T if use_head else math.inf, head_count=int(head_count) if use_head else 0,
-        head_mass=head_mass, forwards=oracle.stats.forwards + oracle.stats.refetches - f0, seed=seed,
-        length=length, keys=keys, extra={"sampler": "levels"},
-    )
+
+
+def _pairs(pid: np.ndarray, tok: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The next level's distinct prefixes: distinct (prefix id, token) pairs ``(up, ut)`` and each
+    draw's pair ``inv`` (as one int64 key when the product fits)."""
+    tmin = int(tok.min())
+    span = int(tok.max()) - tmin + 1
+    if m * span < 2**62:
+        upair, inv = np.unique(pid * span + (tok - tmin), return_inverse=True)
+        up, ut = np.divmod(upair, span)
+        ut += tmin
+    else:
+        pairs, inv = np.unique(np.stack([pid, tok], axis=1), axis=0, return_inverse=True)
+        up, ut = pairs[:, 0], pairs[:, 1]
+    return up, ut, inv.reshape(-1)
+
+
+def _draw_step(oracle: "StepOracle", rng: np.random.Generator, prefixes: list[tuple], pid: np.ndarray,
+               node_of: np.ndarray, d: int, v_seen: list, tree: "PrefixTree | None", H: list | None, head_T: float,
+               terminal_level: bool, convert: bool, remember: bool, eos_id: int | None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One level: score the distinct ``prefixes`` (in chunks of rows) and draw each live draw's next
+    token. Returns per live draw: token id, its log-prob, its proposal log-prob, its tree node."""
+    m = len(prefixes)
+    na = pid.shape[0]
+    tok = np.empty(na, np.int64)
+    lp = np.empty(na)
+    lq = np.empty(na)
+    nxt_node = np.full(na, -1, np.int64)
+    step = max(1, _ENTRY_CHUNK // v_seen[0])
+    if m > step:  # several chunks of rows: group the draws by prefix
+        order = np.argsort(pid, kind="stable")
+        spid = pid[order]
+        bounds = np.searchsorted(spid, np.arange(m + 1))
+    else:
+        order = spid = bounds = None
+    a = 0
+    while a < m:
+        b = min(m, a + step)
+        chunk = prefixes[a:b]
+        nodes = node_of[a:b]
+        use = tree is not None and (nodes >= 0).any()
+        known = _whole_tables(tree, d, nodes) if use else None
+        lps, ids = oracle.fetch_rows([oracle.tokens(p) for p in chunk] if convert else chunk, remember=remember,
+                                     known=known)
+        k, W = lps.shape
+        v_seen[0] = max(v_seen[0], W)
+        with np.errstate(under="ignore"):
+            w = np.exp(lps)  # conditional probabilities, row by row (0 where no entry)
+        child = _tail_weights(tree, H, head_T, d, nodes, lps, ids, w, eos_id, terminal_level) if use else None
+        cum = quantized_cumsum(w).reshape(-1)  # running integer widths, row by row
+        if order is None:
+            idx = slice(None)
+            base = pid * W
+        else:
+            c0, c1 = bounds[a], bounds[b]
+            idx = order[c0:c1]  # positions in `alive` of the draws in rows a..b
+            base = (spid[c0:c1] - a) * W
+        g = base + row_search(cum, base, W, uniform_ints(rng, base.shape[0]))
+        tok[idx] = ids.reshape(-1)[g] if ids.ndim == 2 else ids[g - base]
+        lp[idx] = lps.reshape(-1)[g]
+        wg = cum[g]
+        inner = g > base
+        wg[inner] -= cum[g[inner] - 1]  # the drawn entry's own width (exact integers)
+        lq[idx] = log_width(wg)
+        if child is not None:
+            nxt_node[idx] = child.reshape(-1)[g]
+        a = b
+    return tok, lp, lq, nxt_node
 
 
 def _whole_tables(tree: "PrefixTree", d: int, nodes: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:

@@ -29,6 +29,14 @@ from .servecmd import add_serve_parser, EXAMPLES as SERVE_EXAMPLES
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (``arenum: error: ...``, exit 2) instead of usage dumps."""
 
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        # "-inf" after an option reads as an option to argparse: keep it the option's value
+        a = list(sys.argv[1:] if args is None else args)
+        for i in range(len(a) - 1, 0, -1):
+            if a[i - 1].startswith("--") and "=" not in a[i - 1] and a[i].lower() in ("-inf", "-infinity"):
+                a[i - 1 : i + 1] = [f"{a[i - 1]}={a[i]}"]
+        return super().parse_known_args(a, namespace)
+
     def error(self, message: str) -> None:  # type: ignore[override]
         where = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
         sys.stderr.write(f"arenum: error: {where}{message} (see '{self.prog} --help')\n")
@@ -58,15 +66,15 @@ def _int_type(name: str, minimum: int) -> Callable[[str], int]:
 
 
 def _float_type(name: str, lo: float | None = None, hi: float | None = None,
-                lo_open: bool = False) -> Callable[[str], float]:
-    """A finite float, optionally in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
+                lo_open: bool = False, neg_inf: bool = False) -> Callable[[str], float]:
+    """A finite float (or ``-inf`` with ``neg_inf``), optionally in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
 
     def parse(text: str) -> float:
         try:
             f = float(text.strip())
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not math.isfinite(f):
+        if not math.isfinite(f) and not (neg_inf and f == -math.inf):
             raise argparse.ArgumentTypeError(f"{name} must be finite, got {text!r}")
         if lo is not None and (f <= lo if lo_open else f < lo):
             raise argparse.ArgumentTypeError(f"{name} must be {'>' if lo_open else '>='} {lo:g}, got {text!r}")
@@ -184,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     thr_opts = _Parser(add_help=False)
     t = thr_opts.add_mutually_exclusive_group(required=True)
-    t.add_argument("--min-log-prob", type=_float_type("--min-log-prob"), metavar="X",
+    t.add_argument("--min-log-prob", type=_float_type("--min-log-prob", neg_inf=True), metavar="X",
                    help="threshold on log p (natural log, e.g. -13.86)")
     t.add_argument("--bits", type=_float_type("--bits"), metavar="B",
                    help="threshold in bits: min_log_prob = -B ln 2 (p >= 2^-B)")

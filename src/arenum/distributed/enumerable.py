@@ -145,6 +145,16 @@ class DistributedEnumerable(AutoregressiveEnumerable):
                 self._backend = None
                 self._drop_tmp()
 
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        """:meth:`close`; an error while closing the workers (say, a restarted worker that cannot
+        start) does not hide the exception that left the block: it is added to it as a note."""
+        try:
+            self.close()
+        except Exception as e:
+            if ev is None:
+                raise
+            ev.add_note(f"closing the workers also failed: {type(e).__name__}: {e}")
+
     def _drop_tmp(self) -> None:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
