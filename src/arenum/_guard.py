@@ -41,11 +41,19 @@ def deferred_interrupts() -> Iterator[None]:
     def hold(signum: int, frame: Any) -> None:
         got.append((signum, frame))
 
-    signal.signal(signal.SIGINT, hold)
-    try:
+    late: list[BaseException] = []
+    try:  # installed inside the try: an exception landing right after still restores the handler
+        signal.signal(signal.SIGINT, hold)
         yield
     finally:
-        signal.signal(signal.SIGINT, old)
+        while True:  # restored whatever lands here (another signal handler raising): raised after
+            try:
+                signal.signal(signal.SIGINT, old)
+                break
+            except BaseException as e:  # noqa: BLE001 - re-raised below
+                late.append(e)
+        if late:
+            raise late[0]
         if got:
             raise KeyboardInterrupt
 
