@@ -25,7 +25,7 @@ CASE = textwrap.dedent("""
     import json, resource, sys, time
     import numpy as np
     from arenum import AutoregressiveEnumerable
-    from arenum.results import BudgetExceeded
+    from arenum import BudgetExceeded
     from arenum.testing import RandomModel
     kind, mib, draws, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     def rss():  # peak RSS so far, bytes (Linux reports KiB)

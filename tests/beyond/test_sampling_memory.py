@@ -10,7 +10,7 @@ import pytest
 
 from arenum import AutoregressiveEnumerable
 from arenum.beyond.sampling import SAMPLE_BYTES_PER_DRAW, draw_samples, draw_work_bytes
-from arenum.results import BudgetExceeded
+from arenum import BudgetExceeded
 from arenum.testing import RandomModel, brute_force
 
 
