@@ -250,6 +250,13 @@ def test_guessing_curve_past_the_cap_is_flagged_and_bounded():
         if p.exact:
             assert p.fraction == q.fraction
         assert p.lo <= p.fraction <= p.hi
+        assert p.lo <= q.fraction <= p.hi  # the truth inside the band
+        if p.hi > p.lo:  # the point strictly inside a band of width, the band named
+            assert p.lo < p.fraction < p.hi and p.point_method == "expected_fraction"
+            assert p.band in ("certified", "monte_carlo 95%", "certified + monte_carlo 95%") or "monte_carlo" in p.band
+    for it in cur.items:
+        if it.rank_lo < it.rank_hi:
+            assert it.rank_lo < it.rank < it.rank_hi
 
 
 def test_cli_eval_two_models(tmp_path, model_path):
@@ -268,7 +275,7 @@ def test_cli_eval_two_models(tmp_path, model_path):
         assert p["exact"] and p["fraction"] == sum(1 for s in _test_set() if s in rank and rank[s] < p["guesses"]) / 9
     assert png.read_bytes()[:8] == PNG_SIG and png.stat().st_size > 5000
     rows = csv_path.read_text().splitlines()
-    assert rows[0] == "model,guesses,fraction,lo,hi,exact" and len(rows) > 40
+    assert rows[0] == "model,guesses,fraction,lo,hi,exact,band,point_method" and len(rows) > 40
     text = ok("eval", model_path, tmp_path / "test.txt", "--max-len", "4", "--max-guesses", "100")
     assert "guesses" in text and "100" in text and "unrankable" in text
     p = run("eval", model_path)

@@ -516,7 +516,8 @@ class AutoregressiveEnumerable:
         """
         seq, s = self._canonical(sequence)
         if s == -math.inf:
-            why = "is outside the declared support" if not self.support.contains(seq) else "has probability 0"
+            out = self.support.why_outside(seq)
+            why = f"is outside the declared support: {out}" if out is not None else "has probability 0"
             raise ValueError(f"sequence {short_repr(seq)} {why}; its rank is undefined")
         return self._answers().rank(s)
 
@@ -552,14 +553,15 @@ class AutoregressiveEnumerable:
         """Same as ``unrank(nucleus_size(target).size - 1)`` with its masses: the sequence at which the
         descending cumulative mass first reaches ``target``.
 
-        Cost as :meth:`nucleus_size`; ``rank`` is ``nucleus_size(target).size - 1``; exact up to float rounding.
+        Cost as :meth:`nucleus_size`; ``rank`` is ``nucleus_size(target).size_lo - 1`` (``size - 1`` when
+        exact); exact up to float rounding.
         """
         r = self._answers().nucleus_size(probability("target", target))
         if r.truncated:
             return SeekResult(rank=r.size_lo, sequence=None, log_prob=r.threshold, target=r.p,
                               mass_lo=r.mass_lo, mass_hi=r.mass_hi, exact=False, truncated=True)
-        seq, lp = self._position(r.size - 1)
-        return SeekResult(rank=r.size - 1, sequence=seq, log_prob=lp, target=r.p, mass_lo=r.mass_lo,
+        seq, lp = self._position(r.size_lo - 1)  # the shortest head that may hold target (exact: the one)
+        return SeekResult(rank=r.size_lo - 1, sequence=seq, log_prob=lp, target=r.p, mass_lo=r.mass_lo,
                           mass_hi=r.mass_hi, exact=r.exact)
 
     # ------------------------------------------------------------------ past the exact budget

@@ -3,15 +3,33 @@
 ``exact`` says whether the point value is the true value; ``method`` names how it was obtained:
 ``"exact"`` (full index at the needed budget), ``"bracket"`` (a certified bracket, e.g. a resource
 cap or ``branch_cap`` prevented exactness), ``"certified"`` (the finite-state DP's certified bracket
-at any depth, :mod:`arenum.beyond.certified`) or an estimator's name (Monte Carlo, envelope), which
-then carries standard errors and a confidence interval.
+at any depth, :mod:`arenum.beyond.certified`), ``"logprob_error"`` (a bracket for the true model of
+a declared per-step error) or an estimator's name (``"monte_carlo"``, ``"envelope"``), which then
+carries standard errors and a confidence interval.
+
+The point value of a non-exact answer (:func:`point_value`, the one rule every record applies):
+
+1. with an estimate (Monte Carlo, envelope) strictly inside the bracket: the estimate
+   (``point_method='estimate'``); an estimate on or outside an end contradicts the bracket and is
+   not used (the middle below is taken);
+2. otherwise the bracket's middle, in the scale of the quantity: for counts, ranks and sizes the
+   geometric middle of ``lo + 1`` and ``hi + 1``, minus 1 (``'geometric_middle'``; the ``+ 1``
+   makes a bracket starting at 0 work), for masses and cumulative masses the arithmetic middle
+   (``'middle'``), for thresholds (log-probabilities) the middle of the log bracket (``'log_middle'``);
+3. a bracket with one infinite end has no middle: its finite end (``'lower_end'``/``'upper_end'``),
+   the only case where a point equals a bound of a bracket of width; a single-value bracket is its value.
+
+A point is a float strictly inside a bracket of width (``[5, 6]`` gives ``5.477...``), never one of
+its ends; ``point_method='exact'`` when the answer is exact. See ``docs/results.md``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = [
+    "point_value",
     "CountBracket",
     "CountResult",
     "ThresholdResult",
@@ -26,26 +44,104 @@ __all__ = [
 ]
 
 
+#: methods whose ends are certified bounds (their point is never an estimate of their own)
+BOUND_METHODS = frozenset({"exact", "bracket", "certified", "logprob_error", "sub_support"})
+
+_MIDDLE = {"count": "geometric_middle", "rank": "geometric_middle", "size": "geometric_middle",
+           "mass": "middle", "log": "log_middle"}
+
+
+def point_value(lo: Any, hi: Any, kind: str, estimate: float | None = None) -> tuple[Any, str]:
+    """``(point, point_method)`` of a bracket ``lo <= true <= hi`` (the module docstring's rule).
+
+    ``kind``: ``'count'``, ``'rank'``, ``'size'`` (geometric middle on ``x + 1``), ``'mass'``
+    (arithmetic middle) or ``'log'`` (a log-probability: arithmetic middle of the log bracket).
+    ``estimate``: an estimate of the same quantity, used when strictly inside.
+
+    >>> point_value(0, 8, "rank")
+    (2.0, 'geometric_middle')
+    >>> point_value(0.2, 0.4, "mass", estimate=0.25)
+    (0.25, 'estimate')
+    >>> point_value(-3.0, -1.0, "log", estimate=-1.0)
+    (-2.0, 'log_middle')
+    """
+    if kind not in _MIDDLE:
+        raise ValueError(f"kind must be one of {sorted(_MIDDLE)}, got {kind!r}")
+    if lo == hi:
+        return lo, "single_value"
+    if estimate is not None and not math.isnan(estimate) and lo < estimate < hi:
+        return estimate, "estimate"
+    inf_lo, inf_hi = math.isinf(lo), math.isinf(hi)
+    if inf_lo or inf_hi:
+        if inf_lo and inf_hi:
+            return (0.0 if kind != "log" else -math.inf), "unbounded"
+        return (hi, "upper_end") if inf_lo else (lo, "lower_end")
+    if _MIDDLE[kind] == "geometric_middle":
+        if isinstance(lo, int) and isinstance(hi, int) and hi > 2**52:
+            p: Any = math.isqrt((lo + 1) * (hi + 1)) - 1  # exact integer arithmetic past float precision
+            if not lo < p < hi:
+                p = lo + (hi - lo) // 2
+        else:
+            p = math.sqrt((float(lo) + 1.0) * (float(hi) + 1.0)) - 1.0
+    else:
+        p = 0.5 * (float(lo) + float(hi))
+    if not lo < p < hi:  # float rounding of a bracket a few ulps wide
+        p = float(lo) + 0.5 * (float(hi) - float(lo))
+    return p, _MIDDLE[kind]
+
+
+def _point(exact: bool, method: str, lo: Any, hi: Any, kind: str, value: Any,
+           point_method: str | None) -> tuple[Any, str]:
+    """The point of a record built with ``value``: itself when exact, else :func:`point_value`, with
+    ``value`` taken as an estimate when ``point_method`` says so or ``method`` names an estimator."""
+    if exact:
+        return value, "exact"
+    if point_method not in (None, "estimate"):  # rebuilt from a record: its point is already the rule's
+        return value, point_method
+    is_est = point_method == "estimate" or method not in BOUND_METHODS
+    try:
+        return point_value(lo, hi, kind, value if is_est else None)
+    except TypeError:  # an unknown upper end (None)
+        return value, "lower_end"
+
+
 @dataclass(frozen=True)
 class MassBracket:
     """A bracket ``lo <= mass <= hi`` on a probability mass; unpacks as ``(lo, hi)`` (the seed system's
     ``(lower, upper)``; ``.lower``/``.upper`` are aliases).
 
-    Certified (float rounding only) unless ``method`` names an estimator (``'envelope'``): then
-    ``exact`` is False and the bracket is the estimator's own value to float rounding.
+    ``exact=True`` (``method='exact'``): the true mass lies in ``[lo, hi]``, a bracket of float
+    rounding only. Otherwise ``method`` says what the bracket is: ``'bracket'`` (certified: a cap
+    stopped the build, or ``branch_cap`` added what it skipped), ``'certified'`` (the finite-state
+    DP's certified bracket), ``'logprob_error'`` (certified for the true model), or an estimator
+    (``'envelope'``: its own value to a relative width). ``point`` is the point value (the module
+    docstring's rule: the arithmetic middle, or the estimator's value) and ``point_method`` says which.
     """
 
     lo: float
     hi: float
     exact: bool = True
     method: str = "exact"
+    point: float | None = None
+    point_method: str | None = None
+
+    def __post_init__(self) -> None:
+        v = self.point if self.point is not None else 0.5 * (self.lo + self.hi)
+        pt, pm = _point(self.exact, self.method, self.lo, self.hi, "mass", v,
+                        self.point_method if self.point is not None else None)
+        object.__setattr__(self, "point", pt)
+        object.__setattr__(self, "point_method", pm)
 
     def __iter__(self):
         return iter((self.lo, self.hi))
 
     @property
     def mid(self) -> float:
+        """The arithmetic middle of the bracket (``point`` is the documented point value)."""
         return 0.5 * (self.lo + self.hi)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
     @property
     def lower(self) -> float:
@@ -74,6 +170,16 @@ class CountBracket:
     def exact(self) -> bool:
         return self.lo == self.hi
 
+    @property
+    def point(self) -> int | float:
+        """The point value: ``lo`` when exact, else the geometric middle of ``lo + 1``, ``hi + 1``, minus 1."""
+        return point_value(self.lo, self.hi, "count")[0]
+
+    @property
+    def point_method(self) -> str:
+        """``'exact'``, or how :attr:`point` was obtained (:func:`point_value`)."""
+        return "exact" if self.exact else point_value(self.lo, self.hi, "count")[1]
+
     def __iter__(self):
         return iter((self.lo, self.hi))
 
@@ -99,9 +205,12 @@ class DensityRankResult:
     """Rank and cumulative mass of one sequence.
 
     rank: number of support sequences with a strictly higher score (0 for the most probable); the
-        point value (exact when ``exact``; the estimate or the bracket's lower end otherwise).
+        point value: exact when ``exact``, else a float strictly inside ``[rank_lo, rank_hi]``
+        (the module docstring's rule; ``point_method`` says which: ``'estimate'`` or
+        ``'geometric_middle'``). The guess number is ``rank + 1``.
     cumulative: ``P(p(Y) >= p(seq))``, the mass of every sequence at least as probable (itself
-        included); a midpoint when it is a bracket.
+        included); past the exact budget the estimate or the bracket's arithmetic middle
+        (``cumulative_point_method``).
     log_prob: the sequence's exact log-probability (nats).
     exact: the rank is exact and ``cumulative`` is exact to float rounding.
     method: ``"exact"``, ``"bracket"``, ``"certified"``, or the estimator's name.
@@ -111,6 +220,8 @@ class DensityRankResult:
     rank_stderr, cumulative_stderr: standard errors of an estimate (0.0 when exact or a bracket).
     confidence: confidence level of an estimator's interval (``None`` otherwise).
     truncated: the support was cut by a cap (depth cap or ``branch_cap``), see ``method``.
+    point_method, cumulative_point_method: how ``rank`` and ``cumulative`` were obtained
+        (``'exact'``, ``'estimate'``, ``'geometric_middle'``, ``'middle'``, ...; :func:`point_value`).
     """
 
     rank: int | float
@@ -127,6 +238,22 @@ class DensityRankResult:
     confidence: float | None = None
     truncated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    point_method: str | None = None
+    cumulative_point_method: str | None = None
+
+    def __post_init__(self) -> None:
+        r, pm = _point(self.exact, self.method, self.rank_lo, self.rank_hi, "rank", self.rank, self.point_method)
+        c, cpm = _point(self.exact, self.method, self.cumulative_lo, self.cumulative_hi, "mass", self.cumulative,
+                        self.cumulative_point_method if self.cumulative_point_method is not None else self.point_method)
+        object.__setattr__(self, "rank", r)
+        object.__setattr__(self, "point_method", pm)
+        object.__setattr__(self, "cumulative", c)
+        object.__setattr__(self, "cumulative_point_method", cpm)
+
+    @property
+    def guess_number(self) -> int | float:
+        """``rank + 1`` (the number of guesses a guesser trying sequences in order needs)."""
+        return self.rank + 1
 
     # the seed system's names
     @property
@@ -158,10 +285,10 @@ class RankBracket(DensityRankResult):
     """A :class:`DensityRankResult` that also unpacks as the seed system's ``(lo, hi)`` rank bracket:
     ``lo, hi = index.rank_bracket(seq)`` gives ``(rank_lo, rank_hi)`` (also ``.lo``/``.hi``).
 
-    >>> r = RankBracket(rank=3, cumulative=0.5, log_prob=-2.0, exact=False, method="envelope",
+    >>> r = RankBracket(rank=3.5, cumulative=0.5, log_prob=-2.0, exact=False, method="envelope",
     ...                 rank_lo=3, rank_hi=4, cumulative_lo=0.5, cumulative_hi=0.5)
-    >>> tuple(r), r.lo, r.hi, r.rank
-    ((3, 4), 3, 4, 3)
+    >>> tuple(r), r.lo, r.hi, r.rank, r.point_method
+    ((3, 4), 3, 4, 3.5, 'estimate')
     """
 
     def __iter__(self):
@@ -208,7 +335,9 @@ class SeekResult:
 class CountDPTopPResult:
     """Size of the minimal set of most probable sequences holding mass ``>= p``.
 
-    size: the point value (``size_lo`` when the bracket is not a single value).
+    size: the point value: exact when ``exact``; strictly inside ``[size_lo, size_hi]`` otherwise
+        (their geometric middle, a float); ``size_lo`` when ``size_hi`` is unknown (``point_method``
+        ``'lower_end'``).
     size_lo, size_hi: ``size_lo <= minimal size <= size_hi`` (they differ only when float rounding
         of the masses, or truncation, leaves the boundary ambiguous).
     mass_lo, mass_hi: bracket on the mass covered by the top ``size`` sequences.
@@ -217,9 +346,13 @@ class CountDPTopPResult:
     truncated: the budget cap was reached before the mass reached ``p``; ``size_lo`` is then the
         number of sequences built, a lower bound, and ``size_hi`` is ``None`` (unknown).
     exact: ``size_lo == size_hi`` and not truncated.
+    reachable: ``False`` when the whole support holds less mass than ``p`` (``mass_hi < p`` with
+        nothing left out): no set of sequences holds ``p``; ``size`` is then the whole support's
+        size and the repr says so. ``None`` when a cap stopped the build before it could tell.
+    point_method: how ``size`` was obtained (``'exact'``, ``'geometric_middle'``, ``'lower_end'``).
     """
 
-    size: int
+    size: int | float
     size_lo: int
     size_hi: int | None
     mass_lo: float
@@ -228,6 +361,20 @@ class CountDPTopPResult:
     p: float
     truncated: bool
     exact: bool
+    reachable: bool | None = True
+    point_method: str | None = None
+
+    def __post_init__(self) -> None:
+        hi = self.size_hi if self.size_hi is not None else math.inf
+        sz, pm = _point(self.exact, "bracket", self.size_lo, hi, "size", self.size, self.point_method)
+        object.__setattr__(self, "size", sz)
+        object.__setattr__(self, "point_method", pm)
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__dataclass_fields__)
+        if self.reachable is False:
+            body = (f"UNREACHABLE: the support holds at most {self.mass_hi:.6g} < p={self.p!r}; " + body)
+        return f"{type(self).__name__}({body})"
 
     # the seed system's names
     @property
@@ -259,7 +406,9 @@ class _Annotated:
 
     They ARE numbers (arithmetic, comparison, hashing and JSON treat them as the plain value) and also
     say how they were obtained. Fields: ``exact`` (the value is the true value), ``method``
-    (``"exact"``, ``"bracket"`` or an estimator's name), ``estimate`` (the unrounded point value),
+    (``"exact"``, ``"bracket"``, ``"certified"``, ``"logprob_error"`` or an estimator's name),
+    ``estimate`` (also ``point``: the unrounded point value, strictly inside ``[ci_lo, ci_hi]`` when
+    not exact, by the module docstring's rule), ``point_method`` (how it was obtained),
     ``stderr`` (standard error of an estimate, ``0.0`` otherwise), ``ci_lo``/``ci_hi``
     (``ci_lo <= true <= ci_hi``: certified for ``exact``/``bracket``, a confidence interval at
     ``confidence`` for an estimator), ``confidence`` (``None`` unless estimated), ``samples`` and
@@ -267,13 +416,23 @@ class _Annotated:
     """
 
     _FIELDS = ("exact", "method", "estimate", "stderr", "ci_lo", "ci_hi", "confidence", "samples",
-               "forwards", "extra")
+               "forwards", "extra", "point_method")
+
+    @staticmethod
+    def _resolve(kind, value, exact, method, estimate, ci_lo, ci_hi, point_method):
+        """``(point, point_method, ci_lo, ci_hi)`` of a record built from ``value`` (and ``estimate``)."""
+        lo = value if ci_lo is None else ci_lo
+        hi = value if ci_hi is None else ci_hi
+        cand = value if estimate is None else estimate
+        pt, pm = _point(bool(exact), method, lo, hi, kind, cand, point_method)
+        return pt, pm, lo, hi
 
     def _init(self, value, exact, method, estimate, stderr, ci_lo, ci_hi, confidence, samples, forwards,
-              extra) -> None:
+              extra, point_method="exact") -> None:
         self.exact = bool(exact)
         self.method = method
         self.estimate = value if estimate is None else estimate
+        self.point_method = point_method
         self.stderr = float(stderr)
         self.ci_lo = value if ci_lo is None else ci_lo
         self.ci_hi = value if ci_hi is None else ci_hi
@@ -287,11 +446,17 @@ class _Annotated:
         d.update({k: getattr(self, k) for k in self._FIELDS})
         return d
 
+    @property
+    def point(self) -> int | float:
+        """The point value, unrounded (same as ``estimate``)."""
+        return self.estimate
+
     def __repr__(self) -> str:
         if self.exact:
             return repr(self._plain())
-        return (f"{type(self).__name__}({self._plain()!r}, method={self.method!r}, "
-                f"ci=({self.ci_lo!r}, {self.ci_hi!r}), confidence={self.confidence!r})")
+        return (f"{type(self).__name__}({self.estimate!r}, method={self.method!r}, "
+                f"point_method={self.point_method!r}, ci=({self.ci_lo!r}, {self.ci_hi!r}), "
+                f"confidence={self.confidence!r})")
 
     def __reduce__(self):
         return (_rebuild, (type(self), self._plain(), {k: getattr(self, k) for k in self._FIELDS}))
@@ -304,9 +469,11 @@ def _rebuild(cls, value, fields):
 class CountResult(_Annotated, int):
     """A number of sequences: an ``int`` that also says how it was obtained (see ``_Annotated``).
 
-    Exact: ``CountResult(n)`` equals ``n`` and ``ci_lo == ci_hi == n``. An estimate rounds its point
-    value to the nearest integer; ``estimate`` keeps the float, ``ci_lo <= true count <= ci_hi`` at
-    ``confidence``.
+    Exact: ``CountResult(n)`` equals ``n`` and ``ci_lo == ci_hi == n``. Otherwise the integer is the
+    point value (the module docstring's rule) rounded to the nearest integer; ``estimate`` (``point``)
+    keeps the float, which is strictly inside ``[ci_lo, ci_hi]`` (the rounded integer of a bracket one
+    wide, e.g. ``[5, 6]``, can only be one of its ends: read ``point``). ``ci_lo <= true count <= ci_hi``
+    (certified for ``bracket``/``certified``, at ``confidence`` for an estimator).
 
     >>> c = CountResult(41.6, exact=False, method="monte_carlo", stderr=3.0, ci_lo=36.0, ci_hi=48.0,
     ...                 confidence=0.95, samples=1000)
@@ -319,15 +486,16 @@ class CountResult(_Annotated, int):
     def __new__(cls, value: int | float, *, exact: bool = True, method: str = "exact",
                 estimate: float | None = None, stderr: float = 0.0, ci_lo: int | float | None = None,
                 ci_hi: int | float | None = None, confidence: float | None = None, samples: int = 0,
-                forwards: int = 0, extra: dict | None = None) -> "CountResult":
-        if isinstance(value, float):
-            est = value if estimate is None else estimate
-            iv = int(round(value)) if value < 2.0**63 else int(value)
+                forwards: int = 0, extra: dict | None = None, point_method: str | None = None) -> "CountResult":
+        pt, pm, lo, hi = cls._resolve("count", value, exact, method, estimate, ci_lo, ci_hi, point_method)
+        if isinstance(pt, float):
+            iv = int(round(pt)) if abs(pt) < 2.0**63 else (int(pt) if math.isfinite(pt) else 0)
+            est = pt
         else:
-            est = estimate
-            iv = int(value)
+            iv = int(pt)
+            est = estimate if pm == "exact" else pt
         obj = int.__new__(cls, iv)
-        obj._init(iv, exact, method, est, stderr, ci_lo, ci_hi, confidence, samples, forwards, extra)
+        obj._init(iv, exact, method, est, stderr, lo, hi, confidence, samples, forwards, extra, pm)
         return obj
 
     def _plain(self) -> int:
@@ -337,8 +505,9 @@ class CountResult(_Annotated, int):
 class ThresholdResult(_Annotated, float):
     """A log-probability threshold: a ``float`` that also says how it was obtained (see ``_Annotated``).
 
-    ``ci_lo <= true threshold <= ci_hi`` (log-probs, nats): certified when exact, a confidence
-    interval at ``confidence`` for an estimate.
+    ``ci_lo <= true threshold <= ci_hi`` (log-probs, nats): certified when exact or a bracket, a
+    confidence interval at ``confidence`` for an estimate. Not exact: the value is the point (the
+    estimate strictly inside, else the middle of the log bracket; ``point_method``).
 
     >>> t = ThresholdResult(-3.5)
     >>> t == -3.5, t.exact, repr(t)
@@ -348,10 +517,11 @@ class ThresholdResult(_Annotated, float):
     def __new__(cls, value: float, *, exact: bool = True, method: str = "exact",
                 estimate: float | None = None, stderr: float = 0.0, ci_lo: float | None = None,
                 ci_hi: float | None = None, confidence: float | None = None, samples: int = 0,
-                forwards: int = 0, extra: dict | None = None) -> "ThresholdResult":
-        obj = float.__new__(cls, value)
-        obj._init(float(value), exact, method, estimate, stderr, ci_lo, ci_hi, confidence, samples,
-                  forwards, extra)
+                forwards: int = 0, extra: dict | None = None, point_method: str | None = None) -> "ThresholdResult":
+        pt, pm, lo, hi = cls._resolve("log", float(value), exact, method, estimate, ci_lo, ci_hi, point_method)
+        obj = float.__new__(cls, pt)
+        obj._init(float(pt), exact, method, None if pm != "exact" else estimate, stderr, lo, hi, confidence,
+                  samples, forwards, extra, pm)
         return obj
 
     def _plain(self) -> float:

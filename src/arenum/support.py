@@ -72,6 +72,23 @@ class Support:
             return False
         return all(t != eos for t in sequence[:-1])
 
+    def why_outside(self, sequence: Sequence[Any]) -> str | None:
+        """Why ``sequence`` is not in the support, in words (``None`` when it is): its length against
+        the fixed length or the length cap, or where ``eos`` is missing or misplaced."""
+        n = len(sequence)
+        if self.fixed_len is not None:
+            return None if n == self.fixed_len else f"it has {n} tokens, the fixed length is {self.fixed_len}"
+        if n < 1:
+            return f"it is empty (a terminating sequence ends in eos={self.eos!r})"
+        if n > self.cap:
+            return f"it has {n} tokens, {n - self.cap} past the length cap {self.cap} (eos included)"
+        if sequence[-1] != self.eos:
+            return f"it does not end in eos={self.eos!r} (append it: a terminating sequence ends in eos)"
+        j = next((i for i, t in enumerate(sequence[:-1]) if t == self.eos), None)
+        if j is not None:
+            return f"eos={self.eos!r} appears at position {j}, before its end"
+        return None
+
     def is_complete_ids(self, ids: Sequence[int]) -> bool:
         """Whether an id sequence built step by step is a complete sequence of the support."""
         if self.fixed_len is not None:

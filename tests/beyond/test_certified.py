@@ -348,7 +348,7 @@ def test_cli_rank_prints_the_certified_bracket(tmp_path):
     out = subprocess.run(args, capture_output=True, timeout=120)
     assert out.returncode == 0, out.stderr.decode()
     text = out.stdout.decode()
-    assert "certified" in text and ".." in text
+    assert "certified" in text and "~ " in text and "[" in text
     doc = json.loads(subprocess.run(args + ["--json"], capture_output=True, timeout=120).stdout)
     sc = _support_scores(m, Support.terminating(m.eos, m.eos, 6))
     true = int((sc > m.logprob("ddddd")).sum())

@@ -417,6 +417,14 @@ def test_cli_workers_give_the_single_process_answers(ray_session, tmp_path):
     assert sum(w["forwards"] for w in info["stores"]) >= doc["forwards"] - 2  # all but the plan's
     err = cli("threshold", 5, *M, "--ray-address", "auto", code=2)
     assert "--ray-address needs --workers" in err
+    # the cluster's store opened without --workers: refused in one line, nothing built inside it
+    before = sorted(os.listdir(tmp_path / "s"))
+    err = cli("threshold", 100, *M, "--store", tmp_path / "s", code=2)
+    assert "2-worker cluster" in err and "--workers 2" in err and err.count("\n") == 1
+    assert sorted(os.listdir(tmp_path / "s")) == before
+    p = subprocess.run([sys.executable, "-m", "arenum.cli", "threshold", "5", *map(str, M), *map(str, W)],
+                       capture_output=True, timeout=300)
+    assert p.returncode == 0 and b"Ray workers started in" in p.stderr  # the start-up, said apart
 
 
 class _Flaky:

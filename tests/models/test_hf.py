@@ -233,8 +233,27 @@ def test_from_pretrained_local_only(tmp_path, model, save_word_checkpoint):
     assert o.prompt_ids == [5, 9] and o.eos == EOS and o.bos_token_id == BOS
     assert np.abs(o.next_logprobs((4,)) - reference(model, [5, 9, 4])).max() < 1e-4
     assert o.decode((5, 9)) == "w3 w7"
-    with pytest.raises(FileNotFoundError, match="local"):
+    with pytest.raises(FileNotFoundError, match="local") as err:
         CausalLMOracle.from_pretrained(tmp_path / "missing")
+    assert "no such folder" in str(err.value) and "Repo id" not in str(err.value)  # no unrelated hub text
+
+
+def test_encode_decode_match_the_support(model):
+    """encode gives the sequence the support wants (EOS appended when terminating), decode strips it."""
+    tok = CharTokenizer("abcdefghijklmnopqrstuv")
+    o = CausalLMOracle(model, tok, prompt="abc")
+    seq = o.encode("hello")
+    assert seq[-1] == o.eos and o.decode(seq) == "hello"
+    assert o.encode("hello", eos=False) == seq[:-1]
+    e = o.enumerable(max_len=len(seq))
+    r = e.rank(seq)  # accepted as is: in the terminating support
+    assert r.log_prob == e.log_density(seq) > -math.inf
+    with pytest.raises(ValueError, match="does not end in eos"):
+        e.rank(seq[:-1])
+    with pytest.raises(ValueError, match="no tokenizer"):
+        CausalLMOracle(model, prompt=[7]).encode("ab")
+    with pytest.raises(TypeError, match="str"):
+        o.encode([1, 2])
 
 
 def test_import_arenum_does_not_import_torch():

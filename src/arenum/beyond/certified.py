@@ -180,6 +180,13 @@ class _Sweep:
         costs = edges.cost[edges.possible]
         self.span = int(costs.max()) + 1 if costs.size else 1  # the farthest read back, in cells
         self.seconds = 0.0
+        #: ``progress(dict)`` after every block of cells (``phase='certified'``, ``cells_done``, ``cells_todo``)
+        self.progress: Any = None
+
+    def _report(self, done: int, todo: int) -> None:
+        if self.progress is not None:
+            self.progress({"phase": "certified", "cells_done": done, "cells_todo": todo,
+                           "dp": f"{'lower' if self.lower else 'upper'} {'mass' if self.mass else 'count'}"})
 
     @property
     def K(self) -> int:
@@ -268,6 +275,7 @@ class _Sweep:
                 N[: self.S, P + k + i - o] = v = self._finish_cell(blk[:, i], N, k + i, o)
                 out[k + i - k0] = v[start]
             k += B
+            self._report(k - k0, k1 - k0 + 1)
         return out
 
     def _fill_level(self, read: np.ndarray, write: np.ndarray, K: int) -> None:
@@ -306,9 +314,10 @@ class _Sweep:
             if self.fixed:  # no token left: the empty completion, cost 0
                 prev[:S, P:] = 1.0
             cur = np.zeros_like(prev)
-            for _ in range(self.levels):
+            for lv in range(self.levels):
                 self._fill_level(prev, cur, K)
                 prev, cur = cur, prev
+                self._report((lv + 1) * (K + 1), self.levels * (K + 1))
             self.row = prev[self.start, P : P + K + 1].copy()
         self.seconds += time.perf_counter() - t0
 
@@ -391,6 +400,9 @@ class CertifiedCounter:
         m0[tables.start] = 0
         self._minplus = {True: (m0, 0), False: (m0, 0)}  # cheapest rounded cost of r-token paths, r
         self.setup_seconds = time.perf_counter() - t0
+        #: ``progress(dict)`` while a DP grows (every block of 64 cells): ``phase='certified'``,
+        #: ``cells_done``/``cells_todo`` and the ``dp`` being built; ``None``: silent
+        self.progress: Any = None
 
     # ------------------------------------------------------------------ the sweeps
     def _uncapped(self, lower: bool, K: int) -> bool:
@@ -423,6 +435,7 @@ class CertifiedCounter:
             end_cost, end_prob = self._end[lower] if self.terminating else (None, None)
             sw = self._sweeps[key] = _Sweep(self._edges[lower], end_cost, end_prob, self.S, self.tables.start,
                                             lower=lower, mass=mass, levels=levels, fixed=not self.terminating)
+        sw.progress = self.progress
         return sw
 
     def _value(self, lower: bool, mass: bool, K: int) -> float:

@@ -345,7 +345,8 @@ class EnvelopeBase:
         A :class:`RankBracket` (unpacks as ``(rank_lo, rank_hi)``), integer positions: where exact
         (exact atoms, tables that agree) from the count strictly above the score to the count at or
         above, less one; elsewhere the score's fine bucket's positions (only bucket order is
-        guaranteed). ``exact=False``, ``method='envelope'``."""
+        guaranteed): the envelope's positions, not an interval. ``rank`` is the lower one
+        (``point_method='envelope_order'``). ``exact=False``, ``method='envelope'``."""
         seq = tuple(sequence)
         s = self._score(seq)
         if s == -math.inf:
@@ -358,7 +359,7 @@ class EnvelopeBase:
         m = self._total.mass_ge(s)
         return RankBracket(rank=above, cumulative=m, log_prob=s, exact=False, method="envelope",
                                  rank_lo=above, rank_hi=max(above, at - 1), cumulative_lo=m, cumulative_hi=m,
-                                 extra=self._extra())
+                                 extra=self._extra(), point_method="envelope_order")
 
     def _score(self, seq: tuple) -> float:
         if not self.support.contains(seq):

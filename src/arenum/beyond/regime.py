@@ -116,7 +116,15 @@ class BeyondExact:
         cc = self._certified.get(r)
         if cc is None:
             cc = self._certified[r] = CertifiedCounter(fs, self.support, resolution_bits=r)
+            cc.progress = self._certified_progress
         return cc
+
+    def _certified_progress(self, d: dict) -> None:
+        """The certified DP's progress, passed to the tree's ``progress`` callback (the facade's
+        :attr:`progress`) with the forwards so far."""
+        fn = self.tree.progress if self.tree is not None else None
+        if fn is not None:
+            fn({**d, "forwards": self.oracle.stats.forwards, "prefixes": self.tree.fetched_nodes})
 
     def finite_state_tables(self) -> FiniteStateTables | None:
         """The model's finite-state tables (a callable is called once), validated, with the model's

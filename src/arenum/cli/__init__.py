@@ -36,7 +36,7 @@ import os
 import sys
 from typing import Sequence
 
-from .common import DEMO_MAX_FORWARDS, CLIError, budget_message, dumps, one_line, make_progress
+from .common import DEMO_MAX_FORWARDS, CLIError, budget_message, dumps, one_line, make_progress, in_cli_words
 from .parser import build_parser
 from .load import load_model
 from .common import Output
@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
         return 0
     except (ValueError, TypeError, OSError) as exc:
-        msg = one_line(exc)
+        msg = in_cli_words(one_line(exc))
     except KeyboardInterrupt:
         sys.stderr.write("\narenum: error: interrupted\n")
         return 130

@@ -17,6 +17,7 @@ from .common import (
     checked_atomic_write,
     fmt_count,
     fmt_lp,
+    fmt_point,
     table,
     kv,
     one_line,
@@ -146,81 +147,73 @@ def _fit_pcfg(args: argparse.Namespace) -> Output:
     return Output(doc, text)
 
 
-def _interval(r: Any, lo: Any, hi: Any) -> dict:
-    """Guarantee fields of an answer: ``guarantee`` (exact | bracket | the estimator's name) and, for an
-    estimate, its ``confidence`` and ``stderr``."""
-    method = getattr(r, "method", "exact")
-    d = {"exact": bool(getattr(r, "exact", True)), "guarantee": method, "lo": lo, "hi": hi}
-    if getattr(r, "confidence", None) is not None:
-        d["confidence"] = r.confidence
-        d["stderr"] = getattr(r, "stderr", getattr(r, "rank_stderr", 0.0))
-    return d
-
-
 def _tag(g: dict) -> str:
     if g["exact"]:
         return "[exact]"
     if "confidence" in g:
         return f"[estimate: {g['guarantee']}, {g['confidence']:.0%} interval]"
-    return "[bracket]"
+    if g["guarantee"] == "certified":
+        return "[certified bracket]"
+    return f"[{g['guarantee']}]"
 
 
-def count_answer(enum: Any, t: float) -> tuple[Any, dict]:
-    """``count(t)`` as ``(point value, guarantee fields)``: exact, a certified bracket past the cap, or
-    a Monte Carlo estimate with its interval when the enumerable has an ``exact_limit``."""
-    from ..results import CountBracket
+def count_answer(enum: Any, t: float) -> dict:
+    """``count(t)`` as its JSON (:func:`arenum.report.count_json`): exact, a certified bracket past the
+    cap, or a Monte Carlo estimate with its interval when the enumerable has an ``exact_limit``."""
+    from ..report import count_json
 
-    r = enum.answers.count_or_bracket(t)
-    if isinstance(r, CountBracket):
-        return r.lo, {"exact": r.exact, "guarantee": "exact" if r.exact else "bracket", "lo": r.lo, "hi": r.hi}
-    return float(r.estimate), _interval(r, float(r.ci_lo), float(r.ci_hi))
+    return count_json(enum.answers.count_or_bracket(t))
 
 
 def threshold_record(r: Any, m: Loaded, seq: Sequence[int] | None) -> dict:
-    """JSON fields of a :class:`~arenum.results.ThresholdResult` (exact, bracket, certified or estimate)
-    and of the sequence at that position (``None`` when the position is not exact)."""
-    lp = float(r)
-    g = _interval(r, float(getattr(r, "ci_lo", lp)), float(getattr(r, "ci_hi", lp)))
-    return {"log_prob": lp, "bits": -lp / LN2, "probability": math.exp(lp),
-            "sequence": None if seq is None else m.display(seq), "tokens": None if seq is None else list(seq),
-            "log_prob_lo": g["lo"], "log_prob_hi": g["hi"], **{k: v for k, v in g.items() if k not in ("lo", "hi")}}
+    """JSON fields of a :class:`~arenum.results.ThresholdResult` (:func:`arenum.report.threshold_json`:
+    exact, bracket, certified or estimate) and of the sequence at that position (``None`` when the
+    position is not exact)."""
+    from ..report import threshold_json
+
+    return {**threshold_json(r), "sequence": None if seq is None else m.display(seq),
+            "tokens": None if seq is None else list(seq)}
 
 
 def mass_record(b: Any, mass: Any) -> dict:
-    """JSON fields of ``mass_above(t)`` (a :class:`~arenum.results.MassBracket`) beside the count bracket
-    ``b`` at the same threshold."""
-    lo, hi = mass
-    return {"mass_lo": lo, "mass_hi": hi, "count": b.lo, "count_lo": b.lo, "count_hi": b.hi, "exact": b.exact,
-            "guarantee": "exact" if b.exact else "bracket"}
+    """JSON fields of ``mass_above(t)`` (:func:`arenum.report.mass_json` of its
+    :class:`~arenum.results.MassBracket`: ``mass``, ``mass_lo``/``mass_hi``, ``exact``, ``method``,
+    ``point_method``) beside the count bracket ``b`` at the same threshold (``count`` its point,
+    ``count_lo``/``count_hi``, ``count_exact``, ``count_point_method``)."""
+    from ..report import count_json, mass_json
 
-
-def _range(g: dict, fmt: Callable[[Any], str] = fmt_count) -> str:
-    return f"[{fmt(g['lo'])}, {fmt(g['hi'])}]"
+    cj = count_json(b)
+    return {**mass_json(mass), "count": cj["count"], "count_lo": b.lo, "count_hi": b.hi, "count_exact": b.exact,
+            "count_point_method": cj["point_method"]}
 
 
 def cmd_count(args: argparse.Namespace, m: Loaded) -> Output:
     t = threshold_arg(args)
     before, t0 = m.forwards(), time.perf_counter()
-    c, g = count_answer(m.enum, t)
+    g = count_answer(m.enum, t)
+    c = g["count"]
     cost, cline = _cost(m, before, t0)
-    doc = {"command": "count", **_header(m), "min_log_prob": t, "bits": -t / LN2, "count": c,
-           "count_lo": g["lo"], "count_hi": g["hi"], **{k: v for k, v in g.items() if k not in ("lo", "hi")}, **cost}
-    val = fmt_count(c) if g["exact"] else f"{fmt_count(c)} in {_range(g)}"
+    doc = {"command": "count", **_header(m), "min_log_prob": t, "bits": -t / LN2, **g, **cost}
+    val = fmt_count(c) if g["exact"] else f"~{fmt_point(c)} in [{fmt_count(g['count_lo'])}, {fmt_count(g['count_hi'])}]"
     text = kv([("threshold", fmt_lp(t)), ("count", f"{val}  {_tag(g)}"), ("cost", cline)])
     return Output(doc, text)
 
 
 def cmd_threshold(args: argparse.Namespace, m: Loaded) -> Output:
     before, t0 = m.forwards(), time.perf_counter()
+    from ..report import threshold_json
+
     r = m.enum.threshold(args.k)
-    lp = float(r)
-    g = _interval(r, float(getattr(r, "ci_lo", lp)), float(getattr(r, "ci_hi", lp)))
+    g = threshold_json(r)
+    lp = g["log_prob"]
     seq = m.enum.unrank(args.k - 1)[0] if g["exact"] else None  # an estimate names no sequence
     cost, cline = _cost(m, before, t0)
     doc = {"command": "threshold", **_header(m), "k": args.k, **threshold_record(r, m, seq), **cost}
-    rows = [("k", f"{args.k:,} (1-based)"), ("threshold", f"{fmt_lp(lp)}  {_tag(g)}")]
+    rows = [("k", f"{args.k:,} (1-based)"),
+            ("threshold", f"{'' if g['exact'] else '~'}{fmt_lp(lp)}  {_tag(g)}")]
     if not g["exact"]:
-        rows.append(("interval", f"log p in {_range(g, lambda v: f'{v:.4f}')}"))
+        rows.append(("interval", f"log p in [{g['log_prob_lo']:.4f}, {g['log_prob_hi']:.4f}] "
+                                 f"(point: {g['point_method'].replace('_', ' ')})"))
     if seq is not None:
         rows.append(("sequence", repr(m.display(seq))))
     return Output(doc, kv(rows + [("cost", cline)]))
@@ -309,14 +302,11 @@ def rank_strings(m: Loaded, strings: Sequence[str], *, per_string_errors: bool =
 
 
 def rank_record(r: Any) -> dict:
-    """JSON fields of a :class:`~arenum.results.DensityRankResult` (exact, bracket or estimate)."""
-    d = {"rank": r.rank, "guess_number": r.rank + 1, "rank_lo": r.rank_lo, "rank_hi": r.rank_hi,
-         "log_prob": r.log_prob, "bits": -r.log_prob / LN2, "probability": math.exp(r.log_prob),
-         "cumulative": r.cumulative, "cumulative_lo": r.cumulative_lo, "cumulative_hi": r.cumulative_hi,
-         "exact": bool(r.exact), "guarantee": r.method, "method": r.method, "truncated": bool(r.truncated)}
-    if r.confidence is not None:
-        d.update(confidence=r.confidence, rank_stderr=r.rank_stderr, cumulative_stderr=r.cumulative_stderr)
-    return d
+    """JSON fields of a :class:`~arenum.results.DensityRankResult` (:func:`arenum.report.result_json`,
+    the one JSON of each record type)."""
+    from ..report import result_json
+
+    return result_json(r)
 
 
 def rank_table(recs: list[dict]) -> list[str]:
@@ -327,18 +317,11 @@ def rank_table(recs: list[dict]) -> list[str]:
             continue
         if d["exact"]:
             g, rk, cum = f"{d['guess_number']:,}", f"{d['rank']:,}", f"{d['cumulative']:.6f}"
-        elif d.get("confidence") is not None:
-            g = f"~ {fmt_count(d['guess_number'])}"
-            rk = f"[{fmt_count(d['rank_lo'])}, {fmt_count(d['rank_hi'])}] {d['confidence']:.0%}"
-            cum = f"~ {d['cumulative']:.4f}"
-        elif d["guarantee"] == "certified":  # finite-state DP past the exact budget: lo..hi, certified
-            g = f"{fmt_count(d['rank_lo'] + 1)}..{fmt_count(d['rank_hi'] + 1)}"
-            rk = f"{fmt_count(d['rank_lo'])}..{fmt_count(d['rank_hi'])}"
-            cum = f"{d['cumulative_lo']:.4f}..{d['cumulative_hi']:.4f}"
-        else:
-            g = f">= {d['rank_lo'] + 1:,}"
-            rk = f"[{fmt_count(d['rank_lo'])}, {fmt_count(d['rank_hi'])}]"
-            cum = f"[{d['cumulative_lo']:.4f}, {d['cumulative_hi']:.4f}]"
+        else:  # the point (estimate, or the bracket's middle) and its bracket or interval
+            g = f"~ {fmt_point(d['guess_number'])}"
+            pct = f" {d['confidence']:.0%}" if d.get("confidence") is not None else ""
+            rk = f"[{fmt_count(d['rank_lo'])}, {fmt_count(d['rank_hi'])}]{pct}"
+            cum = f"~ {d['cumulative']:.4f} [{d['cumulative_lo']:.4f}, {d['cumulative_hi']:.4f}]"
         rows.append((repr(d["string"]), g, rk, f"{d['bits']:.3f}", f"{d['probability']:.4g}", cum,
                      d["guarantee"], f"{d['forwards']:,}"))
     return table(("string", "guess#", "rank", "bits", "p", "cumulative", "guarantee", "forwards"), rows,
@@ -359,6 +342,9 @@ def cmd_rank(args: argparse.Namespace, m: Loaded) -> Output:
     failed = [d for d in recs if "error" in d]
     foot = (f"cost: {sum(d.get('forwards', 0) for d in recs):,} forwards ({time.perf_counter() - t0:.2f} s); "
             "guess# = rank + 1 (rank = number of strictly more probable sequences)")
+    if any(not d.get("exact", True) for d in recs if "error" not in d):
+        foot += ("; ~ x [lo, hi]: past the exact budget, the point value (an estimate inside the bracket, "
+                 "else the bracket's geometric middle) and its bracket (certified) or interval (with its %)")
     if failed:
         foot += f"; {len(failed)} of {len(recs)} strings failed (errors on stderr)"
     text = rank_table(recs) + [foot] if len(failed) < len(recs) else []
@@ -370,31 +356,38 @@ def cmd_mass(args: argparse.Namespace, m: Loaded) -> Output:
     t = threshold_arg(args)
     before, t0 = m.forwards(), time.perf_counter()
     b = m.enum.count_bracket(t)
-    lo, hi = m.enum.mass_above(t)
+    mb = m.enum.mass_above(t)
     cost, cline = _cost(m, before, t0)
-    doc = {"command": "mass", **_header(m), "min_log_prob": t, "bits": -t / LN2, **mass_record(b, (lo, hi)), **cost}
-    what = "exact to float rounding" if b.exact else "bracket: the cap stopped the build"
-    cnt = fmt_count(b.lo) if b.exact else f"[{fmt_count(b.lo)}, {fmt_count(b.hi)}]"
-    text = kv([("threshold", fmt_lp(t)), ("mass", f"{lo:.12g} <= mass <= {hi:.12g}  [{what}]"),
-                ("sequences", cnt), ("cost", cline)])
+    rec = mass_record(b, mb)
+    doc = {"command": "mass", **_header(m), "min_log_prob": t, "bits": -t / LN2, **rec, **cost}
+    what = {"exact": "exact to float rounding", "bracket": "bracket: the cap stopped the build",
+            "certified": "certified bracket (finite-state DP)"}.get(mb.method, mb.method)
+    cnt = fmt_count(b.lo) if b.exact else f"~{fmt_point(rec['count'])} in [{fmt_count(b.lo)}, {fmt_count(b.hi)}]"
+    mtxt = f"{mb.lo:.12g} <= mass <= {mb.hi:.12g}" + ("" if mb.exact else f" (point {mb.point:.6g})")
+    text = kv([("threshold", fmt_lp(t)), ("mass", f"{mtxt}  [{what}]"), ("sequences", cnt), ("cost", cline)])
     return Output(doc, text)
 
 
 def cmd_nucleus(args: argparse.Namespace, m: Loaded) -> Output:
     before, t0 = m.forwards(), time.perf_counter()
+    from ..report import nucleus_json
+
     r = m.enum.nucleus_size(args.p)
     cost, cline = _cost(m, before, t0)
     guarantee = "exact" if r.exact else ("bracket (truncated by the cap)" if r.truncated else "bracket")
-    doc = {"command": "nucleus", **_header(m), **r.as_dict(), "bits": -r.threshold / LN2,
-           "guarantee": "exact" if r.exact else "bracket", **cost}
+    doc = {"command": "nucleus", **_header(m), **nucleus_json(r), **cost}
     if r.exact:
         size = f"{r.size:,}"
     elif r.size_hi is None:
         size = f">= {r.size_lo:,}"
     else:
-        size = f"{r.size_lo:,} .. {r.size_hi:,}"
-    text = kv([("p", f"{args.p:g}"), ("size", f"{size}  [{guarantee}]"),
-                ("mass", f"{r.mass_lo:.12g} .. {r.mass_hi:.12g}"), ("boundary", fmt_lp(r.threshold)), ("cost", cline)])
+        size = f"~{r.size:,.1f} in [{r.size_lo:,}, {r.size_hi:,}]"
+    rows = [("p", f"{args.p:g}"), ("size", f"{size}  [{guarantee}]"),
+            ("mass", f"{r.mass_lo:.12g} .. {r.mass_hi:.12g}"), ("boundary", fmt_lp(r.threshold))]
+    if r.reachable is False:
+        rows.append(("unreachable", f"p = {args.p:g} cannot be reached: the whole support holds at most "
+                                    f"{r.mass_hi:.6g} of the model's mass (raise --max-len / --max-depth)"))
+    text = kv(rows + [("cost", cline)])
     return Output(doc, text)
 
 

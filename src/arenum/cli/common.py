@@ -142,6 +142,14 @@ def fmt_count(n: Any) -> str:
     return f"{int(n):,}"
 
 
+def fmt_point(x: Any) -> str:
+    """A point value past the exact budget (a float strictly inside its bracket): ``1,364.7``; past a
+    billion as :func:`fmt_count`."""
+    if isinstance(x, int) or not math.isfinite(x) or abs(x) >= 10**9:
+        return fmt_count(x)
+    return f"{x:,.1f}"
+
+
 def fmt_lp(lp: float) -> str:
     if lp == -math.inf:
         return "-inf"
@@ -168,6 +176,8 @@ def _bar_text(d: dict, rate: float | None = None) -> str:
     """``level 4 1,024/8,000, target budget 20.6 bits (>= 398,000 prefixes), ETA 3 s``: the level being
     expanded, the budget this build is heading for, the live prefixes known to lie within it so far (a
     lower bound: more are found as it goes) and the time left for those at the current rate."""
+    if d.get("phase") == "certified":  # the finite-state DP past the exact budget (no forwards)
+        return f"certified DP ({d.get('dp', '')}): {int(d['cells_done']):,}/{int(d['cells_todo']):,} score cells"
     if "workers" in d:  # a distributed build reports once per round, every worker done
         text = f"{int(d['workers'])} workers, round {int(d.get('round', 0))}"
     else:
@@ -300,6 +310,21 @@ def one_line(exc: BaseException) -> str:
         msg = str(exc.args[0])
     first = msg.splitlines()[0] if msg else type(exc).__name__
     return first
+
+
+_OPTION = {"max_len": "--max-len", "max_prefixes": "--max-forwards", "eos": "--eos", "max_depth": "--max-len"}
+
+
+def in_cli_words(msg: str) -> str:
+    """A library message in the command line's words: ``this enumerable has max_len=12`` becomes
+    ``this command has --max-len 12`` (the option to change, not the API's parameter)."""
+    import re
+
+    def sub(m: "re.Match[str]") -> str:
+        opt = _OPTION.get(m.group(1), "--" + m.group(1).replace("_", "-"))
+        return f"this command has {opt} {m.group(2)}"
+
+    return re.sub(r"this enumerable has (\w+)=(\S+)", sub, msg)
 
 
 def budget_message(exc: BaseException) -> str:

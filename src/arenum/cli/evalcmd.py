@@ -1,9 +1,10 @@
 """``arenum eval MODEL TEST [MODEL ...]``: the guessing curve of a test set under one or more models.
 
 Every line of TEST (blank lines skipped) is ranked by :func:`arenum.report.curves.guessing_curve`: exact
-where ``--max-forwards`` allows, past it a certified bracket plus a Monte Carlo estimate (flagged),
-or the estimate ``--exact-limit`` asks for. Prints the fraction guessed at 10**k guesses, and
-writes the curve as a PNG (``-o``), CSV (``--csv``) and JSON (``--json``).
+where ``--max-forwards`` allows, past it a certified bracket (a finite-state model's DP), else a
+plain bracket plus a Monte Carlo estimate, or the estimate ``--exact-limit`` asks for. Prints the
+fraction guessed at 10**k guesses (past the exact region: the point value and its band, the band's
+kind named), and writes the curve as a PNG (``-o``), CSV (``--csv``) and JSON (``--json``).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def _fmt_g(g: float) -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> "object":
-    from ..report import draw_guessing_curves, guessing_curve
+    from ..report import band_name, draw_guessing_curves, guessing_curve
     from .commands import need_matplotlib
     from .common import Output
 
@@ -77,11 +78,11 @@ def cmd_eval(args: argparse.Namespace) -> "object":
     if args.csv is not None:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(["model", "guesses", "fraction", "lo", "hi", "exact"])
+        w.writerow(["model", "guesses", "fraction", "lo", "hi", "exact", "band", "point_method"])
         for cur in curves:
             for p in cur.points(args.max_guesses):
-                w.writerow([cur.name, f"{p.guesses:.6g}", f"{p.fraction:.6f}", f"{p.lo:.6f}", f"{p.hi:.6f}",
-                            int(p.exact)])
+                w.writerow([cur.name, f"{p.guesses:.6g}", f"{p.fraction:.9f}", f"{p.lo:.9f}", f"{p.hi:.9f}",
+                            int(p.exact), p.band, p.point_method])
         data = buf.getvalue().encode("utf-8")
 
         def write(tmp: str) -> None:
@@ -105,8 +106,11 @@ def cmd_eval(args: argparse.Namespace) -> "object":
     for k in range(len(decs[0])):
         rows.append([_fmt_g(decs[0][k].guesses)] + [_pct(d[k]) for d in decs])
     text += [""] + table(["guesses"] + [c.name for c in curves], rows, [True] * (1 + len(curves)))
-    text.append("fraction of the test set guessed within that many guesses (guess number = rank + 1); "
-                "~x% [lo, hi]: past the exact budget, a Monte Carlo estimate with its band")
+    kinds = sorted({k for d in decs for p in d if not p.exact for k in p.band.split(" + ")})
+    text.append("fraction of the test set guessed within that many guesses (guess number = rank + 1)"
+                + ("" if not kinds else
+                   f"; ~x% [lo, hi]: past the exact budget, the point value (expected fraction) in its "
+                   f"{' / '.join(band_name(k) for k in kinds)}"))
     if args.out is not None:
         text.append(f"wrote {args.out} ({size:,} bytes)")
     if args.csv is not None:

@@ -193,6 +193,10 @@ def load_model(args: argparse.Namespace) -> Loaded:
     if workers is None:
         if getattr(args, "ray_address", None):
             raise CLIError("--ray-address needs --workers N")
+        n = cluster_workers(getattr(args, "store", None))
+        if n:
+            raise CLIError(f"store {args.store} holds a {n}-worker cluster's trees (worker-0 .. worker-{n - 1}): "
+                           f"open it with --workers {n}, or give another folder to --store")
         return _load_model(args)
     if getattr(args, "exact_limit", None) is not None:
         raise CLIError("--exact-limit (estimates) is not available with --workers")
@@ -205,6 +209,16 @@ def load_model(args: argparse.Namespace) -> Loaded:
     m.enum = _distributed(args, m, workers, store)
     m.info["workers"] = workers
     return m
+
+
+def cluster_workers(store: str | None) -> int:
+    """How many ``worker-K`` trees a store folder holds (0: none, a single-process store or no store)."""
+    if not store or not os.path.isdir(store):
+        return 0
+    n = 0
+    while os.path.isdir(os.path.join(store, f"worker-{n}")):
+        n += 1
+    return n
 
 
 def _distributed(args: argparse.Namespace, m: Loaded, workers: int, store: str | None) -> Any:
@@ -224,7 +238,15 @@ def _distributed(args: argparse.Namespace, m: Loaded, workers: int, store: str |
         import ray  # noqa: F401
     except ImportError:
         raise CLIError("--workers needs Ray: pip install 'arenum[ray]'") from None
-    return DistributedEnumerable(spec, workers, address=getattr(args, "ray_address", None), store=store)
+    import sys
+    import time
+
+    t0 = time.perf_counter()
+    enum = DistributedEnumerable(spec, workers, address=getattr(args, "ray_address", None), store=store)
+    if not getattr(args, "quiet", False):  # start-up is paid once per process: said apart from the query's time
+        sys.stderr.write(f"arenum: note: {workers} Ray workers started in {time.perf_counter() - t0:.1f} s "
+                         "(start-up, not counted in the time printed below; see docs/distributed.md)\n")
+    return enum
 
 
 def _load_model(args: argparse.Namespace) -> Loaded:

@@ -456,8 +456,13 @@ class SeekIndex:
     @locked
     def threshold(self, rank: int) -> float:
         """Log-prob of the ``rank``-th most probable sequence (1-based, ``rank >= 1``):
-        ``count(threshold(k)) >= k``. Decodes no sequence."""
-        return self._holding(rank - 1).item(rank - 1)[1]
+        ``count(threshold(k)) >= k``. Decodes no sequence. ``IndexError`` past the support, in the
+        caller's 1-based ``k``."""
+        idx = self.ensure_count(rank, fail_fast=True)
+        if rank > idx.N:
+            raise IndexError(self._exhausted_msg(rank - 1, idx.N).replace(f"rank {rank - 1} is",
+                                                                          f"k={rank} (1-based) is", 1))
+        return idx.item(rank - 1)[1]
 
     @locked
     def rank_bracket(self, log_prob: float) -> tuple[int, int]:

@@ -7,10 +7,13 @@ place matplotlib is imported, and only when a plot is drawn.
 
 Exports: :func:`guessing_curve` (a :class:`~arenum.report.curves.GuessCurve` of
 :class:`~arenum.report.curves.CurvePoint`), :func:`draw_guessing_curves`, :class:`Mark`,
-:func:`save_png` and the module :mod:`~arenum.report.plot`.
+:func:`save_png`, the module :mod:`~arenum.report.plot`, and the JSON of every result record
+(:func:`result_json` and one function per record type, :mod:`~arenum.report.records`).
 """
 from . import plot
-from .curves import draw_guessing_curves, guessing_curve
+from .curves import band_name, draw_guessing_curves, guessing_curve
 from .plot import Mark, save_png
+from .records import count_json, mass_json, nucleus_json, result_json, threshold_json
 
-__all__ = ["Mark", "draw_guessing_curves", "guessing_curve", "plot", "save_png"]
+__all__ = ["Mark", "band_name", "count_json", "draw_guessing_curves", "guessing_curve", "mass_json", "nucleus_json", "plot",
+           "result_json", "save_png", "threshold_json"]

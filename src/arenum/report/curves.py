@@ -8,9 +8,17 @@ the answers stage gives (a certified bracket, or any other method it names, carr
 get a Monte Carlo estimate from ONE set of draws beyond the exact head (``enum.monte_carlo``), its
 interval clipped to the certified bracket. :class:`GuessCurve` then reads the fraction guessed at
 any ``g``: a point value, a band ``lo <= fraction <= hi``, and ``exact`` when every test sequence is
-certainly on one side of ``g`` (then ``lo == hi`` is the true fraction). :func:`draw_guessing_curves`
-draws several curves on one plot (matplotlib, lazily): solid where exact, dashed with the band past
-it.
+certainly on one side of ``g`` (then ``lo == hi`` is the true fraction). The band is named for what
+it is (``band``): ``'certified'`` (every sequence's certified rank bracket), ``'monte_carlo 95%'``
+(a confidence interval), or both joined by ``+`` where both kinds meet at ``g``.
+
+The point value past the exact region (``point_method='expected_fraction'``): the expected fraction
+when each non-exact sequence's guess number is spread over its band, log-uniformly on each side of
+its own point value (the rank's point, :func:`arenum.results.point_value`: its estimate, else its
+bracket's geometric middle) with half the weight on each side. It lies strictly inside the band
+wherever the band has width. :func:`draw_guessing_curves` draws several curves on one plot
+(matplotlib, lazily): solid where exact, dashed with the band past it (a hatched, edged band that
+stays visible in print), the band's kind named in the legend.
 
 Sequences a model cannot produce (probability 0, unknown symbols) are never guessed: they stay in
 the denominator and are counted as ``unrankable``. What it does not do: read files or encode
@@ -26,8 +34,9 @@ import numpy as np
 
 from ..beyond import mass_count_bound
 from .._validate import LN2
+from ..results import point_value
 
-__all__ = ["RankedItem", "CurvePoint", "GuessCurve", "guessing_curve", "predeepen", "draw_guessing_curves"]
+__all__ = ["RankedItem", "CurvePoint", "GuessCurve", "band_name", "guessing_curve", "predeepen", "draw_guessing_curves"]
 
 
 
@@ -37,8 +46,9 @@ class RankedItem:
 
     ``cert_lo <= true rank <= cert_hi`` is certified (equal when ``exact``); ``rank_lo .. rank_hi`` is
     the band drawn (the certified bracket, or an estimate's confidence interval inside it) and
-    ``rank`` its point value. ``method``: ``"exact"``, the answers stage's bracket method, an
-    estimator's name, or ``"unrankable"`` (``log_prob == -inf``: never guessed, ``error`` says why).
+    ``rank`` its point value (strictly inside a band of width). ``method``: ``"exact"``, the answers
+    stage's bracket method, an estimator's name, or ``"unrankable"`` (``log_prob == -inf``: never
+    guessed, ``error`` says why). ``band``: ``'exact'``, ``'certified'`` or ``'<estimator> 95%'``.
     """
 
     label: str
@@ -52,18 +62,24 @@ class RankedItem:
     method: str
     exact: bool
     error: str | None = None
+    band: str = "exact"
 
 
 @dataclass(frozen=True)
 class CurvePoint:
     """The fraction of the test set guessed within ``guesses`` guesses: ``fraction`` (point value),
-    ``lo <= fraction <= hi`` (the band), ``exact``: every test sequence is certainly on one side."""
+    ``lo <= fraction <= hi`` (the band), ``exact``: every test sequence is certainly on one side.
+
+    ``band``: what the band is (``'exact'``, ``'certified'``, ``'monte_carlo 95%'``, or kinds joined
+    by ``+``); ``point_method``: ``'exact'`` or ``'expected_fraction'`` (the module docstring)."""
 
     guesses: float
     fraction: float
     lo: float
     hi: float
     exact: bool
+    band: str = "exact"
+    point_method: str = "exact"
 
 
 class GuessCurve:
@@ -81,6 +97,14 @@ class GuessCurve:
             g = np.array([getattr(it, key) + 1.0 for it in self.items], dtype=np.float64)  # guess numbers
             o = np.argsort(g, kind="stable")
             self._arrays[key] = (g[o], np.concatenate([[0.0], np.cumsum(w[o])]))
+        # the spread of each non-exact band: log(lo + 1), log(point + 1.5), log(hi + 2) in guess numbers
+        wide = [i for i, it in enumerate(self.items) if it.rank_lo < it.rank_hi and it.method != "unrankable"]
+        self._wide_w = w[wide]
+        self._wide_band = [self.items[i].band for i in wide]
+        its = [self.items[i] for i in wide]
+        self._wa = np.log(np.array([it.rank_lo + 1.0 for it in its], dtype=np.float64))
+        self._wc = np.log(np.array([it.rank + 1.5 for it in its], dtype=np.float64))
+        self._wb = np.log(np.array([it.rank_hi + 2.0 for it in its], dtype=np.float64))
 
     @property
     def unrankable(self) -> int:
@@ -103,11 +127,23 @@ class GuessCurve:
             return CurvePoint(g, 0.0, 0.0, 0.0, True)
         lo, hi = self._within("rank_hi", g), self._within("rank_lo", g)
         c_lo, c_hi = self._within("cert_hi", g), self._within("cert_lo", g)
-        exact = c_lo == c_hi
-        pt = c_lo if exact else min(max(self._within("rank", g), lo), hi)
-        if exact:
-            lo = hi = c_lo
-        return CurvePoint(g, pt / self.n, lo / self.n, hi / self.n, exact)
+        if c_lo == c_hi:
+            return CurvePoint(g, c_lo / self.n, c_lo / self.n, c_lo / self.n, True)
+        pt, band = self._expected(g, lo)
+        return CurvePoint(g, pt / self.n, lo / self.n, hi / self.n, False, band or "certified",
+                          "expected_fraction")
+
+    def _expected(self, g: float, lo: float) -> tuple[float, str]:
+        """``(expected count guessed within g, the band kinds straddling g)``: the items certainly
+        within (``lo``) plus, for each band straddling ``g``, the share of its spread at or below ``g``."""
+        if not self._wide_w.size:
+            return lo, ""
+        x = math.log(math.floor(g) + 1.0)
+        a, c, b = self._wa, self._wc, self._wb
+        inside = (a < x) & (x < b)
+        f = np.where(x < c, 0.5 * (x - a) / (c - a), 0.5 + 0.5 * (x - c) / (b - c))
+        kinds = sorted({self._wide_band[i] for i in np.flatnonzero(inside)})
+        return lo + float(np.sum(self._wide_w[inside] * f[inside])), " + ".join(kinds)
 
     def decades(self, max_guesses: float = 1e14) -> list[CurvePoint]:
         """:meth:`at` ``10**k`` guesses for ``k = 0, 1, ...`` up to ``max_guesses``."""
@@ -137,8 +173,15 @@ class GuessCurve:
                        "bits": -it.log_prob / LN2 if it.log_prob > -math.inf else None,
                        "guess_number": it.rank + 1 if it.method != "unrankable" else None,
                        "guess_lo": it.rank_lo + 1, "guess_hi": it.rank_hi + 1, "method": it.method,
-                       "exact": it.exact, **({"error": it.error} if it.error else {})} for it in self.items],
+                       "band": it.band, "exact": it.exact, **({"error": it.error} if it.error else {})} for it in self.items],
         }
+
+
+def _band(r: Any) -> str:
+    if r.exact:
+        return "exact"
+    conf = getattr(r, "confidence", None)
+    return f"{r.method} {conf:.0%}" if conf is not None else "certified"
 
 
 def _item(enum: Any, label: str, count: int, r: Any) -> RankedItem:
@@ -150,10 +193,19 @@ def _item(enum: Any, label: str, count: int, r: Any) -> RankedItem:
     if getattr(r, "confidence", None) is not None and not r.exact:
         cert_lo = float(enum.count_bracket(math.nextafter(lp, math.inf)).lo)
         cert_hi = float(mass_count_bound(lp)) - 1.0
+    return _clipped(label, count, lp, r, cert_lo, cert_hi)
+
+
+def _clipped(label: str, count: int, lp: float, r: Any, cert_lo: float, cert_hi: float) -> RankedItem:
+    """The item of ``r`` with its band clipped into the certified ``[cert_lo, cert_hi]`` and its point
+    re-read by the one rule (:func:`arenum.results.point_value`) inside the clipped band."""
     lo = min(max(float(r.rank_lo), cert_lo), cert_hi)
     hi = max(min(float(r.rank_hi), cert_hi), lo)
-    return RankedItem(label, count, lp, min(max(float(r.rank), lo), hi), lo, hi, cert_lo, cert_hi, str(r.method),
-                      bool(r.exact))
+    if r.exact:
+        return RankedItem(label, count, lp, float(r.rank), lo, hi, cert_lo, cert_hi, "exact", True)
+    est = float(r.rank) if getattr(r, "point_method", None) == "estimate" else None
+    pt, _ = point_value(lo, hi, "rank", est)
+    return RankedItem(label, count, lp, float(pt), lo, hi, cert_lo, cert_hi, str(r.method), False, band=_band(r))
 
 
 def predeepen(enum: Any, scores: Sequence[float], pad_bits: float = 1.0) -> float:
@@ -248,19 +300,27 @@ def guessing_curve(
         for i in loose:
             b = items[i]
             e = est.rank(b.log_prob, head=head)
-            lo = min(max(float(e.rank_lo), b.cert_lo), b.cert_hi)
-            hi = max(min(float(e.rank_hi), b.cert_hi), lo)
-            items[i] = RankedItem(b.label, b.count, b.log_prob, min(max(float(e.rank), lo), hi), lo, hi,
-                                  b.cert_lo, b.cert_hi, str(e.method), bool(e.exact))
+            items[i] = _clipped(b.label, b.count, b.log_prob, e, b.cert_lo, b.cert_hi)
     return GuessCurve(name, [it for it in items if it is not None], int(enum.stats["forwards"]) - f0,
                       time.perf_counter() - t0)
+
+
+def band_name(kind: str) -> str:
+    """Words for a band kind: ``'certified'`` -> ``'certified band'``, ``'monte_carlo 95%'`` ->
+    ``'95% Monte Carlo interval'``."""
+    if kind in ("certified", "exact"):
+        return f"{kind} band"
+    method, _, conf = kind.rpartition(" ")
+    name = {"monte_carlo": "Monte Carlo"}.get(method, method.replace("_", " "))
+    return f"{conf} {name} interval"
 
 
 def draw_guessing_curves(curves: Sequence[GuessCurve], *, max_guesses: float = 1e14, title: str = "") -> Any:
     """A matplotlib Figure: fraction of the test set guessed against the number of guesses (log x).
 
-    One colour per curve: solid where the fraction is exact, dashed (point estimate) with its shaded
-    band past it; a dotted vertical line where each curve stops being exact.
+    One colour per curve: solid where the fraction is exact, dashed (the point value) with its band
+    past it (hatched, with edge lines, so that it shows in print), the legend naming the band's kind;
+    a dotted vertical line where each curve stops being exact.
     """
     from .plot import pyplot
 
@@ -268,7 +328,7 @@ def draw_guessing_curves(curves: Sequence[GuessCurve], *, max_guesses: float = 1
     fig, ax = plt.subplots(figsize=(9.0, 5.6), dpi=110, constrained_layout=True)
     for c_i, cur in enumerate(curves):
         color = f"C{c_i % 10}"
-        pts = cur.points(max_guesses)
+        pts = np.array(cur.points(max_guesses), dtype=object)
         g = np.array([p.guesses for p in pts])
         y = np.array([p.fraction for p in pts])
         lo = np.array([p.lo for p in pts])
@@ -284,8 +344,14 @@ def draw_guessing_curves(curves: Sequence[GuessCurve], *, max_guesses: float = 1
         if (~ex).any():
             first = max(0, int(np.flatnonzero(~ex)[0]) - 1)
             sel = slice(first, None)
-            ax.fill_between(g[sel], lo[sel], hi[sel], color=color, alpha=0.2, lw=0)
-            ax.plot(g[sel], y[sel], "--", color=color, lw=1.6, label=f"{lbl}: estimated (band)")
+            kinds = sorted({k for p in pts[sel] for k in p.band.split(" + ") if not p.exact})
+            ax.fill_between(g[sel], lo[sel], hi[sel], facecolor=color, alpha=0.3, lw=0)
+            ax.fill_between(g[sel], lo[sel], hi[sel], facecolor="none", edgecolor=color, hatch="///", lw=0,
+                            alpha=0.6)
+            ax.plot(g[sel], lo[sel], "-", color=color, lw=0.8, alpha=0.9)
+            ax.plot(g[sel], hi[sel], "-", color=color, lw=0.8, alpha=0.9)
+            ax.plot(g[sel], y[sel], "--", color=color, lw=1.6,
+                    label=f"{lbl}: point value in its {' + '.join(band_name(k) for k in kinds)}")
         eu = cur.exact_until()
         if math.isfinite(eu) and eu <= max_guesses:
             ax.axvline(eu, color=color, lw=0.8, ls=":")

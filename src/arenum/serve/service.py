@@ -350,9 +350,7 @@ class Service:
         """``count(t)`` as ``arenum count --json``: exact, certified or a plain bracket past the index."""
         t = self._threshold_arg(min_log_prob, bits)
         with self._lock:
-            c, g = count_answer(self._answers_for(t), t)
-            return {"min_log_prob": t, "bits": -t / LN2, "count": c, "count_lo": g["lo"], "count_hi": g["hi"],
-                    **{k: v for k, v in g.items() if k not in ("lo", "hi")}}
+            return {"min_log_prob": t, "bits": -t / LN2, **count_answer(self._answers_for(t), t)}
 
     def mass(self, min_log_prob: Any = None, bits: Any = None) -> dict:
         """``mass_above(t)`` with the count bracket, as ``arenum mass --json``."""

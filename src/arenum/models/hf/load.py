@@ -114,6 +114,10 @@ def load_checkpoint(
     path = os.fspath(path)
     if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")):
         raise FileNotFoundError(f"no local causal-LM checkpoint at {path!r}: the folder has no config.json")
+    looks_like_path = os.sep in path or path.startswith((".", "~")) or (os.altsep or os.sep) in path
+    if looks_like_path and not os.path.exists(path):
+        raise FileNotFoundError(f"no local causal-LM checkpoint at {path!r}: no such folder "
+                                "(nothing is downloaded; give a folder saved with save_pretrained)")
     mk = dict(model_kwargs or {})
     if dtype is not None:
         mk.setdefault("dtype", dtype)

@@ -395,9 +395,32 @@ class CausalLMOracle:
         self.stats.callback_seconds += time.perf_counter() - t_start
         return res
 
-    def decode(self, seq: Sequence[int]) -> str:
-        """Text of ``seq`` (without the prompt) via the tokenizer; without one, the ids joined by spaces."""
+    def encode(self, text: str, *, eos: bool = True) -> tuple[int, ...]:
+        """Token ids of ``text`` as a continuation of the prompt (no special tokens added), with
+        :attr:`eos` appended when ``eos`` (the sequence a terminating support wants: pass it to
+        ``rank``/``log_density`` as is). ``eos=False`` for a fixed-length support.
+
+        ``ValueError`` without a tokenizer, or when ``eos`` is asked for and the oracle has none.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if self.tokenizer is None:
+            raise ValueError("this oracle has no tokenizer, so text cannot be encoded (pass token ids instead)")
+        if eos and self.eos is None:
+            raise ValueError("eos=True but this oracle has no eos token (pass eos=False for a fixed-length support)")
+        try:
+            ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+        except TypeError:
+            ids = list(self.tokenizer.encode(text))
+        return tuple(int(t) for t in ids) + ((int(self.eos),) if eos else ())
+
+    def decode(self, seq: Sequence[int], *, strip_eos: bool = True) -> str:
+        """Text of ``seq`` (without the prompt) via the tokenizer; without one, the ids joined by
+        spaces. A trailing :attr:`eos` is dropped unless ``strip_eos=False`` (the inverse of
+        :meth:`encode`)."""
         ids = list(token_ids(seq, "the sequence to decode"))
+        if strip_eos and ids and self.eos is not None and ids[-1] == self.eos:
+            ids.pop()
         bad = [t for t in ids if not 0 <= t < self.vocab_size]
         if bad:
             raise ValueError(f"token ids {bad[:5]} are outside the vocabulary 0..{self.vocab_size - 1}")
