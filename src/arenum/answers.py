@@ -80,19 +80,23 @@ class Answers:
         - ``bracket(idx)``: a certified bracket around the deepest index built (``method='bracket'``);
         - none of these: the :class:`~arenum.errors.BudgetExceeded` propagates.
 
-        A query passes only the rungs it has; each rung sets its record's ``exact``/``method``.
+        A query passes only the rungs it has; each rung sets its record's ``exact``/``method``, and a
+        record of the certified or bracket rung that still says ``exact`` (a :class:`MassBracket`
+        built plainly) is stamped with the rung's method here: past a cap nothing claims exactness
+        unless its bracket is a single value. Every record computes its own point value
+        (:func:`arenum.results.point_value`).
         """
         try:
             x = build()
         except BudgetExceeded:
             cc = self._certified_counter(t) if certified is not None else None
             if cc is not None:
-                return certified(cc)
+                return _stamp(certified(cc), "certified")
             if estimate is not None and self.estimates:
                 return estimate(*self._estimator())
             if bracket is None:
                 raise
-            return bracket(self._built())
+            return _stamp(bracket(self._built()), "bracket")
         if sub_support is not None and self._capped:
             return sub_support(x)
         return exact(x)
@@ -162,7 +166,8 @@ class Answers:
         except BudgetExceeded:
             return b
         lo = max(b.lo, idx.total_mass().lo) if idx.T >= t else b.lo
-        return MassBracket(lo, max(lo, b.hi))
+        hi = max(lo, b.hi)
+        return MassBracket(lo, hi, exact=lo == hi, method="exact" if lo == hi else "certified")
 
     def _cert_extra(self, cc: CertifiedCounter) -> dict:
         return {"resolution_bits": cc.resolution_bits, "head_count": self._head()[0]}
@@ -175,13 +180,17 @@ class Answers:
 
         def certified(cc: CertifiedCounter) -> CountResult:
             b = self._cert_count(cc, t)
-            return CountResult(b.lo, exact=b.exact, method="certified", ci_lo=b.lo, ci_hi=b.hi,
-                               extra=self._cert_extra(cc))
+            return CountResult(b.lo, exact=b.exact, method="exact" if b.exact else "certified", ci_lo=b.lo,
+                               ci_hi=b.hi, extra=self._cert_extra(cc))
+
+        def sub_support(c: int) -> CountResult:
+            hi = c + seek.dropped_bound(t)
+            if hi == c:  # nothing the cap skipped scores >= t: the count is the truth
+                return CountResult(c)
+            return CountResult(c, exact=False, method="bracket", ci_lo=c, ci_hi=hi)
 
         return self.regime(
-            lambda: seek.count(t), CountResult, t=t,
-            sub_support=None if t > 0 else
-            lambda c: CountResult(c, exact=False, method="bracket", ci_lo=c, ci_hi=c + seek.dropped_bound(t)),
+            lambda: seek.count(t), CountResult, t=t, sub_support=None if t > 0 else sub_support,
             certified=certified, estimate=lambda est, head: est.count(t, head=head),
         )
 
@@ -233,7 +242,10 @@ class Answers:
 
         def sub_support(idx: ExactIndex) -> MassBracket:
             m = idx.mass_ge(t)
-            return MassBracket(m.lo, min(1.0, m.hi + seek.dropped_mass(t)))
+            dropped = seek.dropped_mass(t)
+            if dropped <= 0:  # nothing skipped: exact to float rounding
+                return m
+            return MassBracket(m.lo, min(1.0, m.hi + dropped), exact=False, method="bracket")
 
         return self.regime(
             lambda: seek.ensure_score(t), lambda idx: idx.mass_ge(t), t=t, sub_support=sub_support,
@@ -242,7 +254,22 @@ class Answers:
         )
 
     def nucleus_size(self, p: float) -> CountDPTopPResult:
-        """Smallest head with mass ``>= p``: exact up to float rounding; ``truncated`` past a cap."""
+        """Smallest head with mass ``>= p``: exact up to float rounding; ``truncated`` past a cap;
+        ``reachable=False`` when the whole support holds less than ``p`` (``None``: a cap stopped the
+        build before it could tell)."""
+        r = self._nucleus(p)
+        if r.truncated:
+            reachable = False if r.mass_hi < p and self._whole_support_built() else None
+            return CountDPTopPResult(**{**r.as_dict(), "reachable": reachable, "point_method": None})
+        return r
+
+    def _whole_support_built(self) -> bool:
+        """Every sequence of the support is in the index (no cap and no depth floor left any out)."""
+        seek = self.seek
+        return (not self._capped and seek.at_depth_floor
+                and not seek.tree.completions_beyond(seek.limits.max_depth_bits))
+
+    def _nucleus(self, p: float) -> CountDPTopPResult:
         idx, truncated = self.seek.ensure_mass(p)
         r = idx.nucleus(p) if idx.bucketed else None
         if truncated and not idx.bucketed:
@@ -296,8 +323,10 @@ class Answers:
         def certified(cc: CertifiedCounter) -> DensityRankResult:
             r = self._cert_count(cc, math.nextafter(s, math.inf))  # s(x) > s: s(x) >= the next float
             m = self._cert_mass(cc, s)
+            exact = r.exact and m.exact
             return DensityRankResult(
-                rank=r.lo, cumulative=m.mid, log_prob=s, exact=r.exact, method="certified", rank_lo=r.lo,
+                rank=r.lo, cumulative=m.mid, log_prob=s, exact=exact, method="exact" if exact else "certified",
+                rank_lo=r.lo,
                 rank_hi=r.hi, cumulative_lo=m.lo, cumulative_hi=m.hi, truncated=trunc, extra=self._cert_extra(cc))
 
         def bracket(idx: ExactIndex) -> DensityRankResult:
@@ -337,3 +366,11 @@ class Answers:
             self.seek.ensure_count(1 << 62)
         except BudgetExceeded:
             pass
+
+
+def _stamp(r: R, method: str) -> R:
+    """A record of a rung past the cap: a :class:`MassBracket` that says ``exact`` while its ends
+    differ gets the rung's ``method`` (its point is then recomputed by the one rule)."""
+    if isinstance(r, MassBracket) and r.exact and r.lo != r.hi:
+        return MassBracket(r.lo, r.hi, exact=False, method=method)  # type: ignore[return-value]
+    return r

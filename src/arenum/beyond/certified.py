@@ -475,16 +475,17 @@ class CertifiedCounter:
         return self.count_bracket(float(np.nextafter(s, math.inf)))
 
     def mass_bracket(self, t: float) -> MassBracket:
-        """Certified ``lo <= P(s(X) >= t) <= hi`` over the support."""
+        """Certified ``lo <= P(s(X) >= t) <= hi`` over the support (``method='certified'``, never
+        ``exact``: the grid's rounding widens it beyond float rounding)."""
         t = finite_float("t", t, allow_neg_inf=True)
         if t > 0:
             return MassBracket(0.0, 0.0)
         if t == -math.inf:
-            return MassBracket(max(0.0, self._value(True, True, self.max_cells)), 1.0)
+            return _certified_mass(max(0.0, self._value(True, True, self.max_cells)), 1.0)
         k_lo, k_hi = self._cells(t)
         lo = max(0.0, self._value(True, True, k_lo))
         hi = min(1.0, self._value(False, True, k_hi))
-        return MassBracket(lo, max(lo, hi))
+        return _certified_mass(lo, max(lo, hi))
 
     def _first_cell(self, lower: bool, k: int) -> int | None:
         """Smallest cell ``K <= max_cells`` whose lower (upper) count reaches ``k``, or None."""
@@ -524,3 +525,8 @@ class CertifiedCounter:
             "seconds": self.setup_seconds + sum(sw.seconds for sw in self._sweeps.values()),
             "bytes": sum(sw.nbytes for sw in self._sweeps.values()),
         }
+
+
+def _certified_mass(lo: float, hi: float) -> MassBracket:
+    """A certified mass bracket of the DP: ``exact`` only when it is a single value."""
+    return MassBracket(lo, hi, exact=lo == hi, method="exact" if lo == hi else "certified")
