@@ -104,8 +104,8 @@ def run(cmds: list[str], work: Path) -> list[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "100"}
     env.pop("ARENUM_DEBUG", None)
     lines = ["exec 2>&1", f'arenum() {{ "{py}" -m arenum.cli "$@"; }}']
-    for c in cmds:
-        lines += [f"echo {MARK}", c]
+    for c in cmds:  # the marker keeps $? of the command before it
+        lines += [f"__rc=$?; echo {MARK}; (exit $__rc)", c]
     p = subprocess.run(["bash", "-c", "\n".join(lines) + "\n"], cwd=work, stdout=subprocess.PIPE, text=True,
                        env=env, timeout=1800)
     parts = p.stdout.split(MARK + "\n")[1:]
