@@ -12,14 +12,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._validate import LN2
 from ..results import (
     CountBracket, CountDPTopPResult, CountResult, DensityRankResult, Estimate, MassBracket, ThresholdResult,
 )
 
 __all__ = ["result_json", "count_json", "threshold_json", "rank_json", "mass_json", "nucleus_json"]
-
-LN2 = math.log(2.0)
-
 
 def _guarantee(exact: bool, method: str, point_method: str, confidence: float | None = None,
                stderr: float | None = None) -> dict:
