@@ -458,10 +458,10 @@ class SeekIndex:
         """Log-prob of the ``rank``-th most probable sequence (1-based, ``rank >= 1``):
         ``count(threshold(k)) >= k``. Decodes no sequence. ``IndexError`` past the support, in the
         caller's 1-based ``k``."""
-        idx = self.ensure_count(rank, fail_fast=True)
-        if rank > idx.N:
-            raise IndexError(self._exhausted_msg(rank - 1, idx.N).replace(f"rank {rank - 1} is",
-                                                                          f"k={rank} (1-based) is", 1))
+        try:
+            idx = self._holding(rank - 1)
+        except IndexError as exc:  # in the caller's 1-based k, not the 0-based position
+            raise IndexError(str(exc).replace(f"rank {rank - 1} is", f"k={rank} (1-based) is", 1)) from None
         return idx.item(rank - 1)[1]
 
     @locked
