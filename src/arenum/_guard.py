@@ -17,7 +17,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, TypeVar
 
-__all__ = ["deferred_interrupts", "locked"]
+__all__ = ["deferred_interrupts", "held", "locked"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,6 +58,17 @@ def deferred_interrupts() -> Iterator[None]:
             raise KeyboardInterrupt
 
 
+@contextmanager
+def held(lock: Any) -> Iterator[None]:
+    """Run the block holding ``lock`` (a re-entrant lock), taking it only if this thread does not
+    hold it yet: the rule of :func:`locked`, for a block."""
+    if lock._is_owned():
+        yield
+        return
+    with lock:
+        yield
+
+
 def locked(fn: F) -> F:
     """Decorate a method so that it runs holding ``self._lock`` (a re-entrant lock).
 
@@ -68,10 +79,7 @@ def locked(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        lock = self._lock
-        if lock._is_owned():  # this thread holds it: the caller took it for the whole query
-            return fn(self, *args, **kwargs)
-        with lock:
+        with held(self._lock):  # taken once, by the query's entry; below it, held already
             return fn(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]

@@ -37,7 +37,7 @@ import numpy as np
 
 from .budget import BUDGET_HINT
 from ._arrays import seg_first_below
-from .._guard import deferred_interrupts
+from .._guard import deferred_interrupts, held
 from .levels import Level, LevelView, read_only
 from ..step import StepOracle
 from ..errors import BudgetExceeded
@@ -259,7 +259,7 @@ class PrefixTree:
         check_record(kind, rec)
         if seq is not None and seq != self.commits:
             raise ValueError(f"record {seq} does not follow commit {self.commits}")
-        with self.lock:
+        with held(self.lock):
             self.recover()
             self._run(kind, rec, {}, None)
 
@@ -267,7 +267,7 @@ class PrefixTree:
         """Journal ``rec``, then apply it in memory, whole or not at all whatever exception lands where
         (SIGINT is held back; anything else rolls it back, here or at the next :meth:`recover`, and
         cuts its record from the journal; if the cut fails, the next record supersedes it)."""
-        with self.lock, deferred_interrupts():
+        with held(self.lock), deferred_interrupts():
             self._run(kind, rec, extra, self.journal)
 
     def _run(self, kind: str, rec: dict, extra: dict, journal: Callable | None) -> None:
@@ -294,7 +294,7 @@ class PrefixTree:
         Every entry point calls this first; idempotent, so it may itself be cut short and rerun."""
         if self._pending is None:
             return
-        with self.lock:
+        with held(self.lock):
             p = self._pending
             if p is None:
                 return
