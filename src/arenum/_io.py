@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Callable
+from typing import Any, BinaryIO, Callable
 
-__all__ = ["atomic_write"]
+__all__ = ["atomic_write", "read_archive"]
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None], *, suffix: str = ".tmp") -> int:
@@ -58,3 +58,27 @@ def _fsync_folder(folder: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def read_archive(path: str | os.PathLike, read: Callable[[BinaryIO, int], Any], what: str,
+                 invalid: type[Exception], invalid_message: Callable[[str, Exception], str]) -> Any:
+    """``read(fh, size)`` of the file at ``path``, every failure one ``ValueError`` line naming it.
+
+    A missing or unreadable file raises its ``OSError`` (which names the file); ``invalid`` (the
+    reader's own refusal) becomes ``invalid_message(repr(path), exc)``; any other error inside the
+    archive (zip, zlib, npy, JSON) becomes "... is not a valid arenum WHAT file: damaged archive";
+    ``MemoryError`` passes through.
+    """
+    name = repr(os.fspath(path))
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        try:
+            return read(fh, size)
+        except invalid as exc:
+            raise ValueError(invalid_message(name, exc)) from None
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- zip, zlib, npy or JSON errors inside the archive
+            msg = str(exc).splitlines()[0] if str(exc) else ""
+            raise ValueError(f"{name} is not a valid arenum {what} file: damaged archive "
+                             f"({type(exc).__name__}{': ' + msg[:120] if msg else ''})") from None

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ..._io import atomic_write
+from ..._io import atomic_write, read_archive
 from ..._validate import exact_int, INT64_MAX
 from .fit import KINDS, check_params
 
@@ -153,21 +153,7 @@ def load_model(path: str | os.PathLike) -> dict[str, Any]:
 
     The caller should still check a sample of rows (the model's ``load`` does).
     """
-    name = os.fspath(path)
-    with open(path, "rb") as fh:  # missing or unreadable: the OSError names the file
-        size = os.fstat(fh.fileno()).st_size
-        try:
-            return _read(fh, size)
-        except _Invalid as exc:
-            raise ValueError(f"{name!r} {exc}") from None
-        except MemoryError:
-            raise
-        except Exception as exc:  # noqa: BLE001 -- zipfile, zlib or I/O errors inside the archive
-            msg = str(exc).splitlines()[0] if str(exc) else ""
-            raise ValueError(
-                f"{name!r} is not a valid arenum n-gram model file: damaged archive "
-                f"({type(exc).__name__}{': ' + msg if msg else ''})"
-            ) from None
+    return read_archive(path, _read, "n-gram model", _Invalid, lambda name, exc: f"{name} {exc}")
 
 
 def _read(fh: BinaryIO, size: int) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._io import atomic_write
+from ..._io import atomic_write, read_archive
 from ..ngram.io import INFLATE_FLOOR_BYTES, MAX_INFLATE_RATIO, MAX_UNCOMPRESSED_BYTES
 from .grammar import parse_structure, segments, structure_of
 
@@ -72,19 +72,8 @@ def file_format(path: str | os.PathLike) -> str | None:
 
 def load_pcfg(path: str | os.PathLike) -> dict[str, Any]:
     """Read and check a file written by :func:`save_pcfg`: the model constructor's keyword arguments."""
-    name = os.fspath(path)
-    with open(path, "rb") as fh:  # missing or unreadable: the OSError names the file
-        size = os.fstat(fh.fileno()).st_size
-        try:
-            return _read(fh, size)
-        except _Invalid as exc:
-            raise ValueError(f"{name!r} is not a valid arenum PCFG model file: {exc}") from None
-        except MemoryError:
-            raise
-        except Exception as exc:  # noqa: BLE001 -- zip, zlib, npy or JSON errors inside the archive
-            msg = str(exc).splitlines()[0] if str(exc) else ""
-            raise ValueError(f"{name!r} is not a valid arenum PCFG model file: damaged archive "
-                             f"({type(exc).__name__}{': ' + msg[:120] if msg else ''})") from None
+    return read_archive(path, _read, "PCFG model", _Invalid,
+                        lambda name, exc: f"{name} is not a valid arenum PCFG model file: {exc}")
 
 
 def _read(fh: Any, size: int) -> dict[str, Any]:
