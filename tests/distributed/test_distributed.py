@@ -178,6 +178,27 @@ def test_a_store_reopens_without_forwards_and_refuses_another_model(tmp_path):
         DistributedEnumerable(other, 2, backend="local", store=tmp_path / "s")
 
 
+def test_a_cluster_store_opened_by_one_process_is_refused_in_one_line(tmp_path):
+    """A two-worker store folder given to a single-process enumerable (the Python API, as the CLI
+    without --workers) is refused, naming workers=2; nothing is built inside it."""
+    case = (6, 4, True, 1.0, False, "dense")
+    fac = _factory(case)
+    with DistributedEnumerable(fac, 2, backend="local", store=tmp_path / "s") as dist:
+        dist.slice(0, 10)
+    before = sorted(os.listdir(tmp_path / "s"))
+    for readonly in (False, True):
+        with pytest.raises(StoreError) as err:
+            AutoregressiveEnumerable(fac.make_model(), eos=0, max_len=4, store=tmp_path / "s",
+                                     store_readonly=readonly)
+        msg = str(err.value)
+        assert "2-worker cluster" in msg and "workers=2" in msg and "\n" not in msg
+    assert sorted(os.listdir(tmp_path / "s")) == before  # no manifest, no lock, no journal at the root
+    # a worker's own folder holds its part only: refused too, naming its parent and workers=2
+    with pytest.raises(StoreError, match="parent folder with workers=2$"):
+        AutoregressiveEnumerable(fac.make_model(), eos=0, max_len=4, store=tmp_path / "s" / "worker-0",
+                                 store_readonly=True)
+
+
 def test_an_error_closing_the_workers_does_not_hide_the_one_that_left_the_block(monkeypatch):
     from arenum.distributed import backend
 

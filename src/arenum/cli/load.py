@@ -193,8 +193,10 @@ def load_model(args: argparse.Namespace) -> Loaded:
     if workers is None:
         if getattr(args, "ray_address", None):
             raise CLIError("--ray-address needs --workers N")
+        from ..exact import cluster_workers  # the check every store opener makes (exact/store.py)
+
         n = cluster_workers(getattr(args, "store", None))
-        if n:
+        if n:  # refused before the model loads, in the command line's words
             raise CLIError(f"store {args.store} holds a {n}-worker cluster's trees (worker-0 .. worker-{n - 1}): "
                            f"open it with --workers {n}, or give another folder to --store")
         return _load_model(args)
@@ -209,16 +211,6 @@ def load_model(args: argparse.Namespace) -> Loaded:
     m.enum = _distributed(args, m, workers, store)
     m.info["workers"] = workers
     return m
-
-
-def cluster_workers(store: str | None) -> int:
-    """How many ``worker-K`` trees a store folder holds (0: none, a single-process store or no store)."""
-    if not store or not os.path.isdir(store):
-        return 0
-    n = 0
-    while os.path.isdir(os.path.join(store, f"worker-{n}")):
-        n += 1
-    return n
 
 
 def _distributed(args: argparse.Namespace, m: Loaded, workers: int, store: str | None) -> Any:

@@ -19,7 +19,7 @@ from .exactsum import float_units, to_float, values
 from .index import ExactIndex, mass_bracket
 from .quantize import Quantizer
 from .seek import Limits, SeekIndex, default_max_bytes
-from .store import PROBES, TreeStore, open_store, root_fingerprint
+from .store import PROBES, TreeStore, cluster_workers, open_store, root_fingerprint
 from .storefiles import describe_store
 from .tree import DEFAULT_TABLE_BYTES, HIST_BINS_PER_BIT, PrefixTree
 
@@ -27,6 +27,6 @@ __all__ = [
     "BUDGET_HINT", "CountHistogram", "CountIndex", "DEFAULT_TABLE_BYTES", "ExactIndex", "HIST_BINS_PER_BIT",
     "Limits", "PROBES", "PrefixTree", "Quantizer", "SeekIndex", "TreeStore",
     "autoregressive_count_index", "best_first", "build_count_index", "default_max_bytes",
-    "describe_store", "float_units", "mass_bracket", "open_store", "root_fingerprint", "to_float",
+    "cluster_workers", "describe_store", "float_units", "mass_bracket", "open_store", "root_fingerprint", "to_float",
     "values",
 ]

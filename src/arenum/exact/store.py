@@ -62,7 +62,7 @@ from .storefiles import (MANIFEST, STORE_FORMAT, STORE_VERSION, CrcWriter, crc_f
                          fsync_dir, manifest_crc, read_manifest)
 from .tree import PrefixTree
 
-__all__ = ["TreeStore", "root_fingerprint", "open_store", "PROBES"]
+__all__ = ["TreeStore", "root_fingerprint", "open_store", "PROBES", "cluster_workers"]
 
 LOCK = "lock"
 PROBES = 32
@@ -104,6 +104,25 @@ def open_store(path: Any, tree: PrefixTree, settings: Any, fingerprint: str | No
     meta = {k: _plain(v) for k, v in settings.store_checked().items()}
     return TreeStore(path, tree, meta=meta, fingerprint=fp, readonly=bool(readonly),
                      probe=fingerprint is None if probe is None else probe)
+
+
+def cluster_workers(path: Any) -> int:
+    """How many workers' stores the folder ``path`` holds (``cluster.json`` and ``worker-K``
+    folders, written by :class:`arenum.distributed.DistributedEnumerable`); 0 for a single-process
+    store, an empty or missing folder. Such a folder is refused as a single-process store
+    (:class:`TreeStore`): building one inside it would re-pay every forward, unseen by the cluster."""
+    if path is None or not os.path.isdir(path):
+        return 0
+    n = 0
+    while os.path.isdir(os.path.join(path, f"worker-{n}")):
+        n += 1
+    if n == 0 and os.path.exists(os.path.join(path, "cluster.json")):
+        try:
+            with open(os.path.join(path, "cluster.json"), encoding="utf-8") as f:
+                n = int(json.load(f)["workers"])
+        except (OSError, ValueError, KeyError, TypeError):
+            n = 1  # a cluster file, whatever it says: not a single-process store
+    return n
 
 
 def _plain(v: Any) -> Any:
@@ -151,6 +170,10 @@ class TreeStore:
         self.probed = 0  # stored prefixes re-scored on open
         if os.path.isdir(path) and not os.access(path, os.R_OK | os.X_OK):
             raise StoreError(f"store {path}: permission denied (the folder cannot be read)")
+        if n := cluster_workers(path):
+            raise StoreError(f"store {path} holds a {n}-worker cluster's stores (worker-0 .. worker-{n - 1}): open "
+                             f"it with workers={n} (DistributedEnumerable(..., {n}, store=...), on the command line "
+                             f"--workers {n}), or give another folder")
         exists = os.path.exists(os.path.join(path, MANIFEST))
         if readonly and not exists:
             raise StoreError(f"store {path}: no {MANIFEST} (a read-only store must exist)")
@@ -252,7 +275,8 @@ class TreeStore:
             a, b = _short_pair(str(m["fingerprint"]), self.fingerprint)
             hint = ""
             if ("|worker:" in str(m["fingerprint"])) != ("|worker:" in self.fingerprint):
-                hint = "; it is one worker's part of a distributed store: open its parent folder with workers="
+                hint = ("; it is one worker's part of a distributed store: open its parent folder with workers="
+                        f"{cluster_workers(os.path.dirname(path)) or 'N'}")
             raise StoreError(f"store {path} was built with another model (fingerprint {a} != {b}){hint}")
         gen = int(m["generation"])
         gdir = os.path.join(path, f"gen-{gen}")
