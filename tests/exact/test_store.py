@@ -342,6 +342,108 @@ def test_a_full_disk_mid_build_commits_nothing_and_the_build_resumes(tmp_path, m
     ar2.close()
 
 
+def _reopen_in_a_fresh_process(path, n):
+    """Open the store at ``path`` as a writer in a new process; its count of everything and its slice."""
+    code = textwrap.dedent(f"""
+        import json, math
+        from arenum import AutoregressiveEnumerable
+        from arenum.testing import RandomModel
+        m = RandomModel(["a", "b", "c", "d", "e"], seed=3, eos="a", eos_boost=2.0)
+        ar = AutoregressiveEnumerable(m, max_len={L}, eos="a", batch_next_logprobs=m.batch, batch_size=8,
+                                      store={str(path)!r})
+        ar._check()
+        print(json.dumps([ar.count(-math.inf), ar.slice(0, {n})]))
+        ar.close()
+        """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-800:]
+    c, got = json.loads(r.stdout)
+    return c, [(list(s), x) for s, x in got]
+
+
+def test_after_a_full_disk_a_dropped_enumerable_releases_the_lock(tmp_path, monkeypatch):
+    """A failed journal write releases the lock: an enumerable kept alive by the error (a traceback
+    kept, as a notebook keeps the last one) and dropped does not hold the store; one still in use
+    takes the lock again at its next commit, or refuses if another writer changed the store."""
+    import errno
+    import gc
+    import weakref
+
+    import arenum.exact.store as store_mod
+
+    m = _model(True)
+    clean = AutoregressiveEnumerable(m, max_len=L, eos="a", batch_next_logprobs=m.batch, batch_size=8)
+    n = clean.count(-math.inf)
+    want = [(list(s), x) for s, x in clean.slice(0, n)]
+    real_write, real_trunc = os.write, os.ftruncate
+    kept = []  # the errors, tracebacks and all: they hold every frame of the failed query
+    for trial in range(6):
+        rng = np.random.default_rng(trial)
+        p = tmp_path / f"s{trial}"
+        ar = _open(m, True, p)
+        ar.count(clean.threshold(int(rng.integers(1, 40))))  # something committed first
+        ok_writes = int(rng.integers(0, 4))
+        bad_trunc = trial % 3 == 2  # the cut of the partial record fails too
+
+        def full(fd, buf):
+            nonlocal ok_writes
+            if ok_writes > 0:
+                ok_writes -= 1
+                return real_write(fd, buf)
+            real_write(fd, bytes(buf)[: len(buf) // 3])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def trunc(fd, size):
+            if bad_trunc:
+                raise OSError(errno.EIO, "I/O error")
+            return real_trunc(fd, size)
+
+        monkeypatch.setattr(store_mod.os, "write", full)
+        monkeypatch.setattr(store_mod.os, "ftruncate", trunc)
+        try:
+            ar.count(-math.inf)
+            raise AssertionError("the full disk raised nothing")
+        except OSError as e:
+            kept.append(e)
+        monkeypatch.setattr(store_mod.os, "write", real_write)
+        monkeypatch.setattr(store_mod.os, "ftruncate", real_trunc)
+        ar._check()
+        if trial % 2:  # still in use: the next commit takes the lock again (or refuses: the journal's end unknown)
+            try:
+                assert ar.count(-math.inf) == n and ar.slice(0, n) == clean.slice(0, n)
+                assert not bad_trunc
+            except StoreError as e:
+                assert bad_trunc and "open it again" in str(e)
+            ar._check()
+            kept.pop()  # it holds the lock again, like any enumerable in use, until closed or dropped
+        w = weakref.ref(ar.store)
+        del ar
+        gc.collect()
+        assert w() is None or w()._lock_fd is None
+        assert _reopen_in_a_fresh_process(p, n) == (n, want)  # a fresh process opens it, exact
+        ar2 = _open(m, True, p)  # and this one
+        ar2._check()
+        assert ar2.count(-math.inf) == n and [(list(s), x) for s, x in ar2.slice(0, n)] == want
+        ar2.close()
+    # another writer while the first had released the lock: the first refuses at its next commit
+    p = tmp_path / "other"
+    ar = _open(m, True, p)
+    ar.count(clean.threshold(5))
+    monkeypatch.setattr(store_mod.os, "write", lambda fd, buf: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
+    with pytest.raises(OSError):
+        ar.count(-math.inf)
+    monkeypatch.setattr(store_mod.os, "write", real_write)
+    other = _open(m, True, p)
+    other.count(clean.threshold(60))
+    other.close()
+    with pytest.raises(StoreError, match="changed after a failed write"):
+        ar.count(-math.inf)
+    ar._check()
+    assert ar.count(clean.threshold(5)) == 5  # queries inside what it holds still answer
+    ar.close()
+    assert _reopen_in_a_fresh_process(p, n) == (n, want)
+
+
 # ------------------------------------------------------------------ the command line
 def _cli(*args, timeout=120):
     env = {k: v for k, v in os.environ.items() if k != "ARENUM_DEBUG"}

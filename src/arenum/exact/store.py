@@ -168,6 +168,7 @@ class TreeStore:
         self._probe = bool(probe)
         self._last: tuple[int, int, int, int] | None = None  # (seq, start, tokens, forwards) of the last record
         self.probed = 0  # stored prefixes re-scored on open
+        self._detached: tuple | None = None  # after a failed write: what the store was (_detach)
         if os.path.isdir(path) and not os.access(path, os.R_OK | os.X_OK):
             raise StoreError(f"store {path}: permission denied (the folder cannot be read)")
         if n := cluster_workers(path):
@@ -429,7 +430,54 @@ class TreeStore:
         fsync_dir(self.path)
 
     def _append(self, kind: str, rec: dict, seq: int) -> None:
-        """Journal commit ``seq`` (called by the tree before it applies it); fsynced before returning."""
+        """Journal commit ``seq`` (called by the tree before it applies it); fsynced before returning.
+        A failed write (``OSError``: a full disk) leaves no partial record and releases the lock, so
+        an enumerable kept alive by the error's traceback (a notebook) does not hold the store; the
+        next commit takes it again if the store is as it was (:meth:`_reattach`)."""
+        try:
+            if self._detached is not None:
+                self._reattach()
+            self._write(kind, rec, seq)
+        except OSError:
+            self._detach()
+            raise
+
+    def _detach(self) -> None:
+        """Release the lock and the journal after a failed write, remembering what the store was."""
+        if self._lock_fd is None:
+            return
+        try:
+            if self._jfd is not None:
+                os.ftruncate(self._jfd, self._journal_bytes)  # complete, applied records only
+            st = os.stat(os.path.join(self.path, f"journal-{self.generation}.bin"))
+            if st.st_size != self._journal_bytes:
+                raise OSError("the journal's end is unknown")
+            self._detached = (self.generation, st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:  # the journal's end is unknown: the next commit refuses (reopen the store)
+            self._detached = (self.generation, -1, -1, -1)
+        self._release()
+
+    def _reattach(self) -> None:
+        """Take the lock and the journal again after :meth:`_detach`, if no other writer changed the
+        store meanwhile (``StoreError`` otherwise: the tree in memory no longer matches it)."""
+        self._take_lock()
+        try:
+            jpath = os.path.join(self.path, f"journal-{self.generation}.bin")
+            try:
+                st = os.stat(jpath)
+                now = (int(read_manifest(self.path)["generation"]), st.st_ino, st.st_size, st.st_mtime_ns)
+            except (OSError, StoreError, KeyError, TypeError, ValueError):
+                now = None
+            if now != self._detached:
+                raise StoreError(f"store {self.path} changed after a failed write released its lock (another "
+                                 "writer, or the journal's end could not be restored); open it again")
+            self._open_journal()
+        except BaseException:
+            self._release()
+            raise
+        self._detached = None
+
+    def _write(self, kind: str, rec: dict, seq: int) -> None:
         if self._journal_bytes > max(self.checkpoint_bytes, 4 * self._snapshot_bytes):
             self.checkpoint()  # everything journaled so far is applied: snapshot it, start afresh
         vocab = self.tree.vocab
@@ -441,6 +489,9 @@ class TreeStore:
         if fd is None:
             raise StoreError(f"store {self.path} is closed")
         start = os.lseek(fd, 0, os.SEEK_END)  # the file's end, whatever an exception left uncounted
+        if start > self._journal_bytes and (self._last is None or self._last[0] != seq):
+            os.ftruncate(fd, self._journal_bytes)  # a partial record a failed cut left: not ours to follow
+            start = self._journal_bytes
         last = self._last
         if last is not None and last[0] == seq:  # it supersedes a record whose commit did not complete
             first, ntok, fwd = last[1], last[2], last[3]
