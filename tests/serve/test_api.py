@@ -2,6 +2,7 @@
 4xx in one line; no request builds, writes or logs what it was sent."""
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
 import io
 import json
@@ -197,6 +198,40 @@ def test_concurrent_clients_get_the_sequential_answers(demo_server):
         for _ in range(3):
             assert list(ex.map(ask, jobs * 2)) == want * 2
     demo_server.service.check()
+
+
+def test_concurrent_rank_requests_batched_keep_their_own_answers_and_errors(demo_server):
+    """Rank requests arriving together share one trip to the worker thread (a micro-batch): each still
+    gets its own records, and a bad request its own 4xx, whatever it was batched with."""
+    url = demo_server.url
+    good = [IN_BUDGET[j:j + 3] for j in range(len(IN_BUDGET) - 2)]
+    bad = [(["pas€"], 400, "unknown symbol"), (["x" * 41], 400, "past the limit"),
+           (["a"] * 9, 400, "batch limit"), ([], 400, "strings is empty")]
+    want = [[d["rank"] for d in post(url, "/api/rank", {"strings": g, "steps": False}).json()] for g in good]
+    svc = demo_server.service
+    direct = svc.rank_many([(good[0], False), (["pas€"], False), (good[1], True)])
+    assert isinstance(direct[1], ValueError) and "unknown symbol" in str(direct[1])
+    assert [d["rank"] for d in direct[0]] == want[0] and [d["rank"] for d in direct[2]] == want[1]
+    assert "steps" in direct[2][0] and "steps" not in direct[0][0]
+    rng = np.random.default_rng(7)
+
+    async def storm():
+        jobs = [("good", j) for j in range(len(good))] * 6 + [("bad", j) for j in range(len(bad))] * 3
+        order = rng.permutation(len(jobs))
+        async with httpx.AsyncClient(timeout=60) as c:
+            async def one(job):
+                kind, j = job
+                body = good[j] if kind == "good" else bad[j][0]
+                return job, await c.post(url + "/api/rank", json={"strings": body, "steps": False})
+            return await asyncio.gather(*(one(jobs[i]) for i in order))
+
+    for _ in range(3):
+        for (kind, j), r in asyncio.run(storm()):
+            if kind == "good":
+                assert r.status_code == 200 and [d["rank"] for d in r.json()] == want[j]
+            else:
+                assert r.status_code == bad[j][1] and bad[j][2] in r.json()["error"], r.text
+    svc.check()
 
 
 def test_answers_hold_while_another_process_extends_the_store(demo_server, demo_store):

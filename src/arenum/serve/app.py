@@ -37,7 +37,10 @@ CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 's
 
 class _JSON(JSONResponse):
     def render(self, content: Any) -> bytes:
-        return dumps(content).encode("utf-8")  # non-finite floats as null, numpy scalars as numbers
+        try:  # the C encoder, when every value is a plain finite JSON value (most answers)
+            return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        except (TypeError, ValueError):  # a numpy scalar or a non-finite float: as the command line writes it
+            return dumps(content).encode("utf-8")  # non-finite floats as null, numpy scalars as numbers
 
 
 def _error(status: int, message: str) -> Response:
@@ -127,6 +130,51 @@ def create_app(service: Service, *, close_at_exit: bool = False) -> Starlette:
     async def info(request: Request) -> Response:
         return await guarded(request, lambda r: run(service.info) if not _query(r) else None)
 
+    # rank requests that arrive while a query runs wait here and go to the worker thread together:
+    # one hop, one lock take and one scoring call for the lot (at most max_batch strings, the most
+    # one request may send, so no batch holds the lock longer than one bounded query)
+    pending: list[tuple[Any, bool, asyncio.Future]] = []
+    drainer: list[asyncio.Task] = []
+
+    def size(strings: Any) -> int:
+        return len(strings) if isinstance(strings, list) else 1
+
+    async def drain() -> None:
+        loop = asyncio.get_running_loop()
+        batch: list[tuple[Any, bool, asyncio.Future]] = []
+        try:
+            while pending:
+                take, n = 1, size(pending[0][0])
+                while take < len(pending) and n + size(pending[take][0]) <= service.limits.max_batch:
+                    n += size(pending[take][0])
+                    take += 1
+                batch = pending[:take]
+                del pending[:take]
+                try:
+                    results = await loop.run_in_executor(pool, service.rank_many, [(s, st) for s, st, _ in batch])
+                except Exception as exc:  # noqa: BLE001 - every request of the batch answers this error
+                    results = [exc] * len(batch)
+                for (_, _, fut), res in zip(batch, results):
+                    if not fut.done():  # a client that went away cancelled its own future
+                        fut.set_result(res)
+        finally:
+            for _, _, fut in batch + pending:  # left undone only when the drain was cancelled (the server stops)
+                if not fut.done():
+                    fut.cancel()
+            del pending[:]
+            drainer.clear()
+
+    async def ranked(strings: Any, steps: bool) -> Response:
+        fut = asyncio.get_running_loop().create_future()
+        pending.append((strings, steps, fut))
+        if not drainer:
+            drainer.append(asyncio.ensure_future(drain()))
+        res = await fut
+        if isinstance(res, BaseException):
+            status, msg = describe_error(res)
+            return _error(status, msg)
+        return _JSON(res)
+
     async def rank(request: Request) -> Response:
         async def h(r: Request) -> Response:
             body = await _body(r)
@@ -138,7 +186,7 @@ def create_app(service: Service, *, close_at_exit: bool = False) -> Starlette:
             steps = body.get("steps", True)
             if not isinstance(steps, bool):
                 raise RequestError(f"steps must be true or false, got {steps!r}")
-            return await run(service.rank, body["strings"], steps)
+            return await ranked(body["strings"], steps)
         return await guarded(request, h)
 
     async def children(request: Request) -> Response:

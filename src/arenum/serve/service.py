@@ -254,11 +254,17 @@ class Service:
             return ""
         return self.m.display([int(tid)])
 
-    def _rank_one(self, seq: tuple, s: float) -> Any:
-        r = self.plain.rank(s)  # exact inside the built index, else the plain certified bracket
-        if not r.exact and self._certifiable(s):
-            r = self.enum.rank(seq)  # the certified DP's bracket, read from the cells computed at start-up
-        return r
+    def _forwards(self) -> int:
+        """The model's forwards so far (the counter ``stats['forwards']`` reads, without the walk over
+        the tree that ``stats`` makes for its memory figures)."""
+        return int(self.enum.oracle.stats.forwards)
+
+    def _rank_one(self, s: float) -> Any:
+        """The rank record of a sequence of score ``s`` (from the one scoring call, as ``rank`` would
+        compute it: both sum the same per-step log-probs left to right)."""
+        if self._certifiable(s):  # exact inside the built index, else the certified DP's bracket (its cells
+            return self.enum.answers.rank(s)  # were computed at start-up: a read)
+        return self.plain.rank(s)  # exact inside the built index, else the plain certified bracket
 
     # ------------------------------------------------------------------ queries
     def info(self) -> dict:
@@ -278,24 +284,63 @@ class Service:
         """Rank records of ``strings`` in order, as ``arenum rank --json`` writes them (without the
         command and model fields), each with ``steps`` (per-step log-probs) when asked. A string the
         model cannot produce gets ``{"string": s, "error": why}``; an unknown symbol is a 400."""
-        strings = self._strings(strings)
+        out = self.rank_many([(strings, steps)])[0]
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    def rank_many(self, requests: Sequence[tuple[Any, bool]]) -> list[list[dict] | Exception]:
+        """:meth:`rank` of several requests at once (the server's micro-batch of concurrent rank
+        requests): one lock take and one scoring call for all their strings. Each request gets its
+        records, or the exception :meth:`rank` would raise for it alone (bad input: a
+        :class:`RequestError`); one request's failure leaves the others' answers as they would be."""
+        checked: list[tuple[list[str], bool] | Exception] = []
+        for strings, steps in requests:
+            try:
+                checked.append((self._strings(strings), steps))
+            except RequestError as exc:
+                checked.append(exc)
         with self._lock:
-            enc = [self._encode(f"strings[{j}]", s) for j, s in enumerate(strings)]
-            _, scores, errors = score_strings(self.m, strings)
-            out = []
-            for j, s in enumerate(strings):
-                if errors[j] is not None:
-                    out.append({"string": s, "error": errors[j]})
+            for i, c in enumerate(checked):
+                if not isinstance(c, Exception):
+                    try:
+                        checked[i] = (c[0], c[1], [self._encode(f"strings[{j}]", s) for j, s in enumerate(c[0])])
+                    except RequestError as exc:
+                        checked[i] = exc
+            flat = [s for c in checked if not isinstance(c, Exception) for s in c[0]]
+            _, scores, errors = score_strings(self.m, flat) if flat else ([], [], [])
+            out: list[list[dict] | Exception] = []
+            at = 0
+            for c in checked:
+                if isinstance(c, Exception):
+                    out.append(c)
                     continue
-                before, t0 = self.m.forwards(), time.perf_counter()
-                r = self._rank_one(enc[j], scores[j])
-                f = self.m.forwards()
-                d = {"string": s, "tokens": list(enc[j]), **rank_record(r), "forwards": f - before,
-                     "forwards_total": f, "seconds": round(time.perf_counter() - t0, 4)}
-                if steps:
-                    d["steps"] = self._steps(enc[j])
-                out.append(d)
+                strings, steps, enc = c
+                n = len(strings)
+                try:
+                    out.append(self._records(strings, enc, scores[at:at + n], errors[at:at + n], steps))
+                except Exception as exc:  # noqa: BLE001 - this request's answer is its error (describe_error)
+                    out.append(exc)
+                at += n
             return out
+
+    def _records(self, strings: list[str], enc: list[tuple], scores: list[float], errors: list[str | None],
+                 steps: bool) -> list[dict]:
+        """The rank records of one request's strings (the caller holds the lock)."""
+        out = []
+        for j, s in enumerate(strings):
+            if errors[j] is not None:
+                out.append({"string": s, "error": errors[j]})
+                continue
+            before, t0 = self._forwards(), time.perf_counter()
+            r = self._rank_one(scores[j])
+            f = self._forwards()
+            d = {"string": s, "tokens": list(enc[j]), **rank_record(r), "forwards": f - before,
+                 "forwards_total": f, "seconds": round(time.perf_counter() - t0, 4)}
+            if steps:
+                d["steps"] = self._steps(enc[j])
+            out.append(d)
+        return out
 
     def threshold(self, k: Any) -> dict:
         """``threshold(k)`` (1-based) as ``arenum threshold --json``: exact inside the index; past it the
