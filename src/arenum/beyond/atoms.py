@@ -15,6 +15,7 @@ This module never calls a model and knows nothing of ranks: :mod:`arenum.beyond.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -159,6 +160,30 @@ class StepTable:
     def __init__(self, cv, cn, cw, ev, ew, agree: bool, same_size: bool) -> None:
         self.cv, self.cn, self.cw, self.ev, self.ew, self.agree = cv, cn, cw, ev, ew, agree
         self.same_size = same_size
+
+    @staticmethod
+    def pool(tables: list[tuple[np.ndarray, np.ndarray]], n: int, eos_id: int | None,
+             next_states: Callable[[np.ndarray], np.ndarray]) -> "StepTable":
+        """Pool ``tables`` (one per context; ``n`` contexts weigh ``1 / n`` each; ``next_states``: the
+        state each token leads to) into a StepTable."""
+        i0, l0 = tables[0]
+        agree = all(np.array_equal(i, i0) and np.array_equal(lp, l0) for i, lp in tables[1:])
+        use = [tables[0]] if agree else tables
+        wt = 1.0 if agree else 1.0 / n
+        cv, cn, ev = [], [], []
+        for ids, lps in use:
+            if eos_id is not None:
+                e = ids == eos_id
+                if e.any():
+                    ev.append(float(lps[e][0]))
+                ids, lps = ids[~e], lps[~e]
+            cv.append(lps)
+            cn.append(next_states(ids))
+        v = np.concatenate(cv)
+        evv = np.array(ev, dtype=np.float64)
+        same = len({i.size for i, _ in tables}) == 1
+        return StepTable(v, np.concatenate(cn).astype(np.int64), np.full(v.size, wt), evv,
+                         np.full(evv.size, wt), agree, same)
 
 
 def exact_counts(tabs: list[dict[int, "StepTable"]], x: np.ndarray, st: np.ndarray, d0: int, stop: int, v: float, *,

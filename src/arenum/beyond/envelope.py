@@ -30,8 +30,9 @@ completions landing in ``B``, the offset picks the entry and is rescaled to the 
 Returned sequences are real, with exact log-probs. Where the walk ends outside ``B`` (the estimate
 promised completions the real model lacks), a count-guided depth-first search (``SEARCH_FORWARDS``
 tables at most) looks for a real sequence in ``B``, so ``unrank(i)`` lies inside its own
-``rank_bracket`` (bucket positions here) wherever one is within reach; else the nearest entry's.
-Only bucket order is guaranteed, as far as the counts are right; not COMPLETE. Ranks are integers
+``rank_bracket`` (bucket positions here) wherever one is within reach; else the nearest entry's,
+its ``rank_bracket`` widened to take the rank in (kept per such sequence): an answer always lies
+inside its own bracket. Only bucket order is guaranteed, as far as the counts are right; not COMPLETE. Ranks are integers
 end to end (:mod:`arenum.beyond.ranks`). It sets
 ``exact_order = False`` and ``dropped_upper = inf``, so a :class:`arenum.RescoredIndex` built on it
 orders by it but never certifies.
@@ -108,6 +109,7 @@ class EnvelopeBase:
         self._E: list[dict[int, Dist]] = []
         self.forwards = 0
         self.budget_bits = 0.0
+        self._placed: dict[tuple, tuple[int, int]] = {}  # (lo, hi) of sequences unrank placed off their bucket
         self._total = Dist.empty()
 
     # ------------------------------------------------------------------ subclass hooks
@@ -128,24 +130,7 @@ class EnvelopeBase:
 
     def _pool(self, tables: list[tuple[np.ndarray, np.ndarray]], n: int) -> StepTable:
         """Pool ``tables`` (one per context; ``n`` contexts weigh ``1 / n`` each) into a StepTable."""
-        i0, l0 = tables[0]
-        agree = all(np.array_equal(i, i0) and np.array_equal(lp, l0) for i, lp in tables[1:])
-        use = [tables[0]] if agree else tables
-        wt = 1.0 if agree else 1.0 / n
-        cv, cn, ev = [], [], []
-        for ids, lps in use:
-            if self.eos_id is not None:
-                e = ids == self.eos_id
-                if e.any():
-                    ev.append(float(lps[e][0]))
-                ids, lps = ids[~e], lps[~e]
-            cv.append(lps)
-            cn.append(self._next_states(ids))
-        v = np.concatenate(cv)
-        evv = np.array(ev, dtype=np.float64)
-        same = len({i.size for i, _ in tables}) == 1
-        return StepTable(v, np.concatenate(cn).astype(np.int64), np.full(v.size, wt), evv,
-                         np.full(evv.size, wt), agree, same)
+        return StepTable.pool(tables, n, self.eos_id, self._next_states)
 
     def _set_depth(self, d: int, tabs: dict[int, StepTable]) -> None:
         """Record depth ``d``'s pooled tables and their distributions by next state."""
@@ -351,15 +336,25 @@ class EnvelopeBase:
         s = self._score(seq)
         if s == -math.inf:
             raise ValueError(f"sequence {seq!r} is outside the support or has probability 0; its rank is undefined")
+        above, hi = self._positions(seq, s)
+        m = self._total.mass_ge(s)
+        return RankBracket(rank=above, cumulative=m, log_prob=s, exact=False, method="envelope",
+                                 rank_lo=above, rank_hi=hi, cumulative_lo=m, cumulative_hi=m,
+                                 extra=self._extra(), point_method="envelope_order")
+
+    def _positions(self, seq: tuple, s: float, i: int | None = None) -> tuple[int, int]:
+        """``(rank_lo, rank_hi)`` of :meth:`rank_bracket`: the score's positions, widened to take in every
+        rank :meth:`unrank` returned ``seq`` at (``_placed``); ``i``: returned now, for that rank."""
         self._ensure_budget(-s / LN2 + 1e-9)
         if self.exact_atoms and self.tables_agree:
             above, at = int(self._total.count_gt(s)), int(self._total.count_ge(s))
         else:
             above, at = self._bucket_positions(s)
-        m = self._total.mass_ge(s)
-        return RankBracket(rank=above, cumulative=m, log_prob=s, exact=False, method="envelope",
-                                 rank_lo=above, rank_hi=max(above, at - 1), cumulative_lo=m, cumulative_hi=m,
-                                 extra=self._extra(), point_method="envelope_order")
+        lo, hi = self._placed.get(seq, (above, max(above, at - 1)))
+        lo, hi = min(lo, above), max(hi, above, at - 1)
+        if i is not None and not lo <= i <= hi:
+            lo, hi = self._placed[seq] = (min(lo, i), max(hi, i))
+        return lo, hi
 
     def _score(self, seq: tuple) -> float:
         if not self.support.contains(seq):
@@ -413,11 +408,13 @@ class EnvelopeBase:
         if self.exact_atoms and self.tables_agree:
             r = self._unrank_exact(i)
             if r is not None:
+                self._positions(r[0], r[1], i)
                 return SequenceResult(r[0], r[1], exact=False, method="exact_order", rank=i)
         lo, hi = self.quantizer.bucket_log_prob_bounds(fb)
         seq, lp = self._walk(lo, hi, o, self._bucket_count(fb))
         if not lo < lp <= hi:  # the walk missed the bucket: look for a real sequence in it
             seq, lp = self._search(lo, hi, i) or (seq, lp)
+        self._positions(seq, lp, i)  # none found: the nearest, its bracket widened to take rank i in
         return SequenceResult(seq, lp, exact=False, method="envelope", rank=i)
 
     @locked
