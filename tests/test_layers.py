@@ -28,7 +28,7 @@ LAYERS = [
     {"bounded"},
     {"enumerable"},
     {"report", "testing", "__init__"},
-    {"models", "cli", "distributed", "serve"},
+    {"models", "cli", "distributed", "serve", "constraints"},
 ]
 STAGES = ("step", "exact", "beyond", "report")
 # the adapters' one convenience constructor (model.enumerable()) imports the facade lazily; the

@@ -33,6 +33,15 @@ MonteCarloEstimator         ``monte_carlo()`` and the automatic regime past ``ex
 AREnvelopeIndex             ``envelope_index()``: per-depth step envelopes (``method='envelope'``)
 LatticeEnvelopeIndex        ``envelope_index(cluster_fn=...)``: per (depth, cluster) envelopes
 
+Constraints (restrict the support; every query above answers on the accepted sequences)
+-----------------------------------------------------------------------------------------
+Constraint                  the automaton protocol (``start``, ``step``, ``accepts``, ``live``); ``constraint=``
+TextConstraint              a constraint over characters, stepping each token's whole text
+Automaton                   an explicit finite automaton over tokens (live states precomputed)
+AllOf                       the intersection of constraints (also ``a & b``)
+why_rejected                why a constraint rejects a token sequence, in words
+arenum.constraints          password policies (``policy('basic8')``), ``Regex``, ``Blocklist``, ``build``
+
 Records (what queries return)
 -----------------------------
 CountResult                 an ``int`` with ``exact``, ``method``, ``ci_lo``/``ci_hi``
@@ -65,7 +74,7 @@ from .errors import BudgetExceeded, KernelUnavailable, StoreError, WorkerError
 from .exact import CountHistogram, CountIndex, autoregressive_count_index, Quantizer, Limits, SeekIndex
 from .enumerable import AutoregressiveEnumerable, count_budget_index
 from .beyond import MonteCarloEstimator
-from .step import OracleStats
+from .step import AllOf, Automaton, Constraint, OracleStats, TextConstraint, why_rejected
 from .results import (
     CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, RankBracket,
     SeekResult, SequenceList, SequenceResult, ThresholdResult,
@@ -81,6 +90,8 @@ __all__ = [
     "RescoredIndex",
     # estimate
     "MonteCarloEstimator", "AREnvelopeIndex", "LatticeEnvelopeIndex",
+    # constraints
+    "Constraint", "TextConstraint", "Automaton", "AllOf", "why_rejected",
     # records
     "CountResult", "ThresholdResult", "DensityRankResult", "CountDPTopPResult", "SequenceResult", "SequenceList",
     "SeekResult", "CountBracket", "MassBracket", "RankBracket", "OracleStats",

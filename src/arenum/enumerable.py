@@ -26,14 +26,11 @@ from ._guard import locked
 from ._validate import CountMode, exact_int, finite_float, optional_exact_int, probability, short_repr
 from .answers import Answers
 from .bounded import BoundedAnswers
-from .exact import (
-    best_first, CountIndex, build_count_index, Quantizer, Limits, SeekIndex, TreeStore, open_store, PrefixTree,
-)
+from .exact import best_first, CountIndex, build_count_index, Quantizer, Limits, SeekIndex, TreeStore, open_store, PrefixTree
 from .beyond import (
     BeyondExact, CertifiedCounter, ExactHead, INTERVALS, Interval, MonteCarloEstimator, FiniteStateSampler, ARSampler,
 )
-
-from .step import FiniteStateTables, NORM_TOL, StepOracle
+from .step import FiniteStateTables, NORM_TOL, StepOracle, constrain_finite_state, make_oracle
 from .results import (
     CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult, SequenceList,
     SequenceResult, ThresholdResult,
@@ -103,6 +100,8 @@ class AutoregressiveEnumerable:
     ``docs/estimates.md``). ``None`` (default): no estimates. ``finite_state``: the model's
     :class:`arenum.step.finite_state.FiniteStateTables` (or a callable returning them) for certified
     brackets past the exact budget (``docs/certified.md``); ``NGramModel.enumerable()`` passes its own.
+    ``constraint``: an :class:`arenum.Constraint` (automaton over tokens): the support is what it accepts,
+    scores stay the model's, every query answers on it (``docs/constraints.md``).
 
     >>> import math
     >>> def model(prefix):  # two tokens, p(0) = 0.75
@@ -144,6 +143,7 @@ class AutoregressiveEnumerable:
         confidence: float = 0.95,
         logprob_error: float | None = None,
         finite_state: FiniteStateTables | Callable[[], FiniteStateTables] | None = None,
+        constraint: Any = None,
     ) -> None:
         if not callable(next_logprobs):
             raise TypeError(f"next_logprobs must be callable, got {type(next_logprobs).__name__}")
@@ -153,10 +153,12 @@ class AutoregressiveEnumerable:
             keep_margin_bits=keep_margin_bits, max_prefixes=max_prefixes, max_sequences=max_sequences,
             max_bytes=max_bytes, table_bytes=table_bytes, exact_limit=exact_limit, estimate_samples=estimate_samples,
             estimate_seed=estimate_seed, confidence=confidence, logprob_error=logprob_error,
+            constraint=None if constraint is None else getattr(constraint, "name", None),
         )
         self._take_settings(cfg)
-        self._oracle = StepOracle(
-            next_logprobs,
+        self.constraint = constraint  # the arenum.Constraint restricting the support (None: none)
+        self._oracle = make_oracle(
+            next_logprobs, constraint, cap=cfg.cap, terminating=cfg.terminating,
             batch_next_logprobs=batch_next_logprobs,
             batch_size=cfg.batch_size,
             batch_score_sequences=batch_score_sequences,
@@ -166,9 +168,9 @@ class AutoregressiveEnumerable:
             norm_tol=cfg.norm_tol,
         )
         self.support = (
-            Support.terminating(eos, self._oracle.eos_id, cfg.cap, branch_cap=cfg.branch_cap)
-            if cfg.terminating else Support.fixed(cfg.cap, branch_cap=cfg.branch_cap)
-        )
+            Support.terminating(eos, self._oracle.eos_id, cfg.cap, branch_cap=cfg.branch_cap, constraint=constraint)
+            if cfg.terminating else Support.fixed(cfg.cap, branch_cap=cfg.branch_cap, constraint=constraint))
+        finite_state = constrain_finite_state(finite_state, constraint, terminating=cfg.terminating, norm_tol=cfg.norm_tol)
         self._tree = PrefixTree(self._oracle, self.support, keep_margin_bits=cfg.keep_margin_bits,
                                 table_bytes=cfg.table_bytes)
         self._lock = self._tree.lock

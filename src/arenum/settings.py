@@ -39,6 +39,7 @@ class Settings:
     estimate_seed: int | None
     confidence: float
     logprob_error: float = 0.0
+    constraint: str | None = None
 
     STORE_CHECKED = ("max_len", "eos", "cap", "branch_cap", "norm_tol", "terminating")
     """The settings that decide what a stored tree holds: a store opened with others is refused."""
@@ -48,8 +49,12 @@ class Settings:
         return self.eos is not None
 
     def store_checked(self) -> dict[str, Any]:
-        """``{name: value}`` of :attr:`STORE_CHECKED` (a store's meta)."""
-        return {k: getattr(self, k) for k in self.STORE_CHECKED}
+        """``{name: value}`` of :attr:`STORE_CHECKED` (a store's meta), and the ``constraint``'s name
+        when there is one (a store built under one constraint is refused under another or none)."""
+        out = {k: getattr(self, k) for k in self.STORE_CHECKED}
+        if self.constraint is not None:
+            out["constraint"] = self.constraint
+        return out
 
     def limits(self) -> Limits:
         """Fresh caps on an exact build: ``exact_limit`` also caps the live prefixes."""
@@ -64,7 +69,7 @@ class Settings:
         cls, *, max_len: Any, eos: Any, max_depth: Any, bin_width_bits: Any, oversample: Any, batch_size: Any,
         count_mode: Any, branch_cap: Any, norm_tol: Any, keep_margin_bits: Any, max_prefixes: Any,
         max_sequences: Any, max_bytes: Any, exact_limit: Any, table_bytes: Any, estimate_samples: Any,
-        estimate_seed: Any, confidence: Any, logprob_error: Any = None,
+        estimate_seed: Any, confidence: Any, logprob_error: Any = None, constraint: str | None = None,
     ) -> "Settings":
         """Check every argument (errors name the parameter and the value) and derive the cap."""
         max_len = optional_exact_int("max_len", max_len, minimum=1)
@@ -114,5 +119,5 @@ class Settings:
             count_mode=count_mode, quantizer=quantizer, norm_tol=tol, keep_margin_bits=margin,
             max_prefixes=max_prefixes, max_sequences=max_sequences, max_bytes=max_bytes, table_bytes=table_bytes,
             exact_limit=exact_limit, estimate_samples=estimate_samples, estimate_seed=estimate_seed, confidence=conf,
-            logprob_error=eps,
+            logprob_error=eps, constraint=constraint,
         )

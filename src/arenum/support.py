@@ -4,6 +4,10 @@
 - terminating (``eos``): sequences that end in ``eos``, with ``eos`` nowhere earlier, of length
   ``1 .. cap``.
 
+``constraint`` (optional) restricts either to the sequences a deterministic automaton over tokens
+accepts (:mod:`arenum.step.constraint`; a terminating sequence's ``eos`` is not stepped, its state
+before ``eos`` must accept).
+
 ``branch_cap`` (optional) keeps only the top ``branch_cap`` entries of every step table: the
 enumerated *sub-support*; the rest is bounded, never silently dropped (see ``docs/core.md``).
 
@@ -26,6 +30,7 @@ class Support:
     eos_id: the oracle's integer id of ``eos`` (``None`` for a fixed-length support).
     cap: the longest sequence (``fixed_len`` for a fixed-length support).
     branch_cap: entries of each step table that are enumerated (``None``: all).
+    constraint: the automaton restricting the support (``None``: none), see the module docstring.
     """
 
     fixed_len: int | None
@@ -33,6 +38,7 @@ class Support:
     eos_id: int | None
     cap: int
     branch_cap: int | None = None
+    constraint: Any = None
 
     def __post_init__(self) -> None:
         if (self.fixed_len is None) == (self.eos_id is None):
@@ -41,14 +47,16 @@ class Support:
             raise ValueError(f"a fixed-length support has cap == fixed_len, got {self.cap} != {self.fixed_len}")
 
     @classmethod
-    def fixed(cls, length: int, *, branch_cap: int | None = None) -> "Support":
-        """Every sequence of exactly ``length`` tokens."""
-        return cls(length, None, None, length, branch_cap)
+    def fixed(cls, length: int, *, branch_cap: int | None = None, constraint: Any = None) -> "Support":
+        """Every sequence of exactly ``length`` tokens (that ``constraint`` accepts)."""
+        return cls(length, None, None, length, branch_cap, constraint)
 
     @classmethod
-    def terminating(cls, eos: Any, eos_id: int, cap: int, *, branch_cap: int | None = None) -> "Support":
-        """Sequences ending in ``eos`` (id ``eos_id``), ``eos`` nowhere earlier, ``1 <= length <= cap``."""
-        return cls(None, eos, eos_id, cap, branch_cap)
+    def terminating(cls, eos: Any, eos_id: int, cap: int, *, branch_cap: int | None = None,
+                    constraint: Any = None) -> "Support":
+        """Sequences ending in ``eos`` (id ``eos_id``), ``eos`` nowhere earlier, ``1 <= length <= cap``
+        (that ``constraint`` accepts)."""
+        return cls(None, eos, eos_id, cap, branch_cap, constraint)
 
     @property
     def is_terminating(self) -> bool:
@@ -64,20 +72,37 @@ class Support:
         ``eos`` last and only last. Says nothing of the sequence's probability."""
         n = len(sequence)
         if self.fixed_len is not None:
-            return n == self.fixed_len
+            return n == self.fixed_len and self._rejected(sequence) is None
         if n < 1 or n > self.cap:
             return False
         eos = self.eos
         if sequence[-1] != eos:
             return False
-        return all(t != eos for t in sequence[:-1])
+        return all(t != eos for t in sequence[:-1]) and self._rejected(sequence[:-1]) is None
+
+    def _rejected(self, tokens: Sequence[Any]) -> str | None:
+        """Why the constraint rejects ``tokens`` (eos excluded), or ``None`` (also without one)."""
+        c = self.constraint
+        if c is None:
+            return None
+        live = getattr(c, "live", None) or (lambda q: True)
+        q = c.start
+        for i, t in enumerate(tokens):
+            q = c.step(q, t)
+            if q is None or not live(q):
+                return f"the constraint {c.name} rejects token {t!r} at position {i}"
+        if not c.accepts(q):
+            return f"the constraint {c.name} does not accept it"
+        return None
 
     def why_outside(self, sequence: Sequence[Any]) -> str | None:
         """Why ``sequence`` is not in the support, in words (``None`` when it is): its length against
         the fixed length or the length cap, or where ``eos`` is missing or misplaced."""
         n = len(sequence)
         if self.fixed_len is not None:
-            return None if n == self.fixed_len else f"it has {n} tokens, the fixed length is {self.fixed_len}"
+            if n != self.fixed_len:
+                return f"it has {n} tokens, the fixed length is {self.fixed_len}"
+            return self._rejected(sequence)
         if n < 1:
             return f"it is empty (a terminating sequence ends in eos={self.eos!r})"
         if n > self.cap:
@@ -87,7 +112,7 @@ class Support:
         j = next((i for i, t in enumerate(sequence[:-1]) if t == self.eos), None)
         if j is not None:
             return f"eos={self.eos!r} appears at position {j}, before its end"
-        return None
+        return self._rejected(sequence[:-1])
 
     def is_complete_ids(self, ids: Sequence[int]) -> bool:
         """Whether an id sequence built step by step is a complete sequence of the support."""

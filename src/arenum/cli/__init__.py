@@ -39,7 +39,7 @@ from typing import Sequence
 from .common import DEMO_MAX_FORWARDS, CLIError, budget_message, dumps, one_line, make_progress, in_cli_words
 from .parser import build_parser
 from .load import load_model
-from .common import Output
+from .common import Output, constraint_name, constraint_of
 from .demo import demo_model_path, fit_demo_model
 
 __all__ = ["main", "build_parser", "demo_model_path", "fit_demo_model", "make_progress"]
@@ -47,7 +47,9 @@ __all__ = ["main", "build_parser", "demo_model_path", "fit_demo_model", "make_pr
 
 def _run(args: argparse.Namespace) -> Output:
     if args.command in ("fit", "demo", "eval", "info", "serve"):
-        return args.run(args)
+        out = args.run(args)
+        c = constraint_of(args) if args.command == "eval" else None
+        return _under_constraint(out, None if c is None else c.name, args.command)
     if args.command == "guesses":
         if args.model is not None and args.model_pos is not None:
             raise CLIError("give the model once: arenum guesses MODEL (or -m MODEL)")
@@ -58,11 +60,27 @@ def _run(args: argparse.Namespace) -> Output:
     bar = make_progress(args.quiet)
     m.enum.progress = bar
     try:
-        return args.run(args, m)
+        return _under_constraint(args.run(args, m), constraint_name(m.enum), args.command)
     finally:
         if bar is not None:
             bar.close()
         m.enum.close()  # a store: snapshot and release its lock
+
+
+def _under_constraint(out: Output, name: str | None, command: str) -> Output:
+    """Say in the output under which constraint it answers: a ``constraint`` key in the JSON
+    document (each JSON line), a first text line; ``guesses`` (raw candidates) says it on stderr."""
+    if name is None:
+        return out
+    if command == "guesses":
+        out.notes.insert(0, f"candidates under the constraint {name}")
+        return out
+    if isinstance(out.doc, dict):
+        out.doc = {"constraint": name, **out.doc}
+    elif isinstance(out.doc, list):
+        out.doc = [{"constraint": name, **d} if isinstance(d, dict) else d for d in out.doc]
+    out.text.insert(0, f"constraint: {name} (only the sequences it accepts are counted)")
+    return out
 
 
 def _emit(out: Output, as_json: bool) -> None:

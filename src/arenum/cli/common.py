@@ -334,3 +334,69 @@ def budget_message(exc: BaseException) -> str:
 
     return one_line(exc).replace(f"; {BUDGET_HINT}", "")
 
+
+
+# --------------------------------------------------------------------------------- constraints
+POLICY_NAMES = ("basic8", "basic16", "2class12", "3class12", "comprehensive8")
+CLASS_NAMES = ("lower", "upper", "digit", "symbol")
+
+
+def add_constraint_args(parser: Any) -> None:
+    """The constraint flags (``docs/constraints.md``), added to ``parser`` (a parser or an argument
+    group): ``--policy NAME``, ``--min-length N``/``--max-length N`` (characters; ``--max-len`` is
+    the token cap), ``--classes N``, ``--require CLASS``, ``--regex PATTERN``, ``--blocklist FILE``.
+    Every command that loads a model reads them through :func:`constraint_of`."""
+    def count(name: str, lo: int, hi: int | None = None) -> Callable[[str], int]:
+        def parse(text: str) -> int:
+            try:
+                v = int(text)
+            except ValueError:
+                raise CLIError(f"{name} must be an integer, got {text!r}") from None
+            if v < lo or (hi is not None and v > hi):
+                raise CLIError(f"{name} must be in {lo}..{hi if hi is not None else ''}, got {v}")
+            return v
+        return parse
+
+    g = parser.add_argument_group("constraint (answers count only the sequences it accepts)") \
+        if hasattr(parser, "add_argument_group") else parser
+    g.add_argument("--policy", choices=POLICY_NAMES, metavar="NAME",
+                   help="a password policy: basic8, basic16 (at least 8/16 characters), 2class12, 3class12 (12 "
+                        "characters, 2/3 of the classes lower, upper, digit, symbol), comprehensive8 (8, all 4)")
+    g.add_argument("--min-length", type=count("--min-length", 0), metavar="N",
+                   help="at least N characters (characters of the text, not tokens)")
+    g.add_argument("--max-length", type=count("--max-length", 1), metavar="N",
+                   help="at most N characters (--max-len is the cap in tokens)")
+    g.add_argument("--classes", type=count("--classes", 0, 4), metavar="N",
+                   help="at least N of the 4 character classes (lower, upper, digit, symbol)")
+    g.add_argument("--require", action="append", default=[], choices=CLASS_NAMES, metavar="CLASS",
+                   help="a class every sequence holds (repeatable): lower, upper, digit or symbol")
+    g.add_argument("--regex", metavar="PATTERN", help="only texts the regular expression matches in full")
+    g.add_argument("--blocklist", metavar="FILE", help="leave out these strings (one per line), exactly")
+
+
+def constraint_of(args: Any, model: Any = None) -> Any:
+    """The :class:`arenum.Constraint` the flags of :func:`add_constraint_args` name (``None``: no
+    flag given), reading the tokens of ``model`` as text (:func:`arenum.constraints.token_text`);
+    one-line :class:`CLIError` for a bad pattern, an unreadable file or contradictory lengths."""
+    g = lambda name: getattr(args, name, None)  # noqa: E731
+    if not any((g("policy"), g("min_length") is not None, g("max_length") is not None, g("classes") is not None,
+                g("require"), g("regex") is not None, g("blocklist"))):
+        return None
+    from ..constraints import build, token_text
+
+    text, longest = token_text(model) if model is not None else (None, None)
+    if g("blocklist") and not os.path.isfile(g("blocklist")):
+        raise CLIError(f"--blocklist {g('blocklist')!r} is not a readable file")
+    try:
+        return build(policy=g("policy"), min_chars=g("min_length"), max_chars=g("max_length"),
+                     classes=g("classes"), required=tuple(g("require") or ()), regex=g("regex"),
+                     blocklist=g("blocklist"), text=text, longest_token=longest)
+    except (ValueError, TypeError, OSError) as exc:
+        msg = str(exc).replace("max_len=", "--max-length ").replace("min_len=", "--min-length ")
+        raise CLIError(f"constraint: {msg}") from None
+
+
+def constraint_name(enum: Any) -> str | None:
+    """The name of the constraint an enumerable answers under (``None``: none)."""
+    c = getattr(getattr(enum, "support", None), "constraint", None)
+    return None if c is None else str(getattr(c, "name", c))

@@ -58,6 +58,8 @@ def cmd_eval(args: argparse.Namespace) -> "object":
                 try:
                     seqs.append(m.encode(s))
                     errs.append(None)
+                    if m.enum.support.constraint is not None and (why := m.enum.support.why_outside(seqs[-1])):
+                        seqs[-1], errs[-1] = None, f"{s!r} is outside the support: {why}"  # never guessed
                 except CLIError as exc:
                     seqs.append(None)
                     errs.append(str(exc))

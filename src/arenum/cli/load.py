@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .common import CLIError
+from .common import CLIError, constraint_of
 from .._validate import LN2
 
 
@@ -145,7 +145,7 @@ def load_ngram_file(path: str) -> Any:
 
 
 def _hf_loaded(path: str, *, prompt: str | None, max_len: int | None, eos: Any, max_forwards: int,
-               extra: dict | None = None) -> Loaded:
+               extra: dict | None = None, args: argparse.Namespace | None = None) -> Loaded:
     if not os.path.isdir(path):
         raise CLIError(f"hf model folder {path!r} does not exist (only local folders are read; nothing is downloaded)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: from_pretrained is local-only anyway
@@ -160,6 +160,9 @@ def _hf_loaded(path: str, *, prompt: str | None, max_len: int | None, eos: Any, 
     hf_logging.set_verbosity_error()
     try:
         oracle = CausalLMOracle.from_pretrained(path, prompt=prompt)
+        c = constraint_of(args, oracle) if args is not None else None
+        if c is not None:
+            extra = {**(extra or {}), "constraint": c}
         enum = oracle.enumerable(max_len=max_len, eos=eos, max_prefixes=max_forwards, **(extra or {}))
     except (OSError, ValueError, TypeError) as exc:
         raise CLIError(f"cannot load hf model {path!r}: {str(exc).splitlines()[0]}") from None
@@ -217,15 +220,17 @@ def _distributed(args: argparse.Namespace, m: Loaded, workers: int, store: str |
     from ..distributed import DistributedEnumerable, ModelSpec  # Ray itself is imported by the workers' backend
 
     path = os.path.abspath(args.model[3:] if args.model.startswith("hf:") else args.model)
+    c = m.enum.support.constraint
+    more = {} if c is None else {"constraint": c}
     if args.model.startswith("hf:"):
         spec = ModelSpec.hf(path, prompt=args.prompt, max_len=args.max_len, eos=args.eos,
-                            max_prefixes=args.max_forwards)
+                            max_prefixes=args.max_forwards, **more)
     elif m.info.get("type") == "pcfg":
-        spec = ModelSpec.pcfg(path, max_len=m.enum.max_len, max_prefixes=args.max_forwards)
+        spec = ModelSpec.pcfg(path, max_len=m.enum.max_len, max_prefixes=args.max_forwards, **more)
     else:
         enum = m.enum
         spec = ModelSpec.ngram(path, max_len=enum.max_len, terminating=enum.terminating,
-                               max_prefixes=args.max_forwards)
+                               max_prefixes=args.max_forwards, **more)
     try:
         import ray  # noqa: F401
     except ImportError:
@@ -250,13 +255,17 @@ def _load_model(args: argparse.Namespace) -> Loaded:
         if args.eos is None and args.max_len is None:
             raise CLIError("--eos none (fixed length) needs --max-len")
         return _hf_loaded(path, prompt=args.prompt, max_len=args.max_len, eos=args.eos,
-                          max_forwards=args.max_forwards, extra=_estimate_kwargs(args))
+                          max_forwards=args.max_forwards, extra=_estimate_kwargs(args), args=args)
     if args.prompt is not None:
         raise CLIError("--prompt applies to hf: models only")
     model = load_model_file(spec)
     make = pcfg_loaded if type(model).__name__ == "PCFGModel" else ngram_loaded
+    extra = _estimate_kwargs(args)
+    c = constraint_of(args, model)
+    if c is not None:
+        extra["constraint"] = c
     return make(model, spec, max_len=args.max_len, eos=args.eos, max_forwards=args.max_forwards,
-                extra=_estimate_kwargs(args), lowercase=bool(getattr(args, "lowercase", False)))
+                extra=extra, lowercase=bool(getattr(args, "lowercase", False)))
 
 
 def score_strings(m: Loaded, strings: Sequence[str]) -> tuple[list[tuple], list[float], list[str | None]]:
@@ -284,6 +293,8 @@ def score_strings(m: Loaded, strings: Sequence[str]) -> tuple[list[tuple], list[
                 why = f"is {len(ids)} tokens long with EOS, past the length cap {enum.cap}"
             elif not enum.terminating and len(ids) != enum.max_len:
                 why = f"is {len(ids)} tokens long, but the enumeration is fixed-length {enum.max_len}"
+            elif (out := enum.support.why_outside(ids)) is not None:
+                why = f"is outside the support: {out}"
             else:
                 why = "has probability 0 under the model"
             errors[j] = f"string {strings[j]!r} {why}"

@@ -6,7 +6,7 @@ import math
 import sys
 from typing import Callable
 
-from .common import DEFAULT_MAX_FORWARDS
+from .common import DEFAULT_MAX_FORWARDS, add_constraint_args
 from .storecmd import cmd_build, cmd_info
 from .commands import (
     cmd_fit,
@@ -176,6 +176,7 @@ def _model_opts(model: str) -> argparse.ArgumentParser:
     e.add_argument("--confidence", type=_float_type("--confidence", 0.0, 1.0, lo_open=True), default=0.95,
                    metavar="C", help="confidence level of estimate intervals (default 0.95)")
     e.add_argument("--seed", type=_int_type("--seed", 0), default=0, help="seed of the draws (default 0)")
+    add_constraint_args(model_opts)
     return model_opts
 
 

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
+from ...step import bind_text
 from .forward import CausalLMStats, ModelRunner
 from .kv import KVStore
 from .load import (check_settings, check_tokenizer, context_limit, encode_prompt, load_checkpoint, resolve_device,
@@ -478,7 +479,15 @@ class CausalLMOracle:
         wiring.update(kwargs)
         if wiring.get("store") is not None and wiring.get("fingerprint") is None:
             wiring["fingerprint"] = self.fingerprint()
+        if wiring.get("constraint") is not None:  # a regex or policy reads each token's decoded text
+            wiring["constraint"] = bind_text(wiring["constraint"], *self.token_text())
         return AutoregressiveEnumerable(self.next_logprobs, max_len=max_len, eos=eos_id, **wiring)
+
+    def token_text(self) -> tuple[Any, None]:
+        """``(text, None)``: the tokenizer's decoding of one token id, for constraints that read text
+        (:class:`arenum.TextConstraint`: a token is accepted when its whole text advances the
+        automaton); ``(None, None)`` without a tokenizer."""
+        return (None if self.tokenizer is None else _DecodeOne(self.tokenizer)), None
 
     def fingerprint(self) -> str:
         """A hash of what decides this oracle's tables: the checkpoint's name, every parameter's
@@ -496,3 +505,13 @@ class CausalLMOracle:
                 h.update(f"{name}{tuple(p.shape)}".encode())
                 h.update(p.detach().reshape(-1)[:64].to("cpu", torch.float64).numpy().tobytes())
         return "hf:" + h.hexdigest()
+
+
+class _DecodeOne:
+    """The text of one token id (picklable, for workers): ``tokenizer.decode([id])``."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def __call__(self, t: Any) -> str:
+        return self.tokenizer.decode([int(t)])

@@ -18,6 +18,7 @@ from typing import Any, Hashable, Iterable, Sequence
 import numpy as np
 
 from ..._validate import exact_int
+from ...step import bind_text
 from .cache import RowCache
 from .fit import check_params, fit_tables
 from .io import load_model, save_model
@@ -380,6 +381,16 @@ class NGramModel:
             self._finite_state = ngram_finite_state(self._tables, eos=self._eos)
         return self._finite_state
 
+    def token_text(self) -> tuple[Any, int]:
+        """``(text, longest)``: the text of each token id (its symbol: a character, or a word of a
+        token model; ``""`` for eos) and the most characters a token has, for constraints that read
+        text (:class:`arenum.TextConstraint`)."""
+        texts = [str(s) for s in self.vocab]
+        texts[self._eos] = ""
+        if self._unk is not None:
+            texts[self._unk] = self.UNK_CHAR if self._kind == "char" else self.UNK_SYMBOL
+        return texts.__getitem__, max(1, max(len(s) for s in texts))
+
     def enumerable(self, *, max_len: int | None = None, terminating: bool = True, **kwargs: Any):
         """An :class:`arenum.AutoregressiveEnumerable` over this model's sequences.
 
@@ -398,6 +409,8 @@ class NGramModel:
 
         if kwargs.get("store") is not None and kwargs.get("fingerprint") is None:
             kwargs["fingerprint"] = self.fingerprint()
+        if kwargs.get("constraint") is not None:  # a policy or regex reads the symbols, not the ids
+            kwargs["constraint"] = bind_text(kwargs["constraint"], *self.token_text())
         return AutoregressiveEnumerable(
             self.next_logprobs,
             max_len=max_len,

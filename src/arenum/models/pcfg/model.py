@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ...step import FiniteStateTables
+from ...step import FiniteStateTables, bind_text
 from .grammar import CLASSES, count_corpus, parse_structure, segments, structure_name, structure_of
 from .io import load_pcfg, save_pcfg
 
@@ -314,6 +314,13 @@ class PCFGModel:
                                                    nxt, 0, self._eos)
         return self._finite_state
 
+    def token_text(self) -> tuple[Any, int]:
+        """``(text, longest)``: the text of each token id (``""`` for a structure and for eos, the
+        string of a segment) and the most characters a token has, for constraints that read text."""
+        n = len(self._names)
+        texts = [""] * n + list(self._strings) + [""]
+        return texts.__getitem__, max(1, max((len(s) for s in texts), default=1))
+
     def enumerable(self, *, max_len: int | None = None, **kwargs: Any):
         """An :class:`arenum.AutoregressiveEnumerable` over the model's token sequences (terminating at
         ``eos``); ``max_len`` defaults to :attr:`max_len` (every password the model can produce).
@@ -322,6 +329,8 @@ class PCFGModel:
 
         if kwargs.get("store") is not None and kwargs.get("fingerprint") is None:
             kwargs["fingerprint"] = self.fingerprint()
+        if kwargs.get("constraint") is not None:  # a policy or regex reads the segments' text
+            kwargs["constraint"] = bind_text(kwargs["constraint"], *self.token_text())
         return AutoregressiveEnumerable(
             self.next_logprobs, max_len=self.max_len if max_len is None else max_len, eos=self._eos,
             batch_next_logprobs=self.batch_next_logprobs, batch_score_sequences=self.score_sequences,

@@ -1,0 +1,126 @@
+"""Password policies as constraints: a length in characters and character classes.
+
+The four classes (the usual ones of password-policy studies): ``lower`` (a lowercase letter),
+``upper`` (an uppercase letter), ``digit`` (a decimal digit), ``symbol`` (anything else, space
+included). A :class:`Policy` counts characters, not tokens: a token of several characters (a PCFG
+segment, a BPE piece) adds all of them.
+
+Presets (:data:`PRESETS`, the policies of the password-guessing literature; comprehensive8 without
+its dictionary check):
+
+========================  ==================================================
+``basic8``                at least 8 characters
+``basic16``               at least 16 characters
+``2class12``              at least 12 characters, at least 2 of the 4 classes
+``3class12``              at least 12 characters, at least 3 of the 4 classes
+``comprehensive8``        at least 8 characters, all 4 classes
+========================  ==================================================
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from ..step import TextConstraint
+
+__all__ = ["CLASSES", "PRESETS", "Policy", "policy", "char_class"]
+
+CLASSES = ("lower", "upper", "digit", "symbol")
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "basic8": dict(min_len=8),
+    "basic16": dict(min_len=16),
+    "2class12": dict(min_len=12, min_classes=2),
+    "3class12": dict(min_len=12, min_classes=3),
+    "comprehensive8": dict(min_len=8, min_classes=4),
+}
+
+
+def char_class(ch: str) -> int:
+    """The class of one character: 0 lower, 1 upper, 2 digit, 3 symbol (module docstring)."""
+    if ch.isdigit():
+        return 2
+    if ch.isalpha():
+        if ch.islower():
+            return 0
+        if ch.isupper():
+            return 1
+    return 3
+
+
+class Policy(TextConstraint):
+    """Strings of ``min_len .. max_len`` characters holding at least ``min_classes`` of the four
+    classes and every class in ``required`` (names from :data:`CLASSES`).
+
+    States are ``(characters so far, capped, classes seen as a bit mask)``: at most
+    ``(max(min_len, max_len) + 2) * 16`` of them, so the certified DP's product stays small.
+    ``text``: a token's text (default: the token itself); see :class:`arenum.TextConstraint`.
+
+    >>> p = Policy(min_len=3, min_classes=2)
+    >>> from arenum import why_rejected
+    >>> why_rejected(p, "ab1") is None, why_rejected(p, "abc") is None
+    (True, False)
+    """
+
+    def __init__(self, *, min_len: int = 0, max_len: int | None = None, min_classes: int = 0,
+                 required: Iterable[str] = (), name: str | None = None,
+                 text: Callable[[Any], str] | None = None) -> None:
+        for k, v in (("min_len", min_len), ("min_classes", min_classes)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"{k} must be an integer >= 0, got {v!r}")
+        if max_len is not None and (not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1):
+            raise ValueError(f"max_len must be a positive integer or None, got {max_len!r}")
+        if max_len is not None and max_len < min_len:
+            raise ValueError(f"max_len={max_len} is below min_len={min_len}")
+        if min_classes > 4:
+            raise ValueError(f"min_classes must be in 0..4 (there are 4 classes), got {min_classes}")
+        req = tuple(required)
+        bad = [c for c in req if c not in CLASSES]
+        if bad:
+            raise ValueError(f"required classes must be among {CLASSES}, got {bad[0]!r}")
+        self.min_len, self.max_len, self.min_classes = min_len, max_len, min_classes
+        self.required = tuple(c for c in CLASSES if c in req)
+        self._req = sum(1 << CLASSES.index(c) for c in self.required)
+        self._sat = max_len + 1 if max_len is not None else min_len  # counts saturate past this
+        self.text = text
+        self.start = (0, 0)
+        self.name = name or self._describe()
+
+    def _describe(self) -> str:
+        parts = [f"min_len={self.min_len}"] if self.min_len else []
+        if self.max_len is not None:
+            parts.append(f"max_len={self.max_len}")
+        if self.min_classes:
+            parts.append(f"classes>={self.min_classes}")
+        if self.required:
+            parts.append("required=" + "+".join(self.required))
+        return "policy(" + ", ".join(parts) + ")"
+
+    def step_char(self, state: Any, ch: str) -> Any:
+        n, mask = state
+        n += 1
+        if self.max_len is not None and n > self.max_len:
+            return None
+        return (min(n, self._sat), mask | (1 << char_class(ch)))
+
+    def _missing_classes(self, mask: int) -> int:
+        have = bin(mask).count("1")
+        return max(self.min_classes - have, bin(self._req & ~mask).count("1"))
+
+    def min_chars(self, state: Any) -> int:
+        n, mask = state
+        return max(self.min_len - n, self._missing_classes(mask), 0)
+
+    def accepts(self, state: Any) -> bool:
+        return self.min_chars(state) == 0
+
+    def live(self, state: Any) -> bool:
+        if self.max_len is None:
+            return True
+        return state[0] + self.min_chars(state) <= self.max_len
+
+
+def policy(name: str, *, text: Callable[[Any], str] | None = None) -> Policy:
+    """The preset policy ``name`` (one of :data:`PRESETS`)."""
+    if name not in PRESETS:
+        raise ValueError(f"policy must be one of {', '.join(PRESETS)}, got {name!r}")
+    return Policy(**PRESETS[name], name=name, text=text)

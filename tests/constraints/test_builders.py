@@ -1,0 +1,164 @@
+"""The builders: password policies (presets and parts, lengths in characters over multi-character
+tokens), blocklists, regular expressions (character models and a transformer's tokens), each
+checked against brute force with the filter applied."""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+from arenum import AutoregressiveEnumerable, why_rejected
+from arenum.constraints import PRESETS, Blocklist, Policy, Regex, build, char_class, policy
+from arenum.models import NGramModel
+from arenum.testing import RandomModel, brute_force
+
+# four-character tokens of one class each, a mixed one, and a one-character one: lengths in characters
+PIECES = ["abcd", "EFGH", "1234", "!@#$", "aB3", "x", "<eos>"]
+
+
+def _text(t):
+    return "" if t == "<eos>" else t
+
+
+def _filtered(bf, c):
+    return [(q, s) for q, s in bf if why_rejected(c, q[:-1]) is None]
+
+
+def _check(ar, bf):
+    n = len(bf)
+    assert int(ar.count(-math.inf)) == n
+    for i in range(0, n, max(1, n // 40)):
+        q, s = ar.unrank(i)
+        assert (tuple(q), s) == bf[i]
+        assert ar.rank(q).rank == sum(1 for _, v in bf if v > s)
+        assert int(ar.count(s)) == sum(1 for _, v in bf if v >= s)
+
+
+def _expected(text: str, spec: dict) -> bool:
+    classes = {char_class(ch) for ch in text}
+    return (len(text) >= spec.get("min_len", 0) and len(text) <= spec.get("max_len", 10**9)
+            and len(classes) >= spec.get("min_classes", 0))
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_presets_count_characters_of_multi_character_tokens(name):
+    m = RandomModel(PIECES, seed=4, eos="<eos>", eos_boost=0.7)
+    c = policy(name, text=_text)
+    cap = 6
+    ar = AutoregressiveEnumerable(m, eos="<eos>", max_len=cap, constraint=c)
+    everything = brute_force(m.table, eos="<eos>", cap=cap)
+    bf = _filtered(everything, c)
+    assert bf == [(q, s) for q, s in everything if _expected("".join(map(_text, q)), PRESETS[name])]
+    assert bf, name
+    _check(ar, bf)
+
+
+def test_policy_by_parts_and_required_classes():
+    m = RandomModel(["a", "B", "7", "!", "$"], seed=9, eos="$", eos_boost=0.8)
+    c = Policy(min_len=2, max_len=4, min_classes=2, required=["digit"])
+    assert c.name == "policy(min_len=2, max_len=4, classes>=2, required=digit)"
+    ar = AutoregressiveEnumerable(m, eos="$", max_len=6, constraint=c)
+    everything = brute_force(m.table, eos="$", cap=6)
+    bf = _filtered(everything, c)
+    want = [(q, s) for q, s in everything
+            if 2 <= len(q) - 1 <= 4 and "7" in q and len({char_class(x) for x in q[:-1]}) >= 2]
+    assert bf == want and bf
+    _check(ar, bf)
+    # max_len: nothing past 4 characters is ever scored (prefixes of 5 characters are pruned)
+    assert all(len(p) <= 4 for p in ar.oracle._cache) if ar.oracle._cache else True
+    with pytest.raises(ValueError, match="max_len=1 is below min_len=2"):
+        Policy(min_len=2, max_len=1)
+    with pytest.raises(ValueError, match="required classes"):
+        Policy(required=["vowel"])
+    with pytest.raises(ValueError, match="policy must be one of"):
+        policy("basic9")
+
+
+def test_blocklist_removes_exactly_the_listed_strings():
+    m = RandomModel(["a", "b", "c", "$"], seed=6, eos="$")
+    everything = brute_force(m.table, eos="$", cap=5)
+    words = ["".join(q[:-1]) for q, _ in everything[:6]] + ["zzz"]
+    b = Blocklist(words)
+    assert b.size == 7 and "blocklist(7 words" in b.name
+    ar = AutoregressiveEnumerable(m, eos="$", max_len=5, constraint=b)
+    bf = [(q, s) for q, s in everything if "".join(q[:-1]) not in words]
+    assert _filtered(everything, b) == bf
+    _check(ar, bf)
+    # rank and count: the unconstrained ones minus the listed strings that outrank
+    plain = AutoregressiveEnumerable(m, eos="$", max_len=5)
+    for q, s in bf[:10]:
+        listed_above = sum(1 for w, v in everything if "".join(w[:-1]) in words and v > s)
+        assert ar.rank(q).rank == plain.rank(q).rank - listed_above
+
+
+def test_blocklist_file(tmp_path):
+    p = tmp_path / "block.txt"
+    p.write_text("123456\r\npassword\n\nqwerty\n")
+    b = Blocklist.from_file(str(p))
+    assert b.size == 3 and b.name.startswith("blocklist(block.txt: 3 words")
+    assert why_rejected(b, "password") and why_rejected(b, "passwor") is None
+
+
+def test_regex_on_a_character_ngram():
+    words = ["ab12", "abc1", "ba21", "cab", "a1", "bb22", "c3", "abc12"]
+    m = NGramModel.fit(words, order=2)
+    r = Regex(r"[a-c]{1,3}[0-9]{2}")
+    ar = m.enumerable(max_len=6, constraint=r)  # the model binds its symbols as the tokens' text
+    text, _ = m.token_text()
+    V, eos = m.vocab_size, m.eos
+
+    def table(prefix):
+        lps = np.asarray(m.next_logprobs(prefix))
+        ids = np.arange(V)
+        o = np.argsort(-lps, kind="stable")
+        return [int(ids[i]) for i in o], [float(lps[i]) for i in o]
+
+    everything = brute_force(table, eos=eos, cap=6)
+    bf = [(q, s) for q, s in everything if re.fullmatch(r"[a-c]{1,3}[0-9]{2}", "".join(text(t) for t in q[:-1]))]
+    assert bf
+    _check(ar, bf)
+    with pytest.raises(ValueError, match="cannot be compiled"):
+        Regex("a(")
+
+
+def test_build_from_options(tmp_path):
+    assert build() is None
+    c = build(policy="basic8", regex="[a-z]+[0-9]", classes=2)
+    assert c.name == "basic8 & policy(classes>=2) & regex([a-z]+[0-9])"
+    assert why_rejected(c, "abcdefg1") is None and why_rejected(c, "abcdefgh")
+    p = tmp_path / "b.txt"
+    p.write_text("abcdefg1\n")
+    assert why_rejected(build(policy="basic8", blocklist=str(p)), "abcdefg1")
+
+
+def test_regex_count_on_a_small_transformer_equals_brute_force():
+    import torch
+    import transformers
+
+    from arenum.models.hf import CausalLMOracle
+
+    pieces = ["a", "b", "ab", "1", "12", "!", "<eos>"]  # token id -> text; the last one ends
+    V, eos = len(pieces), len(pieces) - 1
+    cfg = transformers.GPT2Config(vocab_size=V, n_positions=16, n_embd=16, n_layer=1, n_head=2,
+                                  bos_token_id=0, eos_token_id=eos)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    oracle = CausalLMOracle(model, prompt=[0], eos=eos)
+    pat = r"(a|b)+1[0-9]*"
+    c = Regex(pat, text=lambda t: "" if t == eos else pieces[t])
+    cap = 4
+    ar = oracle.enumerable(max_len=cap, constraint=c)
+    plain = oracle.enumerable(max_len=cap)
+    everything = [(tuple(q), s) for q, s in plain.slice(0, int(plain.count(-math.inf)))]
+    want = [(q, s) for q, s in everything if re.fullmatch(pat, "".join(pieces[t] for t in q[:-1]))]
+    assert len(want) > 5
+    n = int(ar.count(-math.inf))
+    assert n == len(want)
+    got = [(tuple(q), s) for q, s in ar.slice(0, n)]
+    assert [q for q, _ in got] == [q for q, _ in want]
+    np.testing.assert_allclose([s for _, s in got], [s for _, s in want], rtol=0, atol=1e-9)
+    for q, s in got:
+        assert int(ar.count(s)) == sum(1 for _, v in got if v >= s)
+        assert ar.rank(q).rank == sum(1 for _, v in got if v > s)

@@ -1,0 +1,222 @@
+"""Constrained support: every query on a model composed with an automaton equals brute force with
+the automaton's filter applied (random models and n-grams, fixed and terminating, random automata)."""
+from __future__ import annotations
+
+import math
+import pickle
+import random
+
+import numpy as np
+import pytest
+
+from arenum import AllOf, AutoregressiveEnumerable, Automaton, StoreError, why_rejected
+from arenum.models import NGramModel
+from arenum.step.constrained import constrained_tables
+from arenum.testing import RandomModel, brute_force
+
+
+def rand_automaton(vocab, n_states: int, seed: int, eos=None, p_edge: float = 0.7) -> Automaton:
+    rng = random.Random(seed)
+    tr = {q: {t: rng.randrange(n_states) for t in vocab if t != eos and rng.random() < p_edge}
+          for q in range(n_states)}
+    acc = {q for q in range(n_states) if rng.random() < 0.4} or {n_states - 1}
+    return Automaton(0, tr, acc, name=f"rand{seed}")
+
+
+def filtered(bf, c, terminating: bool):
+    return [(q, s) for q, s in bf if why_rejected(c, q[:-1] if terminating else q) is None]
+
+
+def check_all_queries(ar, bf, *, rank_all: bool = True) -> None:
+    """unrank, slice, top_k, count, threshold, rank, cumulative, mass_above, nucleus_size and the
+    lazy enumerator against the filtered brute force ``bf``."""
+    n = len(bf)
+    scores = [s for _, s in bf]
+    assert int(ar.count(-math.inf)) == n
+    if n == 0:
+        with pytest.raises(IndexError):
+            ar.unrank(0)
+        return
+    got = [tuple(x) for x in ar.slice(0, n)]
+    assert [(tuple(q), s) for q, s in got] == [(q, s) for q, s in bf]
+    assert [(tuple(q), s) for q, s in ar.top_k(min(n, 5))] == bf[:5]
+    assert list(ar.enumerator()) == bf
+    for i in range(n):
+        q, s = ar.unrank(i)
+        assert (tuple(q), s) == bf[i]
+    for i in range(n) if rank_all else range(0, n, max(1, n // 25)):
+        t = scores[i]
+        assert int(ar.count(t)) == sum(1 for v in scores if v >= t)
+        assert float(ar.threshold(i + 1)) == t
+        r = ar.rank(bf[i][0])
+        assert r.exact and r.rank == sum(1 for v in scores if v > t)
+        truth = math.fsum(math.exp(v) for v in scores if v >= t)
+        assert r.cumulative == pytest.approx(truth, rel=1e-9)
+        mb = ar.mass_above(t)
+        assert mb.lo <= truth * (1 + 1e-12) and mb.hi >= truth * (1 - 1e-12)
+    total = math.fsum(math.exp(v) for v in scores)
+    for p in (0.3, 0.9):
+        want = p * total
+        acc, k = 0.0, 0
+        while k < n and acc < want * (1 - 1e-12):
+            acc += math.exp(scores[k])
+            k += 1
+        res = ar.nucleus_size(want)
+        if res.exact:
+            assert res.size == k, (p, res, k)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_models_random_automata(seed):
+    term = seed % 2 == 0
+    vocab = list(range(4))
+    eos = 3 if term else None
+    m = RandomModel(vocab, seed=seed, eos=eos, eos_boost=2.0, ties=seed % 3 == 0)
+    a = rand_automaton(vocab, 3 + seed % 3, seed, eos)
+    kw = dict(eos=eos, max_len=5) if term else dict(max_len=4)
+    ar = AutoregressiveEnumerable(m, constraint=a, **kw)
+    bf = filtered(brute_force(m.table, fixed_len=None if term else 4, eos=eos, cap=5), a, term)
+    check_all_queries(ar, bf)
+    assert ar.constraint is a and ar.support.constraint is a
+
+
+def test_string_tokens_batched_and_outside_sequences():
+    vocab = ["a", "b", "c", "$"]
+    m = RandomModel(vocab, seed=5, eos="$", eos_boost=1.5)
+    a = Automaton("s", {"s": {"a": "t", "b": "s"}, "t": {"c": "s", "a": "t"}}, accepting={"s"}, name="no-dangling-a")
+    ar = AutoregressiveEnumerable(m, eos="$", max_len=6, constraint=a, batch_next_logprobs=m.batch, batch_size=3)
+    bf = filtered(brute_force(m.table, eos="$", cap=6), a, True)
+    check_all_queries(ar, bf, rank_all=False)
+    with pytest.raises(ValueError, match="rejects token 'c' at position 0"):
+        ar.rank(("c", "$"))
+    with pytest.raises(ValueError, match="does not accept"):
+        ar.rank(("a", "$"))
+    assert ar.log_density(("a", "$")) == -math.inf
+    assert ar.log_density(("a", "c", "$")) == pytest.approx(bf[[q for q, _ in bf].index(("a", "c", "$"))][1])
+
+
+def test_dead_prefixes_are_pruned_and_length_bounds_respected():
+    """An automaton needing 4 tokens before acceptance: with cap 4 (3 tokens + eos) nothing is
+    accepted and no prefix past the root is scored."""
+    vocab = [0, 1, 2]
+    m = RandomModel(vocab, seed=1, eos=2)
+    chain = Automaton(0, {0: {0: 1, 1: 1}, 1: {0: 2, 1: 2}, 2: {0: 3, 1: 3}, 3: {0: 4, 1: 4}}, accepting={4},
+                      name="four")
+    assert chain.min_tokens(0) == 4 and not chain.live(9)
+    ar = AutoregressiveEnumerable(m, eos=2, max_len=4, constraint=chain)
+    assert int(ar.count(-math.inf)) == 0
+    assert ar.stats["forwards"] <= 1
+    ar6 = AutoregressiveEnumerable(m, eos=2, max_len=6, constraint=chain)
+    check_all_queries(ar6, filtered(brute_force(m.table, eos=2, cap=6), chain, True))
+
+
+def test_intersection_and_pickle():
+    vocab = list(range(4))
+    m = RandomModel(vocab, seed=7, eos=3)
+    a, b = rand_automaton(vocab, 3, 1, 3, 0.9), rand_automaton(vocab, 3, 2, 3, 0.9)
+    both = a & b
+    assert isinstance(both, AllOf) and both.name == "rand1 & rand2"
+    both = pickle.loads(pickle.dumps(both))
+    ar = AutoregressiveEnumerable(m, eos=3, max_len=5, constraint=both)
+    bf = [(q, s) for q, s in brute_force(m.table, eos=3, cap=5)
+          if why_rejected(a, q[:-1]) is None and why_rejected(b, q[:-1]) is None]
+    check_all_queries(ar, bf, rank_all=False)
+
+
+def _fit_ngram() -> NGramModel:
+    return NGramModel.fit(["abc", "abd", "bad", "cab", "dab", "aab", "bba", "dcba", "abcd"], order=2)
+
+
+def test_ngram_fixed_and_terminating():
+    m = _fit_ngram()
+    V, eos = m.vocab_size, m.eos
+    toks = [t for t in range(V) if t != eos]
+    a = rand_automaton(toks, 4, 3, p_edge=0.8)
+
+    def table(prefix):
+        lp = m.next_logprobs(prefix)
+        ids, vals = (np.arange(V), np.asarray(lp)) if not isinstance(lp, tuple) else lp
+        order = np.argsort(-np.asarray(vals), kind="stable")
+        return [int(ids[i]) for i in order], [float(vals[i]) for i in order]
+
+    term = m.enumerable(max_len=5, constraint=a)
+    check_all_queries(term, filtered(brute_force(table, eos=eos, cap=5), a, True), rank_all=False)
+    fixed = m.enumerable(max_len=3, terminating=False, constraint=rand_automaton(list(range(V)), 3, 4, p_edge=0.8))
+    check_all_queries(fixed, filtered(brute_force(table, fixed_len=3), fixed.constraint, False), rank_all=False)
+
+
+def test_store_identity_includes_the_constraint(tmp_path):
+    vocab = list(range(4))
+    m = RandomModel(vocab, seed=2, eos=3)
+    a, b = rand_automaton(vocab, 3, 11, 3, 0.9), rand_automaton(vocab, 3, 12, 3, 0.9)
+    path = tmp_path / "st"
+    ar = AutoregressiveEnumerable(m, eos=3, max_len=5, constraint=a, store=path, fingerprint="rm2")
+    n = int(ar.count(-math.inf))
+    ar.close()
+    with pytest.raises(StoreError, match="constraint"):
+        AutoregressiveEnumerable(m, eos=3, max_len=5, constraint=b, store=path, fingerprint="rm2")
+    with pytest.raises(StoreError, match="constraint"):
+        AutoregressiveEnumerable(m, eos=3, max_len=5, store=path, fingerprint="rm2")
+    again = AutoregressiveEnumerable(m, eos=3, max_len=5, constraint=a, store=path, fingerprint="rm2")
+    assert int(again.count(-math.inf)) == n and again.stats["forwards"] == 0
+    again.close()
+    plain = tmp_path / "plain"
+    AutoregressiveEnumerable(m, eos=3, max_len=5, store=plain, fingerprint="rm2").close()
+    with pytest.raises(StoreError, match="constraint"):
+        AutoregressiveEnumerable(m, eos=3, max_len=5, constraint=a, store=plain, fingerprint="rm2")
+
+
+def test_samples_are_accepted_and_estimates_cover():
+    vocab = list(range(4))
+    m = RandomModel(vocab, seed=3, eos=3, eos_boost=1.5)
+    a = rand_automaton(vocab, 3, 21, 3, 0.9)
+    ar = AutoregressiveEnumerable(m, eos=3, max_len=6, constraint=a)
+    for seq, _ in ar.sampler(seed=1).sample_n(200):
+        assert ar.support.contains(tuple(seq)), seq
+    bf = filtered(brute_force(m.table, eos=3, cap=6), a, True)
+    est = AutoregressiveEnumerable(m, eos=3, max_len=6, constraint=a, exact_limit=3, estimate_samples=4000)
+    scores = np.array([s for _, s in bf])
+    misses = 0
+    for q in (0.2, 0.5, 0.8):
+        t = float(np.quantile(scores, q))
+        c = est.count(t)
+        truth = int((scores >= t).sum())
+        if not c.exact:
+            assert c.method != "exact"
+            misses += not (c.ci_lo <= truth <= c.ci_hi)
+        else:
+            assert int(c) == truth
+    assert misses <= 1
+
+
+def test_constrained_tables_product_matches_brute_force():
+    m = _fit_ngram()
+    fs = m.finite_state()
+    toks = [t for t in range(m.vocab_size) if t != m.eos]
+    a = rand_automaton(toks, 3, 8, p_edge=0.9)
+    prod = constrained_tables(fs, a, terminating=True)
+    assert prod is not None and constrained_tables(fs, a, terminating=False) is None
+    # the product's score of a sequence equals the model's when accepted, -inf when not
+    import itertools
+
+    for n in range(4):
+        for x in itertools.product(toks, repeat=n):
+            s, lp = prod.start, 0.0
+            col = {int(t): j for j, t in enumerate(prod.tokens)}
+            for t in x:
+                if s < 0:
+                    break
+                j = col[t]
+                lp += prod.log_probs[s, j]
+                s = int(prod.next_state[s, j]) if prod.log_probs[s, j] > -math.inf else -1
+            lp = lp + prod.eos_log_probs[s] if s >= 0 else -math.inf
+            want = m.score_sequences([x + (m.eos,)])[0] if why_rejected(a, x) is None else -math.inf
+            assert lp == pytest.approx(want, abs=1e-9) or (lp == -math.inf and want == -math.inf), (x, lp, want)
+
+
+def test_bad_constraints():
+    m = RandomModel(3, seed=0, eos=2)
+    with pytest.raises(TypeError, match="constraint"):
+        AutoregressiveEnumerable(m, eos=2, max_len=3, constraint=object())
+    with pytest.raises(TypeError, match="name"):
+        Automaton(0, {}, [0], name="")
