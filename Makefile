@@ -23,7 +23,7 @@ $(DEMO_STAMP): $(BIN)/python pyproject.toml
 
 $(TEST_STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[hf,demo,plot,progress,ray,fast,serve,test]'
+	$(BIN)/pip install -q -e '.[hf,demo,plot,progress,ray,fast,serve,constraints,test]'
 	touch $(TEST_STAMP) $(DEMO_STAMP)
 
 demo: check-python $(DEMO_STAMP)
