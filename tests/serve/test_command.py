@@ -98,3 +98,82 @@ def test_bad_options_are_one_line_errors(model_path, tmp_path, capsys):
         main(["serve", model_path, "--port", "-1"])
     assert main(["serve", model_path, "--port", "70000", "--build", "5"]) == 2
     assert "--port must be <= 65535" in capsys.readouterr().err
+
+
+def test_readers_answer_the_same_while_serve_build_extends_the_store(model_path, tmp_path):
+    """A running read-only server (one process) and a second ``arenum serve --build`` process that
+    extends the same store, then serves it: while the writer builds, concurrent clients of the reader
+    get exactly the reader's answers from before, without an error; in-budget answers equal the
+    library's, deeper ones bracket the library's exact rank; after the build the new server answers
+    those exactly, equal to the library."""
+    import concurrent.futures as cf
+
+    store = str(tmp_path / "m.store")
+    assert main(["build", "-m", model_path, "--max-len", "10", "--budget", "300", "--store", store, "-q"]) == 0
+    m = NGramModel.load(model_path)
+    lib = m.enumerable(max_len=10)
+    eos = lib.oracle.eos_id
+
+    def text(i: int) -> str:
+        seq = lib.unrank(i)[0]
+        return m.decode(seq[:-1] if seq[-1] == eos else seq)
+
+    inb = [text(i) for i in range(0, 290, 29)]
+    deep = [text(i) for i in (700, 2500, 7000)]
+    truth = {s: lib.rank(m.encode(s)) for s in inb + deep}
+    reader, url = serve([model_path, "--store", store, "--max-len", "10", "-q"])
+    writer = None
+    try:
+        def ask(job):
+            kind, v = job
+            if kind == "rank":
+                r = httpx.post(url + "/api/rank", json={"strings": v, "steps": False}, timeout=60)
+            else:
+                r = httpx.get(f"{url}/api/slice?start={v}&k=20", timeout=60)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        jobs = [("rank", inb), ("rank", deep), ("rank", inb[:3] + deep[:1]), ("slice", 0), ("slice", 250)]
+        before = [ask(j) for j in jobs]
+        for d in before[0]:
+            assert d["exact"] and d["rank"] == truth[d["string"]].rank
+        for d in before[1]:
+            assert not d["exact"] and d["rank_lo"] <= truth[d["string"]].rank <= d["rank_hi"]
+
+        def same(got, want):
+            if isinstance(want, list):
+                return [{**d, "seconds": 0, "forwards_total": 0} for d in got] == \
+                    [{**d, "seconds": 0, "forwards_total": 0} for d in want]
+            return got == want
+
+        port = free_port()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        writer = subprocess.Popen([sys.executable, "-m", "arenum.cli", "serve", model_path, "--store", store,
+                                   "--max-len", "10", "--build", "10000", "--port", str(port), "-q"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        url2, rounds, up = f"http://127.0.0.1:{port}", 0, False
+        with cf.ThreadPoolExecutor(8) as ex:
+            deadline = time.monotonic() + 120
+            while not up and time.monotonic() < deadline:  # bounded: the build takes a few seconds
+                assert writer.poll() is None, writer.stderr.read().decode()
+                for want, got in zip(before * 2, ex.map(ask, jobs * 2)):
+                    assert same(got, want)
+                rounds += 1
+                try:
+                    up = httpx.get(url2 + "/api/info", timeout=2).status_code == 200
+                except httpx.TransportError:
+                    pass
+        assert up and rounds > 1
+        assert all(same(ask(j), b) for j, b in zip(jobs, before))  # the reader keeps the tree it opened
+        info = httpx.get(url2 + "/api/info").json()
+        assert info["indexed_sequences"] >= 10000
+        after = httpx.post(url2 + "/api/rank", json={"strings": inb + deep, "steps": False}).json()
+        for d in after:
+            t = truth[d["string"]]
+            assert d["exact"] and d["rank"] == t.rank and d["log_prob"] == t.log_prob
+    finally:
+        code, err = stop(reader)
+        if writer is not None:
+            wcode, werr = stop(writer)
+            assert wcode == 0, werr
+    assert code == 0, err
