@@ -26,7 +26,7 @@ from ._guard import locked
 from ._validate import CountMode, exact_int, finite_float, optional_exact_int, probability, short_repr
 from .answers import Answers
 from .bounded import BoundedAnswers
-from .exact import best_first, CountIndex, build_count_index, Quantizer, Limits, SeekIndex, TreeStore, open_store, PrefixTree
+from .exact import best_first, listing, CountIndex, build_count_index, Quantizer, Limits, SeekIndex, TreeStore, open_store, PrefixTree
 from .beyond import (
     BeyondExact, CertifiedCounter, ExactHead, INTERVALS, Interval, MonteCarloEstimator, FiniteStateSampler, ARSampler,
 )
@@ -324,13 +324,14 @@ class AutoregressiveEnumerable:
     # ------------------------------------------------------------------ listing
     def enumerator(self) -> Iterator[tuple[tuple, float]]:
         """Same as ``iter(sorted(support, key=score, reverse=True))``, lazily. Exact (ties as in
-        :meth:`unrank`). Cost: one forward per prefix popped (best-first listing)."""
-        def table(prefix_ids: tuple) -> tuple[np.ndarray, np.ndarray]:
-            with self._lock:
-                return self._oracle.table(self._decode(prefix_ids))
+        :meth:`unrank`). Reads :meth:`slice` in chunks of 64 items doubling up to 65,536: the forwards
+        and memory of the items read so far; best-first past a cap (:func:`arenum.exact.listing`)."""
+        rest = lambda: ((self._decode(ids), s) for ids, s in best_first(self._table_of_ids, self.support))  # noqa: E731
+        return listing(self.slice, lambda: self.seek_index().at_depth_floor, rest)
 
-        for ids, s in best_first(table, self.support):
-            yield self._decode(ids), s
+    def _table_of_ids(self, prefix_ids: tuple) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:
+            return self._oracle.table(self._decode(prefix_ids))
 
     @locked
     def top_k(self, k: int) -> list[tuple[tuple, float]]:

@@ -143,3 +143,40 @@ def test_head_order_equals_lexsort_with_wide_rows_and_ties():
         perm = rng.permutation(row.shape[0]) if trial % 2 else np.arange(row.shape[0])
         row, lps = row[perm], lps[perm]
         assert np.array_equal(_head_order(row, lps, lens), np.lexsort((-lps, row)))
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_plain_callback_rows_in_any_order_list_as_brute_force(ties):
+    """A plain ``next_logprobs`` whose rows come sorted (descending: not sorted again), reversed,
+    shuffled, or sorted in some rows only, as pairs or as an array pair: the same order as brute
+    force (ties in the model's order within a row), the same forwards."""
+    V, L = 6, 5
+    m = RandomModel(V, seed=3, peak=1.5, ties=ties, eos=0, eos_boost=2.0, form="dense")
+    bf = brute_force(m.table, fixed_len=None, eos=0, cap=L)
+    rng = np.random.default_rng(0)
+
+    def served(order, as_pairs):
+        def cb(prefix):
+            lp = m.logprobs(prefix)
+            ids = np.arange(V)
+            kind = order if order != "mixed" else ("sorted" if len(prefix) % 2 else "shuffled")
+            if kind == "sorted":
+                ids = np.argsort(-lp, kind="stable")
+            elif kind == "reversed":
+                ids = ids[::-1]
+            elif kind == "shuffled":
+                ids = rng.permutation(V)
+            return [(int(t), float(lp[t])) for t in ids] if as_pairs else (ids.astype(np.int64), lp[ids])
+        return cb
+
+    forwards = set()
+    for order in ("sorted", "reversed", "shuffled", "mixed"):
+        for as_pairs in (True, False):
+            for k in (7, 40, len(bf)):  # a fresh object each: trees cut at the k-th score
+                ar = AutoregressiveEnumerable(served(order, as_pairs), max_len=L, eos=0, batch_size=3)
+                got = ar.top_k(k)
+                assert [s for _, s in got] == [s for _, s in bf[:k]]
+                if not ties:
+                    assert got == bf[:k]
+                forwards.add((k, ar.stats["forwards"]))
+    assert len(forwards) == 3

@@ -153,6 +153,22 @@ def _chunk(rng, n, form, defect):
             out.append((np.array(toks, np.int64), np.array(vals)))
         else:
             out.append(list(zip(toks, vals)))
+    if defect and rng.random() < 0.5:  # a row of another form, or a malformed one, among good rows
+        i = rng.randrange(n)
+        toks, vals = rows[i]
+        kind = rng.randrange(6)
+        if kind == 0 and form != "str":
+            out[i] = [np.array(toks, np.int64), np.array(vals)]  # the array pair given as a list
+        elif kind == 1:
+            out[i] = [[t, v] for t, v in zip(toks, vals)]  # items as lists
+        elif kind == 2:
+            out[i] = [(t, v, 0) for t, v in zip(toks, vals)]  # not pairs
+        elif kind == 3 and form == "numpy":
+            out[i] = (np.array(toks, np.int32), np.array(vals, np.float32))  # other dtypes
+        elif kind == 4 and form == "numpy":
+            out[i] = (np.array(toks, np.int64), np.array(vals)[None, :])  # not 1-D
+        elif kind == 5 and form == "numpy":
+            out[i] = (np.array(toks, np.int64), np.array(vals)[:-1])  # lengths differ
     return out
 
 

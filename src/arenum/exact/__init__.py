@@ -12,7 +12,7 @@ cap it raises or reports the cap, and the regime beyond is :mod:`arenum.beyond`'
 
 Exports: the names the other stages and the facade use (below).
 """
-from .best_first import best_first
+from .best_first import best_first, listing
 from .budget import BUDGET_HINT
 from .count_index import CountHistogram, CountIndex, autoregressive_count_index, build_count_index
 from .exactsum import float_units, to_float, values
@@ -27,6 +27,6 @@ __all__ = [
     "BUDGET_HINT", "CountHistogram", "CountIndex", "DEFAULT_TABLE_BYTES", "ExactIndex", "HIST_BINS_PER_BIT",
     "Limits", "PROBES", "PrefixTree", "Quantizer", "SeekIndex", "TreeStore",
     "autoregressive_count_index", "best_first", "build_count_index", "default_max_bytes",
-    "cluster_workers", "describe_store", "float_units", "mass_bracket", "open_store", "root_fingerprint", "to_float",
+    "cluster_workers", "describe_store", "float_units", "listing", "mass_bracket", "open_store", "root_fingerprint", "to_float",
     "values",
 ]

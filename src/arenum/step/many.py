@@ -17,6 +17,8 @@ by the reference formula.
 from __future__ import annotations
 
 import math
+from itertools import chain
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -25,6 +27,12 @@ from .tables import RENORM_TOL, Parser, normalize, parse_table
 __all__ = ["parse_tables"]
 
 _WIDE = 4096  # rows wider than this are checked by the reference formula (summation error margin)
+_PAIR_TYPES = {tuple, list}
+_ARRAY = {np.ndarray}
+_F64 = {np.dtype(np.float64)}
+_first = itemgetter(0)
+_shape = attrgetter("shape")
+_dtype = attrgetter("dtype")
 
 
 def _one_by_one(raws: list, prefixes: list[tuple], ps: Parser
@@ -38,18 +46,18 @@ def _one_by_one(raws: list, prefixes: list[tuple], ps: Parser
 
 
 def _from_lists(raws: list, ps: Parser) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """``(ids, lps, lens)`` of results that are all lists of ``(token, log_prob)`` pairs with real
-    values; ``None`` otherwise (duplicates are found later, on the ids)."""
-    for raw in raws:
-        if type(raw) is not list or not raw or isinstance(raw[0], np.ndarray):
-            return None
+    """``(ids, lps, lens)`` of results that are all non-empty lists of ``(token, log_prob)`` pairs
+    with real values; ``None`` otherwise (duplicates are found later, on the ids). The rows are
+    checked and unpacked as one flat list of items (no Python code per row)."""
+    if set(map(type, raws)) != {list}:
+        return None
     lens = np.fromiter(map(len, raws), np.int64, len(raws))
-    toks: list = []
-    vals: list = []
+    if not lens.all() or any(issubclass(t, np.ndarray) for t in set(map(type, map(_first, raws)))):
+        return None  # an empty row, or the (tokens, log_probs) pair given as a list: not this form
+    flat = list(chain.from_iterable(raws))
     try:
-        for raw in raws:  # row by row: the second pass finds the row in cache
-            toks += [t for t, _ in raw]  # unpacking checks that every item is a pair
-            vals += [v for _, v in raw]
+        toks = [t for t, _ in flat]  # unpacking checks that every item is a pair
+        vals = [v for _, v in flat]
         lps = np.array(vals, np.float64)
     except (TypeError, ValueError):
         return None
@@ -73,24 +81,28 @@ def _from_lists(raws: list, ps: Parser) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 def _from_arrays(raws: list, ps: Parser) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """``(ids, lps, lens)`` of results that are all ``(tokens, log_probs)`` pairs of 1-D numpy
-    arrays of equal lengths, signed integer tokens, numeric values; ``None`` otherwise."""
-    ts: list = []
-    vs: list = []
-    lens = np.empty(len(raws), np.int64)
-    for i, raw in enumerate(raws):
-        if type(raw) not in (tuple, list) or len(raw) != 2:
-            return None
-        t, v = raw
-        if (type(t) is not np.ndarray or type(v) is not np.ndarray or t.ndim != 1 or v.ndim != 1
-                or t.shape[0] != v.shape[0] or t.dtype.kind != "i" or v.dtype.kind not in "fiu"):
-            return None
-        ts.append(t)
-        vs.append(v)
-        lens[i] = t.shape[0]
-    if not raws or not ps.vocab.int_tokens():
+    arrays of equal lengths, signed integer tokens, numeric values; ``None`` otherwise. The checks
+    run over all rows at once (``map`` over the pairs, a set of the dtypes)."""
+    if not raws or not set(map(type, raws)) <= _PAIR_TYPES or set(map(len, raws)) != {2}:
         return None
+    ts, vs = zip(*raws)
+    if set(map(type, ts)) != _ARRAY or set(map(type, vs)) != _ARRAY:
+        return None
+    shapes = list(map(_shape, ts))
+    if set(map(len, shapes)) != {1} or shapes != list(map(_shape, vs)):
+        return None  # not 1-D, or lengths that differ: the row-by-row errors
+    tdt = set(map(_dtype, ts))
+    vdt = set(map(_dtype, vs))
+    if any(d.kind != "i" for d in tdt) or any(d.kind not in "fiu" for d in vdt):
+        return None
+    if not ps.vocab.int_tokens():
+        return None
+    lens = np.fromiter(map(len, ts), np.int64, len(ts))
     ids = np.concatenate(ts).astype(np.int64, copy=False)
-    lps = np.concatenate([v.astype(np.float64, copy=False) for v in vs])
+    if vdt == _F64:
+        lps = np.concatenate(vs)
+    else:
+        lps = np.concatenate([v.astype(np.float64, copy=False) for v in vs])
     return ids, lps, lens
 
 

@@ -51,6 +51,8 @@ from .tables import (
 
 __all__ = ["StepOracle", "OracleStats", "NORM_TOL", "RENORM_TOL"]
 
+_LOWEST = float(np.finfo(np.float64).min)  # a floor at or below this cuts nothing (floors are capped here)
+
 
 @dataclass
 class OracleStats:
@@ -282,15 +284,20 @@ class StepOracle:
                 t_parse += time.perf_counter() - t0
                 self.stats.forwards += len(chunk)
         else:
-            presorted = presorted and not todo
             bs = self.batch_size
+            whole = not todo or float(floors[todo].max()) <= _LOWEST  # no cut: whole rows
             for a in range(0, len(todo), bs):
                 chunk = np.array(todo[a : a + bs], np.int64)
                 r, ids, lps, widths = self._call_many([prefixes[i] for i in chunk])
-                keep = lps >= floors[chunk][r]
-                parts_row.append(chunk[r[keep]])
-                parts_ids.append(ids[keep])
-                parts_lp.append(lps[keep])
+                if not whole:
+                    keep = lps >= floors[chunk][r]
+                    r, ids, lps = r[keep], ids[keep], lps[keep]
+                # rows the model gave sorted (descending, one pass over the chunk) are not sorted again
+                down = lps[1:] > lps[:-1]
+                presorted = presorted and not (down & (r[1:] == r[:-1])).any()
+                parts_row.append(chunk[r])
+                parts_ids.append(ids)
+                parts_lp.append(lps)
                 full[chunk] = widths
         t0 = time.perf_counter()
         heads = build_heads(parts_row, parts_ids, parts_lp, full, n, presorted)

@@ -142,9 +142,8 @@ class Vocab:
     def tokens(self, ids: Iterable[int]) -> tuple:
         """Token tuple for an iterable of ids."""
         if self.int_mode:
-            return tuple(int(i) for i in ids)
-        t = self._id2tok
-        return tuple(t[int(i)] for i in ids)
+            return tuple(map(int, ids))
+        return tuple(map(self._id2tok.__getitem__, map(int, ids)))
 
     # ------------------------------------------------------------------ state (stores, plans)
     def state(self) -> tuple[bool | None, list]:

@@ -1,0 +1,76 @@
+"""``enumerator()``: the exact order read off the index in growing chunks, best-first past a cap."""
+from __future__ import annotations
+
+from itertools import islice
+
+import pytest
+
+from arenum import AutoregressiveEnumerable
+from arenum.exact import listing
+from arenum.testing import RandomModel, brute_force
+
+
+@pytest.mark.parametrize("ties, eos", [(False, 0), (True, 0), (False, None), (True, None)])
+def test_enumerator_lists_the_brute_force_order(ties, eos):
+    L = 6 if eos is not None else 4
+    m = RandomModel(6, seed=2, ties=ties, eos=eos, eos_boost=2.0)
+    bf = brute_force(m.table, fixed_len=None if eos is not None else L, eos=eos, cap=L)
+    ar = AutoregressiveEnumerable(m, eos=eos, max_len=L)
+    assert list(ar.enumerator()) == bf
+    # interleaved with other queries on the same object, and two listings at once
+    a, b = ar.enumerator(), AutoregressiveEnumerable(m, eos=eos, max_len=L).enumerator()
+    got = []
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert x == y == bf[i]
+        got.append(x)
+        if i % 97 == 0:
+            assert ar.unrank(len(bf) - 1 - i) == bf[len(bf) - 1 - i]
+    assert len(got) == len(bf)
+
+
+def test_enumerator_is_lazy_and_its_memory_follows_what_was_yielded():
+    m = RandomModel(30, seed=4, eos=0, eos_boost=3.0)
+    ar = AutoregressiveEnumerable(m, eos=0, max_len=8)
+    it = ar.enumerator()
+    assert ar.stats["forwards"] == 0  # nothing read before the first item is asked for
+    first = list(islice(it, 10))
+    f10, b10 = ar.stats["forwards"], ar.stats["memory_bytes"]
+    rest = list(islice(it, 20_000))
+    f2, b2 = ar.stats["forwards"], ar.stats["memory_bytes"]
+    ref = AutoregressiveEnumerable(m, eos=0, max_len=8)
+    assert first + rest == ref.top_k(20_010)
+    assert 0 < f10 < f2 and b10 < b2
+    # the first items cost what their chunk (64 items) costs, not what a large listing costs
+    assert f10 == _forwards_for(m, 64)
+    # at most the next chunk (twice what was yielded) ahead of the items yielded
+    assert f2 <= 1.2 * _forwards_for(m, 2 * 20_010) + 64
+
+
+def _forwards_for(m, k):
+    ar = AutoregressiveEnumerable(m, eos=0, max_len=8)
+    ar.top_k(k)
+    return ar.stats["forwards"]
+
+
+@pytest.mark.parametrize("cap", [50, 400])
+def test_past_a_cap_the_listing_goes_on_best_first(cap):
+    """A cap on prefixes stops the index (BudgetExceeded): the listing goes on best-first, still
+    exact, the items already yielded not repeated."""
+    m = RandomModel(5, seed=9, eos=0, eos_boost=2.0)
+    bf = brute_force(m.table, fixed_len=None, eos=0, cap=6)
+    ar = AutoregressiveEnumerable(m, eos=0, max_len=6, max_prefixes=cap)
+    with pytest.raises(Exception, match="max_prefixes"):
+        ar.top_k(len(bf))
+    assert list(ar.enumerator()) == bf
+
+
+def test_chunks_double_from_the_first():
+    reads = []
+
+    def read(i, n):
+        reads.append((i, n))
+        return [((j,), -float(j)) for j in range(i, min(i + n, 1000))]
+
+    got = list(listing(read, lambda: False, lambda: iter(())))
+    assert got == [((j,), -float(j)) for j in range(1000)]
+    assert reads == [(0, 64), (64, 128), (192, 256), (448, 512), (960, 1024)]
