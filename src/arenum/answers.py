@@ -25,12 +25,14 @@ once. It builds nothing itself: every forward is made by the seek index or the d
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Callable, TypeVar
 
 from .beyond import BeyondExact, CertifiedCounter, ExactHead, MonteCarloEstimator, mass_count_bound
 from .exact import ExactIndex, SeekIndex
 from .errors import BudgetExceeded
+from ._guard import held
 from .results import (
     CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, ThresholdResult,
 )
@@ -87,6 +89,8 @@ class Answers:
         (:func:`arenum.results.point_value`).
         """
         try:
+            if certified is not None and self._out_of_reach(t):
+                raise BudgetExceeded("the certified count shows the exact build would pass a cap")
             x = build()
         except BudgetExceeded:
             cc = self._certified_counter(t) if certified is not None else None
@@ -100,6 +104,21 @@ class Answers:
         if sub_support is not None and self._capped:
             return sub_support(x)
         return exact(x)
+
+    def _out_of_reach(self, t: float) -> bool:
+        """Whether the certified DP proves that an exact build down to score ``t`` passes a cap
+        (:meth:`~arenum.exact.SeekIndex.surely_over_caps` of its lower count): then the build is
+        skipped (its time and memory), never an answer the caps allowed. Asked only past what the
+        tree has built, and only where the count could pass a cap (``e**-t`` bounds it): shallow
+        queries build no DP for it."""
+        seek = self.seek
+        if not math.isfinite(t) or t >= seek.tree.built or not seek.surely_over_caps(mass_count_bound(t)):
+            return False
+        cc = self._certified_counter(t)
+        if cc is None:
+            return False
+        per = 1 if self.support.is_terminating else max(1, cc.max_degree)
+        return seek.surely_over_caps(cc.count_lower(t), per)
 
     def _certified_counter(self, t: float) -> CertifiedCounter | None:
         """The certified counter past a cap (never under ``branch_cap``: it counts the whole support;
@@ -168,6 +187,17 @@ class Answers:
         lo = max(b.lo, idx.total_mass().lo) if idx.T >= t else b.lo
         hi = max(lo, b.hi)
         return MassBracket(lo, hi, exact=lo == hi, method="exact" if lo == hi else "certified")
+
+    def _lazy_mass(self, cc: CertifiedCounter, s: float) -> Callable[[], tuple[float, float]]:
+        """``() -> (lo, hi)``: the certified cumulative mass ``P(s(X) >= s)``, computed when called
+        (under the enumerable's build lock, like every query)."""
+        lock = self.beyond.lock
+
+        def mass() -> tuple[float, float]:
+            with held(lock) if lock is not None else contextlib.nullcontext():
+                m = self._cert_mass(cc, s)
+            return m.lo, m.hi
+        return mass
 
     def _cert_extra(self, cc: CertifiedCounter) -> dict:
         return {"resolution_bits": cc.resolution_bits, "head_count": self._head()[0]}
@@ -322,6 +352,10 @@ class Answers:
 
         def certified(cc: CertifiedCounter) -> DensityRankResult:
             r = self._cert_count(cc, math.nextafter(s, math.inf))  # s(x) > s: s(x) >= the next float
+            if not r.exact:  # the mass DPs are built only when the cumulative mass is read
+                return DensityRankResult.lazy_cumulative(
+                    self._lazy_mass(cc, s), rank=r.lo, log_prob=s, exact=False, method="certified",
+                    rank_lo=r.lo, rank_hi=r.hi, truncated=trunc, extra=self._cert_extra(cc))
             m = self._cert_mass(cc, s)
             exact = r.exact and m.exact
             return DensityRankResult(

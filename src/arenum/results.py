@@ -25,8 +25,9 @@ its ends; ``point_method='exact'`` when the answer is exact. See ``docs/results.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 __all__ = [
     "point_value",
@@ -47,6 +48,7 @@ __all__ = [
 #: methods whose ends are certified bounds (their point is never an estimate of their own)
 BOUND_METHODS = frozenset({"exact", "bracket", "certified", "logprob_error", "sub_support"})
 
+_LAZY_MASS = ("cumulative", "cumulative_lo", "cumulative_hi", "cumulative_point_method")
 _MIDDLE = {"count": "geometric_middle", "rank": "geometric_middle", "size": "geometric_middle",
            "mass": "middle", "log": "log_middle"}
 
@@ -242,13 +244,51 @@ class DensityRankResult:
     cumulative_point_method: str | None = None
 
     def __post_init__(self) -> None:
+        given = self.cumulative_point_method if self.cumulative_point_method is not None else self.point_method
         r, pm = _point(self.exact, self.method, self.rank_lo, self.rank_hi, "rank", self.rank, self.point_method)
-        c, cpm = _point(self.exact, self.method, self.cumulative_lo, self.cumulative_hi, "mass", self.cumulative,
-                        self.cumulative_point_method if self.cumulative_point_method is not None else self.point_method)
         object.__setattr__(self, "rank", r)
         object.__setattr__(self, "point_method", pm)
-        object.__setattr__(self, "cumulative", c)
-        object.__setattr__(self, "cumulative_point_method", cpm)
+        self._set_cumulative(self.cumulative, self.cumulative_lo, self.cumulative_hi, given)
+
+    def _set_cumulative(self, value: float, lo: float, hi: float, given: str | None) -> None:
+        c, cpm = _point(self.exact, self.method, lo, hi, "mass", value, given)
+        for k, v in (("cumulative", c), ("cumulative_lo", lo), ("cumulative_hi", hi), ("cumulative_point_method", cpm)):
+            object.__setattr__(self, k, v)
+
+    @classmethod
+    def lazy_cumulative(cls, mass: Callable[[], tuple[float, float]], **fields: Any) -> "DensityRankResult":
+        """A record (not ``exact``) whose cumulative bracket is ``mass() -> (lo, hi)``, computed the first
+        time a ``cumulative*`` field is read (or the record is compared, printed, pickled or turned
+        into a dict), then kept: a rank that only reads its rank costs no mass computation."""
+        if fields.get("exact"):
+            raise ValueError("lazy_cumulative: an exact record carries its cumulative mass")
+        given = fields.pop("cumulative_point_method", None) or fields.get("point_method")
+        r = cls(cumulative=0.5, cumulative_lo=0.0, cumulative_hi=1.0, **fields)
+        for k in _LAZY_MASS:
+            object.__delattr__(r, k)
+        object.__setattr__(r, "_mass", (mass, given, threading.Lock()))
+        return r
+
+    def __getattr__(self, name: str) -> Any:  # reached only for a missing attribute: a lazy field
+        d = self.__dict__
+        if name in _LAZY_MASS and "_mass" in d:
+            fn, given, lock = d["_mass"]
+            with lock:
+                if "_mass" in d:  # not resolved by another thread meanwhile
+                    lo, hi = fn()
+                    self._set_cumulative(0.5 * (lo + hi), lo, hi, given)
+                    object.__delattr__(self, "_mass")
+            return d[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __getstate__(self) -> dict[str, Any]:
+        _ = self.cumulative  # resolved before pickling: the thunk stays in this process
+        return dict(self.__dict__)
+
+    @property
+    def cumulative_pending(self) -> bool:
+        """Whether the cumulative mass is still to be computed (:meth:`lazy_cumulative`)."""
+        return "_mass" in self.__dict__
 
     @property
     def guess_number(self) -> int | float:
@@ -256,25 +296,10 @@ class DensityRankResult:
         return self.rank + 1
 
     # the seed system's names
-    @property
-    def rank_lower(self) -> int | float:
-        """Alias of ``rank_lo``."""
-        return self.rank_lo
-
-    @property
-    def rank_upper(self) -> int | float:
-        """Alias of ``rank_hi``."""
-        return self.rank_hi
-
-    @property
-    def cumulative_lower(self) -> float:
-        """Alias of ``cumulative_lo``."""
-        return self.cumulative_lo
-
-    @property
-    def cumulative_upper(self) -> float:
-        """Alias of ``cumulative_hi``."""
-        return self.cumulative_hi
+    rank_lower = property(lambda self: self.rank_lo, doc="Alias of ``rank_lo``.")
+    rank_upper = property(lambda self: self.rank_hi, doc="Alias of ``rank_hi``.")
+    cumulative_lower = property(lambda self: self.cumulative_lo, doc="Alias of ``cumulative_lo``.")
+    cumulative_upper = property(lambda self: self.cumulative_hi, doc="Alias of ``cumulative_hi``.")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -50,7 +50,8 @@ import numpy as np
 
 from .._validate import exact_int, finite_float
 from .estimate import mass_count_bound
-from ..step import FiniteStateTables
+from .._guard import deferred_interrupts
+from ..step import FiniteStateTables, kernels
 from ..results import CountBracket, MassBracket
 from ..support import Support
 
@@ -111,6 +112,33 @@ def _merged(nx: np.ndarray, cost: np.ndarray, prob: np.ndarray, possible: np.nda
     return out_n, out_c, out_p, out_ok, out_w
 
 
+def _compiled_sweep() -> Any:
+    """The module of the compiled sweep when the step kernels use numba (:mod:`arenum.step.kernels`:
+    ``ARENUM_KERNELS=numpy`` or no numba gives the numpy path, the same values), else ``None``."""
+    if kernels.backend() != "numba":
+        return None
+    from . import sweepjit
+
+    return sweepjit
+
+
+def _csr_steps(e: "_Edges", mass: bool) -> tuple[np.ndarray, ...]:
+    """The bulk, cheap (nonzero) and zero-cost steps of ``e`` per state in column order, as CSR
+    arrays ``(ptr, next, cost, weight)`` (zero-cost: ``(ptr, next, weight)``) for :mod:`sweepjit`."""
+    S = e.S
+    w = e.prob if mass else (e.weight if e.weight is not None else np.ones_like(e.prob))
+
+    def ptr(src: np.ndarray) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(np.bincount(src, minlength=S))]).astype(np.int64)
+
+    bs, bj = np.nonzero(e.bulk)
+    cw = e.c_prob if mass else (e.c_weight if e.c_weight is not None else np.ones(len(e.c_src)))
+    nz, z = ~e.c_zero, e.c_zero
+    return (ptr(bs), e.nxt[bs, bj].astype(np.int64), e.cost[bs, bj].astype(np.int64), np.ascontiguousarray(w[bs, bj], np.float64),
+            ptr(e.c_src[nz]), e.c_nxt[nz].astype(np.int64), e.c_cost[nz].astype(np.int64), np.ascontiguousarray(cw[nz], np.float64),
+            ptr(e.c_src[z]), e.c_nxt[z].astype(np.int64), np.ascontiguousarray(cw[z], np.float64))
+
+
 class _Edges:
     """The transitions of one rounding as dense ``(S, V)`` tables: next state, cell cost, probability.
 
@@ -166,6 +194,7 @@ class _Sweep:
 
     B = 64
     GROW = 512
+    JIT_UPDATES = 1 << 24
 
     def __init__(self, edges: _Edges, end_cost: np.ndarray | None, end_prob: np.ndarray | None, S: int,
                  start: int, *, lower: bool, mass: bool, levels: int | None, fixed: bool) -> None:
@@ -180,6 +209,8 @@ class _Sweep:
         costs = edges.cost[edges.possible]
         self.span = int(costs.max()) + 1 if costs.size else 1  # the farthest read back, in cells
         self.seconds = 0.0
+        self._jit = _compiled_sweep() if levels is None else None  # the compiled one-pass sweep, or numpy
+        self.ring: np.ndarray | None = None  # the compiled sweep's (S, R) ring of the last R cells
         #: ``progress(dict)`` after every block of cells (``phase='certified'``, ``cells_done``, ``cells_todo``)
         self.progress: Any = None
 
@@ -194,7 +225,8 @@ class _Sweep:
 
     @property
     def nbytes(self) -> int:
-        return int(self.row.nbytes + (self.N.nbytes if self.N is not None else 0))
+        return int(self.row.nbytes + (self.N.nbytes if self.N is not None else 0)
+                   + (self.ring.nbytes if self.ring is not None else 0))
 
     def _slack(self, v: np.ndarray) -> None:
         if self.mass:
@@ -278,6 +310,32 @@ class _Sweep:
             self._report(k - k0, k1 - k0 + 1)
         return out
 
+    def _fill_jit(self, K: int) -> None:
+        """Cells up to ``K`` by the compiled sweep (:mod:`arenum.beyond.sweepjit`: the numpy sweep's
+        values bit for bit) into a ring buffer of the states' last ``R >= span + B`` cells; the ring
+        and :attr:`row` advance together, a call of about :attr:`JIT_UPDATES` cell updates at a time
+        (an interrupt between calls leaves them in step)."""
+        e, P, S = self.e, self.B, self.S
+        if self.ring is None:
+            R = 1 << max(6, int(self.span + P - 1).bit_length())
+            self.ring = np.zeros((S, R))
+            self._csr = _csr_steps(e, self.mass)
+            self._order = np.lexsort(np.where(e.bulk, e.nxt, -1).T[::-1]).astype(np.int64)  # by next states
+        step = P * max(1, self.JIT_UPDATES // max(1, P * int(len(e.src))))
+        end_cost, end_val = (self.end_cost, (self.end_prob if self.mass else np.ones(S))) if self.end_cost is not None \
+            else (np.zeros(S, np.int64), np.zeros(S))
+        k0 = k = self.K + 1
+        while k <= K:
+            kb = min(K, k + step - 1)
+            out = np.empty(kb - k + 1)
+            with deferred_interrupts():  # the ring and the row advance together
+                self._jit.fill(self.ring, self.ring.shape[1] - 1, k, kb, P, *self._csr, e.zero_depth, end_cost, end_val,
+                               self.end_cost is not None, self.mass or e.weight is not None, self.mass, self.factor,
+                               self.start, self._order, out)
+                self.row = np.concatenate([self.row, out])
+            k = kb + 1
+            self._report(k - k0, K - k0 + 1)
+
     def _fill_level(self, read: np.ndarray, write: np.ndarray, K: int) -> None:
         """Cells ``0..K`` of one level from the previous one: every step reads ``read``, a block at once."""
         P, S = self.B, self.S
@@ -300,6 +358,12 @@ class _Sweep:
         S, P = self.S, self.B
         if self.levels is None:
             K = max(K, int(self.K * 1.25) + 1)
+            if self._jit is not None:
+                try:
+                    self._fill_jit(K)
+                finally:
+                    self.seconds += time.perf_counter() - t0
+                return
             limit = self.span + 3 * P + self.GROW
             width = max(min(K - self.o + 2 * P + 1, limit), 0 if self.N is None else self.N.shape[1])
             if self.N is None or width > self.N.shape[1]:
@@ -468,6 +532,19 @@ class CertifiedCounter:
         hi = _ceil_int(self._value(False, False, k_hi))
         hi = min(hi, mass_count_bound(t))  # each has mass >= e**t
         return CountBracket(lo, max(lo, hi))
+
+    def count_lower(self, t: float) -> int:
+        """The lower end of :meth:`count_bracket` alone (``lo <= #{x : s(x) >= t}``), building only
+        the lower count DP (to ``t``; the deepest cell is ``max_cells``)."""
+        t = finite_float("t", t)
+        if t > 0:
+            return 0
+        return _floor_int(self._value(True, False, self._cells(t)[0]))
+
+    @property
+    def max_degree(self) -> int:
+        """The most possible steps of one state (its table's width)."""
+        return self._edges[False].degree
 
     def rank_bracket(self, s: float) -> CountBracket:
         """Certified ``lo <= #{x : s(x) > s} <= hi``: the count at the next float above ``s``."""

@@ -51,6 +51,9 @@ class Limits:
     max_bytes: int | None = None
 
 
+MIN_NODE_BYTES = 57
+"""Fewest bytes the tree holds per node (its columns for a fixed-length tree; 65 when terminating)."""
+
 INDEX_BYTES_PER_SEQUENCE = 16
 """Upper estimate of the exact index's memory per indexed sequence (``perm`` and its build)."""
 
@@ -124,6 +127,19 @@ class SeekIndex:
     def memory_bytes(self) -> int:
         """Memory held by the tree and the index (:data:`INDEX_BYTES_PER_SEQUENCE` per indexed sequence)."""
         return self.tree.memory_bytes() + INDEX_BYTES_PER_SEQUENCE * self.indexed
+
+    def surely_over_caps(self, sequences: int | float, per_prefix: int = 1) -> bool:
+        """Whether an exact build holding ``sequences`` sequences (a certified lower count) surely
+        passes a cap, with a margin of 2x: it fetches at least ``sequences / per_prefix`` prefixes
+        (``per_prefix``: 1 for a terminating support, each sequence's body fetched; the widest
+        table for a fixed length), each a node of at least ``MIN_NODE_BYTES`` bytes, and its index
+        holds them all. Lets a caller that has the certified count skip a build that would only
+        end in :class:`BudgetExceeded` (its time and memory)."""
+        lim = self.limits
+        prefixes = sequences / max(1, per_prefix)
+        return ((lim.max_sequences is not None and sequences > 2 * lim.max_sequences)
+                or (lim.max_prefixes is not None and prefixes > 2 * lim.max_prefixes)
+                or (lim.max_bytes is not None and prefixes * MIN_NODE_BYTES > 2 * lim.max_bytes))
 
     @property
     def built_bits(self) -> float:

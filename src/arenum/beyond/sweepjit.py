@@ -1,0 +1,107 @@
+"""The compiled one-pass sweep of the certified DP (numba; imported only when numba is in use).
+
+:func:`fill` computes cells ``k0..k1`` of one unbounded sweep of :mod:`arenum.beyond.certified` into a
+ring buffer of the states' last ``R`` cells, with the same float operations in the same order as
+the numpy path (``_Sweep._block`` and ``_Sweep._finish_cell``), so both give the same values bit for
+bit (``tests/beyond/test_certified_fast.py`` compares them):
+
+- the bulk steps (cost ``>= B`` cells) of a state: ``acc = 0; acc += value * weight`` in column
+  order (numpy's ``sum`` over the step axis adds in that order; adding the ``0.0`` of a missing step
+  changes nothing);
+- then the cheap steps (``0 < cost < B``): ``tmp = 0; tmp += value * weight`` in column order,
+  ``v = acc + tmp`` (numpy's ``bincount`` then ``+=``); then the end (``+ 1`` or ``+ p``), the slack
+  scaling, and the zero-cost steps resolved ``zero_depth + 1`` times, each followed by the slack.
+
+No fused multiply-add (numba does not contract without ``fastmath``), no reordering.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_EXACT = 2.0**53
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _slack(v: np.ndarray, mass: bool, factor: float) -> None:
+    for s in range(v.shape[0]):
+        if mass or v[s] >= _EXACT:
+            v[s] *= factor
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def fill(ring: np.ndarray, mask: int, k0: int, k1: int, B: int,
+         b_ptr: np.ndarray, b_nxt: np.ndarray, b_cost: np.ndarray, b_w: np.ndarray,
+         c_ptr: np.ndarray, c_nxt: np.ndarray, c_cost: np.ndarray, c_w: np.ndarray,
+         z_ptr: np.ndarray, z_nxt: np.ndarray, z_w: np.ndarray, zero_depth: int,
+         end_cost: np.ndarray, end_val: np.ndarray, has_end: bool, weighted: bool, mass: bool,
+         factor: float, start: int, order: np.ndarray, out: np.ndarray) -> None:
+    """Cells ``k0..k1`` of every state into ``ring[s, k & mask]`` (cells before ``k0`` already there,
+    negative cells read as 0); ``out[k - k0]``: the start state's value at cell ``k``.
+
+    ``b_*``/``c_*``/``z_*``: the bulk, cheap and zero-cost steps of each state in column order (CSR:
+    ``ptr[s]..ptr[s+1]``), with their next state, cost (cells) and weight (``weighted``: multiply
+    the read value by it; else the value itself). ``order``: the states in the order their bulk sums
+    are made (any order gives the same values; states that read the same rows close together keep
+    those rows in cache)."""
+    S, R = ring.shape
+    acc = np.empty((S, B))
+    v = np.empty(S)
+    base = np.empty(S)
+    k = k0
+    while k <= k1:
+        nb = min(B, k1 - k + 1)
+        for s in order:  # bulk steps: their reads lie before this block (states sharing next states together)
+            a = acc[s]
+            for i in range(nb):
+                a[i] = 0.0
+            for e in range(b_ptr[s], b_ptr[s + 1]):
+                row = ring[b_nxt[e]]
+                c0 = k - b_cost[e]
+                w = b_w[e]
+                if c0 + nb - 1 < 0:
+                    continue  # wholly before cell 0: adds 0.0
+                st = c0 & mask
+                if c0 >= 0 and st + nb <= R:  # one contiguous window
+                    if weighted:
+                        for i in range(nb):
+                            a[i] += row[st + i] * w
+                    else:
+                        for i in range(nb):
+                            a[i] += row[st + i]
+                else:
+                    for i in range(nb):
+                        c = c0 + i
+                        if c >= 0:
+                            x = row[c & mask]
+                            a[i] += x * w if weighted else x
+        for i in range(nb):  # cell by cell: the cheap steps may read this block
+            kk = k + i
+            for s in range(S):
+                tmp = 0.0
+                for e in range(c_ptr[s], c_ptr[s + 1]):
+                    c = kk - c_cost[e]
+                    x = ring[c_nxt[e], c & mask] if c >= 0 else 0.0
+                    tmp += x * c_w[e] if weighted else x
+                val = acc[s, i] + tmp
+                if has_end:
+                    val += end_val[s] if end_cost[s] <= kk else 0.0
+                v[s] = val
+            _slack(v, mass, factor)
+            if z_ptr[S] > 0:
+                base[:] = v
+                for _ in range(zero_depth + 1):
+                    nv = np.empty(S)
+                    for s in range(S):
+                        tmp = 0.0
+                        for e in range(z_ptr[s], z_ptr[s + 1]):
+                            x = v[z_nxt[e]]
+                            tmp += x * z_w[e] if weighted else x
+                        nv[s] = base[s] + tmp
+                    _slack(nv, mass, factor)
+                    v[:] = nv
+            col = kk & mask
+            for s in range(S):
+                ring[s, col] = v[s]
+            out[kk - k0] = v[start]
+        k += nb

@@ -1,0 +1,137 @@
+"""The certified DP's compiled sweep, its laziness and the skipped exact build (issue 27 target 3).
+
+The compiled sweep (:mod:`arenum.beyond.sweepjit`) gives the numpy sweep's values bit for bit; a rank
+past the caps builds the count DPs only (the mass DPs when its cumulative mass is read); an exact
+build the certified count proves over the caps is not attempted (0 forwards), and every bracket
+still holds brute force.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import pickle
+import random
+
+import numpy as np
+import pytest
+
+from arenum.beyond import CertifiedCounter
+from arenum.beyond import certified
+from arenum.models import NGramModel
+from arenum.support import Support
+
+
+def _words(n: int, seed: int, alphabet: str = "abcd", longest: int = 6) -> list[str]:
+    rng = random.Random(seed)
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, longest))) for _ in range(n)]
+
+
+def _scores(m: NGramModel, cap: int) -> np.ndarray:
+    toks = [t for t in range(m.vocab_size) if t != m.eos]
+    seqs = [t + (m.eos,) for n in range(cap) for t in itertools.product(toks, repeat=n)]
+    return m.score_sequences(seqs)
+
+
+def _answers(cc: CertifiedCounter, ts) -> list:
+    return [(b.lo, b.hi) for t in ts for b in (cc.count_bracket(t), cc.mass_bracket(t))]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_sweep_equals_numpy_bit_for_bit(monkeypatch, seed):
+    """Random n-grams (some with steps of probability near 1: zero-cost cells), counts past 2**53."""
+    rng = random.Random(seed)
+    words = _words(60, seed) + ["ab" * rng.randint(3, 9)] * rng.randint(0, 40)  # a likely cycle
+    m = NGramModel.fit(words, order=rng.choice([2, 3]), smoothing=rng.choice(["kn", "wb", "addk"]))
+    sup = Support.terminating(m.eos, m.eos, 400)  # the cap does not bind: the one-pass sweep
+    ts = [-x for x in np.linspace(0.5, 90.0, 25)]
+    res, bits = {}, rng.choice([1 / 8, 1 / 32, 1 / 64])
+    for name, jit in (("numpy", lambda: None), ("numba", certified._compiled_sweep)):
+        monkeypatch.setattr(certified, "_compiled_sweep", jit)
+        cc = CertifiedCounter(m.finite_state(), sup, resolution_bits=bits)
+        res[name] = _answers(cc, ts)
+        sweeps = [sw for k, sw in cc._sweeps.items() if k[2] is None]
+        assert sweeps and all((sw.ring is not None) == (name == "numba") for sw in sweeps)
+    assert res["numba"] == res["numpy"]
+    assert max(hi for _, hi in res["numpy"] if math.isfinite(hi)) > 2**53  # the scaled cells were compared too
+
+
+def test_compiled_sweep_merged_steps_and_interrupt(monkeypatch):
+    """Merged steps (weights: many tokens of one cell and next state) through the compiled sweep,
+    and an interrupt between its calls leaves the ring and the row in step."""
+    p = np.array([0.3 * 0.95] + [0.7 * 0.95 / 200] * 200 + [0.05])  # the last column: the end
+    lp = np.log(p)[None, :]
+    V = lp.shape[1]
+    fs = certified.FiniteStateTables(np.arange(V, dtype=np.int64), lp, lp[:, -1].copy(),
+                                     np.zeros((1, V), dtype=np.int32), 0, V - 1)
+    sup = Support.terminating(V - 1, V - 1, 10**6)
+    ts = [-x for x in np.linspace(1.0, 200.0, 20)]
+    want = _answers(CertifiedCounter(fs, sup), ts)  # default: the compiled sweep
+    monkeypatch.setattr(certified, "_compiled_sweep", lambda: None)
+    assert _answers(CertifiedCounter(fs, sup), ts) == want
+    monkeypatch.undo()
+    monkeypatch.setattr(certified._Sweep, "JIT_UPDATES", 1)  # one block of cells a call
+    cc = CertifiedCounter(fs, sup)
+    calls = []
+
+    def stop(d):
+        calls.append(d)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+    cc.progress = stop
+    with pytest.raises(KeyboardInterrupt):
+        cc.count_bracket(-300.0)
+    cc.progress = None
+    assert _answers(cc, ts) == want
+
+
+def _capped(m: NGramModel, **kw):
+    return m.enumerable(max_len=7, max_prefixes=40, **kw)
+
+
+def test_rank_builds_no_mass_tables_until_the_cumulative_is_read():
+    m = NGramModel.fit(_words(40, 7), order=3, smoothing="kn")
+    sc = _scores(m, 7)
+    e = _capped(m)
+    seq = m.encode("dcbad")
+    s = m.logprob("dcbad")
+    r = e.rank(seq)
+    assert r.method == "certified" and r.cumulative_pending
+    cells = e.certified().stats["cells"]
+    assert cells and not any("mass" in k for k in cells)  # only the count DPs
+    assert r.rank_lo <= int((sc > s).sum()) <= r.rank_hi
+    truth = float(np.exp(sc[sc >= s]).sum())
+    lo, hi = r.cumulative_lo, r.cumulative_hi  # read: the mass DPs are built now
+    assert not r.cumulative_pending and any("mass" in k for k in e.certified().stats["cells"])
+    assert lo <= truth * (1 + 1e-12) and truth <= hi * (1 + 1e-12) and lo <= r.cumulative <= hi
+    assert r.cumulative == 0.5 * (lo + hi) and r.cumulative_point_method == "middle"
+    d = r.as_dict()
+    assert d["cumulative_lo"] == lo and "_mass" not in d
+    # a record read in another process: pickled with its mass
+    r2 = e.rank(seq)
+    assert r2.cumulative_pending
+    back = pickle.loads(pickle.dumps(r2))
+    assert not back.cumulative_pending and back == r and back.cumulative == r.cumulative
+
+
+def test_an_exact_build_the_certified_count_rules_out_is_skipped(monkeypatch):
+    """The certified lower count passes twice the caps: no forwards past the sequence's own scoring,
+    the same bracket as a build tried up to the cap gives, and exact answers where they fit."""
+    from arenum.answers import Answers
+
+    m = NGramModel.fit(_words(40, 11), order=3, smoothing="kn")
+    sc = _scores(m, 7)
+    seq = m.encode("ddddcc")
+    s = m.logprob("ddddcc")
+    truth = int((sc > s).sum())
+    e = _capped(m)
+    r = e.rank(seq)
+    f0 = len(seq)  # the sequence's own prefixes, scored
+    assert e.stats["forwards"] == f0 and r.method == "certified"
+    assert r.rank_lo <= truth <= r.rank_hi and r.rank_lo > 4 * 40
+    x = e.rank(m.encode("a"))  # within the caps: exact, as before
+    assert x.exact and x.rank == int((sc > m.logprob("a")).sum())
+    monkeypatch.setattr(Answers, "_out_of_reach", lambda self, t: False)
+    tried = _capped(m)
+    t = tried.rank(seq)
+    assert tried.stats["forwards"] > f0 and t.method == "certified"  # it built up to the cap first
+    assert (t.rank_lo, t.rank_hi) == (r.rank_lo, r.rank_hi)
