@@ -88,3 +88,23 @@ def tiny_server(tiny_model_path) -> Iterator[Running]:
     r = start(ServeConfig(model=tiny_model_path, store=None, build=40, max_len=5, certify_bits=20.0))
     yield r
     stop(r)
+
+
+POLICY = "basic8"
+POLICY_BUILD = 300
+
+
+@pytest.fixture(scope="module")
+def policy_store(tmp_path_factory) -> str:
+    """A store of the password 4-gram under ``--policy basic8`` (at least 8 characters), built to
+    ``POLICY_BUILD`` sequences."""
+    d = str(tmp_path_factory.mktemp("serve-policy") / "pw4-basic8.store")
+    prepare(ServeConfig(model=demo_model_path(), store=d, build=POLICY_BUILD, policy=POLICY))
+    return d
+
+
+@pytest.fixture(scope="module")
+def policy_server(policy_store) -> Iterator[Running]:
+    r = start(ServeConfig(model=demo_model_path(), store=policy_store, policy=POLICY))
+    yield r
+    stop(r)

@@ -310,3 +310,46 @@ def test_every_regime_holds_the_brute_force_truth(tiny_server, tiny_model_path):
         d = get(url, f"/api/threshold?k={k}").json()
         assert d["exact"] and d["log_prob"] == truth[k - 1][1]
     tiny_server.service.check()
+
+
+def test_under_a_policy_answers_equal_the_librarys_and_the_clis(policy_server, policy_store):
+    """``--policy basic8``: every answer counts only the passwords of at least 8 characters, equal to
+    the library's enumerable under the same constraint and to ``arenum rank --policy basic8 --json``;
+    each answer names the constraint; a string the policy refuses gets its own one-line error."""
+    from arenum.constraints import build
+
+    from .conftest import POLICY, POLICY_BUILD
+
+    url = policy_server.url
+    info = get(url, "/api/info").json()
+    assert info["constraint"] == POLICY and info["indexed_sequences"] >= POLICY_BUILD
+    m = NGramModel.load(demo_model_path())
+    c = build(policy=POLICY)
+    e = m.enumerable(store=policy_store, store_readonly=True, constraint=c)
+    page = get(url, "/api/slice?start=0&k=40").json()
+    assert page["constraint"] == POLICY
+    texts = [it["sequence"] for it in page["items"]]
+    assert all(len(t) >= 8 for t in texts)
+    assert [it["log_prob"] for it in page["items"]] == [e.unrank(i)[1] for i in range(40)]
+    strings = texts[::7] + ["password1", "dragon"]
+    got = post(url, "/api/rank", {"strings": strings, "steps": False}).json()
+    assert "constraint basic8" in got[-1]["error"] and "\n" not in got[-1]["error"]
+    for s, d in zip(strings[:-1], got[:-1]):
+        lib = e.rank(m.encode(s))
+        assert d["constraint"] == POLICY and d["rank"] == lib.rank and d["exact"] == lib.exact
+        assert d["method"] == lib.method and d["log_prob"] == lib.log_prob
+    pw1 = next(d for d in got if d["string"] == "password1")
+    free = NGramModel.load(demo_model_path()).enumerable()
+    assert pw1["rank"] < free.rank(m.encode("password1")).rank  # the shorter passwords ahead of it do not count
+    cnt = get(url, "/api/count?bits=17").json()
+    want = e.count_bracket(-17 * LN2)
+    assert cnt["constraint"] == POLICY and (cnt["count_lo"], cnt["count_hi"]) == (want.lo, want.hi)
+    e.close()
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert main(["rank", *strings[:-1], "-m", demo_model_path(), "--store", policy_store, "--policy", POLICY,
+                     "--json", "-q"]) == 0
+    cli = [json.loads(line) for line in buf.getvalue().splitlines()]
+    skip = VOLATILE | set(policy_server.service.m.info)
+    for cl, d in zip(cli, got):
+        assert {k: v for k, v in cl.items() if k not in skip} == {k: v for k, v in d.items() if k not in skip}

@@ -186,3 +186,27 @@ def test_the_prefix_tree(page, lib):
     assert page.input_value("#prefix") == "pa" + label
     page.click("#up")
     page.wait_for_function("document.querySelector('#prefix-info').textContent.includes(\"'pa'\")")
+
+
+def test_the_page_says_which_policy_it_answers_under(browser, policy_server, policy_store):
+    from arenum.constraints import build
+
+    ctx = browser.new_context(viewport={"width": 900, "height": 1200}, bypass_csp=True)
+    try:
+        pg = ctx.new_page()
+        pg.goto(policy_server.url + "/")
+        pg.wait_for_selector("body[data-ready='1']", timeout=20_000)
+        assert "constraint basic8" in pg.inner_text("#constraint-line") and pg.is_visible("#constraint-line")
+        m = NGramModel.load(demo_model_path())
+        e = m.enumerable(store=policy_store, store_readonly=True, constraint=build(policy="basic8"))
+        pg.click("#password")
+        pg.keyboard.type("password1", delay=20)
+        wait_ranked(pg)
+        assert pg.get_attribute("#result", "data-rank") == str(e.rank(m.encode("password1")).rank)
+        e.close()
+        pg.fill("#password", "dragon")  # 6 characters: the policy does not count it
+        pg.wait_for_selector("#error:not([hidden])", timeout=20_000)
+        assert "constraint basic8" in pg.inner_text("#error")
+        assert "Not counted under the constraint basic8" in pg.inner_text("#verdict")
+    finally:
+        ctx.close()

@@ -98,6 +98,9 @@ def test_bad_options_are_one_line_errors(model_path, tmp_path, capsys):
         main(["serve", model_path, "--port", "-1"])
     assert main(["serve", model_path, "--port", "70000", "--build", "5"]) == 2
     assert "--port must be <= 65535" in capsys.readouterr().err
+    assert main(["serve", model_path, "--build", "5", "--max-len", "10", "--regex", "["]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "constraint: pattern '['" in err
 
 
 def test_readers_answer_the_same_while_serve_build_extends_the_store(model_path, tmp_path):

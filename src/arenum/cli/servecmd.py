@@ -8,7 +8,7 @@ import shutil
 import sys
 from typing import Any, Callable
 
-from .common import CLIError, Output
+from .common import CLIError, Output, add_constraint_args
 
 __all__ = ["add_serve_parser", "cmd_serve"]
 
@@ -40,6 +40,7 @@ def add_serve_parser(add: Callable[..., argparse.ArgumentParser], int_type: Call
                         "past the built index get its bracket (default 0: the plain bracket)")
     g.add_argument("--certify-resolution", type=float_type("--certify-resolution", 0.0, lo_open=True), metavar="R",
                    help="grid cell of that DP in bits (default the library's 1/32; 0.25 is 8x faster, wider)")
+    add_constraint_args(c)  # the same flags as rank/count/...: answers under the constraint
     s = c.add_argument_group("the server")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     s.add_argument("--port", type=int_type("--port", 0), default=8000, help="port (default 8000; 0: any free one)")
@@ -63,7 +64,10 @@ def config_of(args: argparse.Namespace) -> Any:
     return ServeConfig(model=args.model, store=args.store, build=args.build, max_len=args.max_len, eos=args.eos,
                        prompt=args.prompt, max_forwards=args.max_forwards, certify_bits=args.certify_bits,
                        certify_resolution=args.certify_resolution,
-                       limits=Limits(max_batch=args.max_batch, max_chars=args.max_chars))
+                       limits=Limits(max_batch=args.max_batch, max_chars=args.max_chars),
+                       policy=args.policy, min_length=args.min_length, max_length=args.max_length,
+                       classes=args.classes, require=list(args.require or []), regex=args.regex,
+                       blocklist=os.path.abspath(args.blocklist) if args.blocklist else None)
 
 
 def cmd_serve(args: argparse.Namespace) -> Output:

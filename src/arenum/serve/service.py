@@ -23,14 +23,14 @@ import shutil
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any, Sequence
 
 from ..answers import Answers
 from .._validate import INT64_MAX, LN2
 from ..errors import BudgetExceeded
-from ..cli.common import CLIError, one_line
+from ..cli.common import CLIError, constraint_name, one_line
 from ..cli.commands import count_answer, item, mass_record, rank_record, threshold_record
 from ..cli.load import Loaded, load_model, score_strings
 
@@ -63,7 +63,9 @@ class ServeConfig:
     built to ``build`` sequences and removed on :meth:`Service.close`). build: extend the store to
     this many sequences first (a writer, holding the store's lock only while it builds).
     max_forwards: cap on that build. certify_bits / certify_resolution: depth (bits) and grid cell
-    of the certified DP computed at start-up (finite-state models; 0: none).
+    of the certified DP computed at start-up (finite-state models; 0: none). policy, min_length,
+    max_length, classes, require, regex, blocklist: the constraint flags of the other commands
+    (``docs/constraints.md``): every answer counts only the sequences the constraint accepts.
     """
 
     model: str
@@ -76,6 +78,13 @@ class ServeConfig:
     certify_bits: float = 0.0
     certify_resolution: float | None = None
     limits: Limits = Limits()
+    policy: str | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+    classes: int | None = None
+    require: list[str] = field(default_factory=list)
+    regex: str | None = None
+    blocklist: str | None = None
 
     def as_json(self) -> dict:
         d = asdict(self)
@@ -91,7 +100,10 @@ class ServeConfig:
 
 def _args(cfg: ServeConfig, store: str, readonly: bool, max_forwards: int) -> argparse.Namespace:
     return argparse.Namespace(model=cfg.model, max_len=cfg.max_len, eos=cfg.eos, prompt=cfg.prompt, store=store,
-                              store_readonly=readonly, max_forwards=max_forwards, workers=None, exact_limit=None)
+                              store_readonly=readonly, max_forwards=max_forwards, workers=None, exact_limit=None,
+                              policy=cfg.policy, min_length=cfg.min_length, max_length=cfg.max_length,
+                              classes=cfg.classes, require=list(cfg.require), regex=cfg.regex,
+                              blocklist=cfg.blocklist)
 
 
 def int_param(name: str, value: Any, minimum: int = 0, maximum: int = INT64_MAX) -> int:
@@ -168,6 +180,7 @@ class Service:
         self._lock = threading.Lock()
         enum = m.enum
         self.enum = enum
+        self.constraint = constraint_name(enum)  # None: every sequence of the model counts
         self.plain = Answers(enum.seek_index(), enum.support)  # no certified DP, no estimate: never slow
         t0 = time.perf_counter()
         self.indexed = int(enum.count_bracket(-math.inf).lo)  # builds the index from the stored tree
@@ -254,6 +267,10 @@ class Service:
             return ""
         return self.m.display([int(tid)])
 
+    def _tag(self, d: dict) -> dict:
+        """``d`` led by the ``constraint`` it answers under, as the command line's JSON (none: ``d``)."""
+        return d if self.constraint is None else {"constraint": self.constraint, **d}
+
     def _forwards(self) -> int:
         """The model's forwards so far (the counter ``stats['forwards']`` reads, without the walk over
         the tree that ``stats`` makes for its memory figures)."""
@@ -271,7 +288,8 @@ class Service:
         """The model, the store and the server's limits."""
         with self._lock:
             st = self.enum.stats
-            return {"model": self.m.name, **{k: v for k, v in self.m.info.items() if v is not None},
+            return {"model": self.m.name, "constraint": self.constraint,
+                    **{k: v for k, v in self.m.info.items() if v is not None},
                     "store": None if self._temporary else self.store, "readonly": True,
                     "built_bits": self.built_bits, "indexed_sequences": self.indexed, "prefixes": self.prefixes,
                     "store_forwards": int(st.get("store_forwards", 0)),
@@ -339,7 +357,7 @@ class Service:
                  "forwards_total": f, "seconds": round(time.perf_counter() - t0, 4)}
             if steps:
                 d["steps"] = self._steps(enc[j])
-            out.append(d)
+            out.append(self._tag(d))
         return out
 
     def threshold(self, k: Any) -> dict:
@@ -352,7 +370,7 @@ class Service:
                     raise RequestError(self._past("k", k, k - 1), 422)
             r = self.enum.threshold(k)
             seq = self.enum.unrank(k - 1)[0] if r.exact else None
-            return {"k": k, **threshold_record(r, self.m, seq)}
+            return self._tag({"k": k, **threshold_record(r, self.m, seq)})
 
     def _past(self, name: str, v: int, rank: int) -> str:
         return (f"{name}={v:,} is past the built index: the server holds the {self.indexed:,} most likely "
@@ -365,7 +383,7 @@ class Service:
             if i >= self.indexed:
                 raise RequestError(self._past("i", i, i), 422)
             seq, lp = self.enum.unrank(i)
-            return {**item(self.m, i, seq, lp), "exact": True, "guarantee": "exact"}
+            return self._tag({**item(self.m, i, seq, lp), "exact": True, "guarantee": "exact"})
 
     def slice(self, start: Any, k: Any) -> dict:
         """Ranks ``start .. start + k - 1`` (fewer at the end of the index), as ``arenum slice --json``."""
@@ -377,8 +395,8 @@ class Service:
             n = max(0, min(k, self.indexed - start))
             pairs = self.enum.slice(start, n) if n else []
             items = [item(self.m, start + j, s, lp) for j, (s, lp) in enumerate(pairs)]
-            return {"start": start, "k": k, "items": items, "indexed_sequences": self.indexed,
-                    "more": start + len(items) < self.indexed, "exact": True, "guarantee": "exact"}
+            return self._tag({"start": start, "k": k, "items": items, "indexed_sequences": self.indexed,
+                              "more": start + len(items) < self.indexed, "exact": True, "guarantee": "exact"})
 
     def _threshold_arg(self, min_log_prob: Any, bits: Any) -> float:
         if (min_log_prob is None) == (bits is None):
@@ -395,7 +413,7 @@ class Service:
         """``count(t)`` as ``arenum count --json``: exact, certified or a plain bracket past the index."""
         t = self._threshold_arg(min_log_prob, bits)
         with self._lock:
-            return {"min_log_prob": t, "bits": -t / LN2, **count_answer(self._answers_for(t), t)}
+            return self._tag({"min_log_prob": t, "bits": -t / LN2, **count_answer(self._answers_for(t), t)})
 
     def mass(self, min_log_prob: Any = None, bits: Any = None) -> dict:
         """``mass_above(t)`` with the count bracket, as ``arenum mass --json``."""
@@ -403,7 +421,8 @@ class Service:
         with self._lock:
             a = self._answers_for(t)
             src = a.answers if isinstance(a, SimpleNamespace) else a
-            return {"min_log_prob": t, "bits": -t / LN2, **mass_record(src.count_bracket(t), src.mass_above(t))}
+            return self._tag({"min_log_prob": t, "bits": -t / LN2,
+                              **mass_record(src.count_bracket(t), src.mass_above(t))})
 
     def curve(self, points: Any = 40) -> dict:
         """The model's guessing curve: exact points (rank, sequences at least that likely, their mass)
@@ -425,8 +444,8 @@ class Service:
                     cert.append({"bits": b, "log_prob": t, "count_lo": cb.lo, "count_hi": cb.hi, "mass_lo": mb.lo,
                                  "mass_hi": mb.hi, "method": "certified"})
                     b += step
-            self._curve = {"requested": n, "exact": exact, "certified": cert, "built_bits": self.built_bits,
-                           "indexed_sequences": self.indexed}
+            self._curve = self._tag({"requested": n, "exact": exact, "certified": cert,
+                                     "built_bits": self.built_bits, "indexed_sequences": self.indexed})
             return self._curve
 
     def children(self, prefix: Any, k: Any = None) -> dict:
@@ -456,8 +475,8 @@ class Service:
                 kids.append({"token": int(tid), "text": self._label(tid), "end": eos is not None and tid == eos,
                              "log_prob": lp, "probability": math.exp(lp), "prefix_log_prob": total,
                              "bits": -total / LN2})
-            return {"prefix": prefix, "tokens": list(ids), "log_prob": lp0, "bits": -lp0 / LN2, "steps": steps,
-                    "children": kids, "more": int(toks.shape[0]) - len(kids)}
+            return self._tag({"prefix": prefix, "tokens": list(ids), "log_prob": lp0, "bits": -lp0 / LN2,
+                              "steps": steps, "children": kids, "more": int(toks.shape[0]) - len(kids)})
 
     def check(self) -> None:
         """Assert the enumerable's invariants (tests)."""

@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { seq: 0, curve: null, last: null, start: 0, page: 20, indexed: 0, highlight: null, treeSeq: 0 };
+const state = { seq: 0, curve: null, last: null, start: 0, page: 20, indexed: 0, highlight: null, treeSeq: 0, constraint: null };
 
 function fmtInt(n) {
   if (n === null || n === undefined) return "?";
@@ -76,7 +76,7 @@ function showTime() {
 function render(d) {
   const res = $("result");
   $("error").hidden = true;
-  if (d.error) { clearResult("The model cannot produce it: " + d.error); $("error").hidden = false; $("error").textContent = d.error; return; }
+  if (d.error) { clearResult((state.constraint && d.error.indexOf("constraint") >= 0 ? "Not counted under the constraint " + state.constraint + ": " : "The model cannot produce it: ") + d.error); $("error").hidden = false; $("error").textContent = d.error; return; }
   state.last = d;
   res.dataset.state = "ranked";
   res.dataset.method = d.method;
@@ -274,6 +274,11 @@ async function init() {
     $("model-line").textContent = info.model.split("/").pop() + " (" + info.support + "): " + fmtInt(info.indexed_sequences) +
       " sequences held exactly (to " + fmtNum(info.built_bits, 1) + " bits)" +
       (info.certified_bits ? ", certified brackets to " + fmtNum(info.certified_bits, 0) + " bits" : "");
+    if (info.constraint) {
+      state.constraint = info.constraint;
+      $("constraint-line").textContent = "Under the constraint " + info.constraint + ": only the sequences it accepts are counted, so every guess number, count and curve is among them.";
+      $("constraint-line").hidden = false;
+    }
     state.curve = await api("/api/curve?points=40");
     drawCurve();
   } catch (e) {
