@@ -87,7 +87,8 @@ class AutoregressiveEnumerable:
     (a folder keeping the tree on disk: reopening answers without forwards, a crash loses at most the
     batch in flight; ``fingerprint`` identifies the model, by default a hash of its root table;
     ``store_readonly`` opens without the writer's lock; ``docs/store.md``); ``progress`` (called with a
-    dict of counters after every chunk of forwards; settable later); ``batch_next_heads``
+    dict of counters after every chunk of forwards, every block of a certified DP (``phase="certified"``)
+    and every level of Monte Carlo draws (``phase="monte carlo"``); settable later); ``batch_next_heads``
     (``(prefixes, floors) -> (counts, tokens, log_probs, widths)``: only the entries with ``log_prob >=
     floors[i]`` of each normalized table, cut where the model runs; the tree is then filled through it,
     so full rows never cross to numpy; :class:`arenum.models.hf.CausalLMOracle` provides one).

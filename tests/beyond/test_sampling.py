@@ -84,3 +84,76 @@ def test_tail_draws_match_tree_children_when_ties_come_in_the_models_own_order()
     assert h is not None and h.count == 7
     s = ar.monte_carlo(4000, head=True, seed=3).samples
     assert (s.score >= h.T).mean() < 0.01
+
+
+def _mc_reports(seen):
+    return [x for x in seen if x.get("phase") == "monte carlo"]
+
+
+@pytest.mark.parametrize("head", [False, True])
+def test_monte_carlo_draws_report_progress_level_by_level(monkeypatch, head):
+    """Every level of the draws (and every chunk of a level scored in several) reaches the
+    enumerable's ``progress`` callback, with the forwards so far; the last report has every draw ended."""
+    import arenum.beyond.sampling as sampling
+
+    monkeypatch.setattr(sampling, "_ENTRY_CHUNK", 64)  # 8 rows a chunk at V=8: a level in several chunks
+    m = RandomModel(8, seed=3, peak=1.0, eos=0, eos_boost=1.0)
+    seen = []
+    e = AutoregressiveEnumerable(m, max_len=5, eos=0, progress=seen.append)
+    if head:
+        e.count(-4.0)
+    seen.clear()
+    n = 3000
+    est = e.monte_carlo(n, head=head)
+    mc = _mc_reports(seen)
+    assert mc and mc[0]["draws_done"] == 0 and mc[-1]["draws_done"] == n == est.samples.n
+    assert [x["draws_done"] for x in mc] == sorted(x["draws_done"] for x in mc)
+    assert {x["level"] for x in mc} >= {1, 2, 3}
+    assert any("rows_todo" in x and 0 < x["rows_done"] < x["rows_todo"] for x in mc)
+    assert all(x["forwards"] == e.stats["forwards"] for x in mc[-1:])
+    e._check()
+
+
+def test_finite_state_draws_report_progress():
+    from arenum.models.ngram import NGramModel
+
+    m = NGramModel.fit(["password", "dragon", "letmein", "monkey"] * 5, order=2)
+    seen = []
+    e = m.enumerable(max_len=8, progress=seen.append)
+    e.monte_carlo(500, head=False)
+    mc = _mc_reports(seen)
+    assert mc and mc[-1]["draws_done"] == 500 and mc[-1]["levels"] == 8
+    assert len({x["level"] for x in mc}) >= 3
+
+
+def test_a_long_draw_shows_a_progress_line_and_a_tiny_one_none():
+    """The command line's bar (``make_progress``: a line redrawn on a terminal after 0.25 s) fed by a
+    Monte Carlo draw: a draw of most of a second says so, a tiny one prints nothing."""
+    import io
+    import time
+
+    from arenum.cli import common
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    base = RandomModel(3, seed=1, peak=0.5)
+
+    def slow(prefix):
+        time.sleep(0.002)
+        return base(prefix)
+
+    for n, long in ((2000, True), (2, False)):
+        s = Tty()
+        bar = common._LineBar(s)  # the bar without tqdm; tqdm's gets the same text (_bar_text)
+        e = AutoregressiveEnumerable(slow if long else base, max_len=6, progress=bar)
+        e.monte_carlo(n, head=False)
+        bar.close()
+        if long:
+            assert "Monte Carlo:" in s.getvalue() and "draws ended, level" in s.getvalue()
+        else:
+            assert s.getvalue() == ""
+    text = common._bar_text({"phase": "monte carlo", "draws": 10_000, "draws_done": 2500, "level": 3, "levels": 12,
+                             "rows_done": 40, "rows_todo": 90})
+    assert text == "Monte Carlo: 2,500/10,000 draws ended, level 3/12 (40/90 prefixes)"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -231,9 +232,11 @@ class FiniteStateSampler:
 
 
 def walk_finite_state(smp: FiniteStateSampler, n: int, max_steps: int, fixed_len: int | None,
-                      rng: np.random.Generator, tokens: bool = False
+                      rng: np.random.Generator, tokens: bool = False,
+                      tick: Callable[[int, int], None] | None = None,
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """``n`` draws walked by state ids: ``(score, log_q, complete, length, keys, toks)``.
+    """``n`` draws walked by state ids: ``(score, log_q, complete, length, keys, toks)``; ``tick(step,
+    live draws)`` after every step (progress).
 
     Every live draw advances one token per step: one integer each, one row search in its state's
     cumulative widths, then gathers (token, log-prob, exact proposal log-prob, next state). A draw
@@ -276,4 +279,6 @@ def walk_finite_state(smp: FiniteStateSampler, n: int, max_steps: int, fixed_len
             keep = ~ended
             alive, sc, lq, ky, g = alive[keep], sc[keep], lq[keep], ky[keep], g[keep]
         state = nxt_t[g].astype(np.int64)
+        if tick is not None:
+            tick(d, 0 if last else int(alive.size))
     return score, log_q, complete, length, keys, toks

@@ -73,12 +73,15 @@ class BeyondExact:
         if est is not None:
             return est
         n, seed, _, interval = key
+        L = self.support.fixed_len if self.support.fixed_len is not None else self.support.cap
+        self._tree_progress({"phase": "monte carlo", "draws": n, "draws_done": 0, "level": 0, "levels": L})
         samples = draw_samples(
             self.oracle, n, self.support, seed=seed,
             tree=self.tree if head is not None else None, head_T=head.T if head is not None else math.inf,
             head_count=head.count if head is not None else 0,
             finite_state=self.state_sampler() if head is None else None,
             max_bytes=self._room,  # the drawing's working memory too: batches that fit (draw_samples)
+            progress=self._tree_progress,
         )
         est = self._mc[key] = MonteCarloEstimator(samples, confidence=self.settings.confidence, interval=interval,
                                                   head=head)
@@ -116,12 +119,12 @@ class BeyondExact:
         cc = self._certified.get(r)
         if cc is None:
             cc = self._certified[r] = CertifiedCounter(fs, self.support, resolution_bits=r)
-            cc.progress = self._certified_progress
+            cc.progress = self._tree_progress
         return cc
 
-    def _certified_progress(self, d: dict) -> None:
-        """The certified DP's progress, passed to the tree's ``progress`` callback (the facade's
-        :attr:`progress`) with the forwards so far."""
+    def _tree_progress(self, d: dict) -> None:
+        """The progress of a step past the exact budget (the certified DP, Monte Carlo draws), passed
+        to the tree's ``progress`` callback (the facade's :attr:`progress`) with the forwards so far."""
         fn = self.tree.progress if self.tree is not None else None
         if fn is not None:
             fn({**d, "forwards": self.oracle.stats.forwards, "prefixes": self.tree.fetched_nodes})

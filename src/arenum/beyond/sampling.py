@@ -153,6 +153,7 @@ def draw_samples(
     remember: bool = False,
     finite_state: FiniteStateSampler | None = None,
     max_bytes: int | None = None,
+    progress: Callable[[dict], None] | None = None,
 ) -> SampleSet:
     """Draw ``n`` sequences level by level: every live draw advances one token per level, and a
     level's distinct prefixes are scored in one batched call per chunk (``oracle.fetch_rows``).
@@ -167,15 +168,24 @@ def draw_samples(
     ``max_bytes``: the memory the drawing may use; the draws are made in batches whose working
     memory (:func:`draw_work_bytes` a draw) fits it, one generator running through them (one batch,
     the draws of an unbounded call, while they fit); ``BudgetExceeded`` if the kept arrays alone
-    (``SAMPLE_BYTES_PER_DRAW`` a draw) do not.
+    (``SAMPLE_BYTES_PER_DRAW`` a draw) do not. ``progress``: called after every level of every batch
+    with ``{"phase": "monte carlo", "draws": n, "draws_done": ended so far, "level": d, "levels": L}``.
     """
     n = exact_int("n", n, minimum=1)
     fixed_len, cap = support.fixed_len, support.cap
     rng = np.random.default_rng(seed)
     use_head = tree is not None and head_T < math.inf
     L = fixed_len if fixed_len is not None else cap
+    first = [0]  # the first draw of the batch being drawn
+
+    def tick(d: int, live: int, size: int = n, rows: tuple[int, int] | None = None) -> None:
+        if progress is not None:  # rows: (done, todo) of the level's distinct prefixes, while it is scored
+            progress({"phase": "monte carlo", "draws": n, "draws_done": first[0] + size - live, "level": d + 1,
+                      "levels": L, **({"rows_done": rows[0], "rows_todo": rows[1]} if rows else {})})
+
     if finite_state is not None and not use_head:
-        score, log_q, complete, length, keys, toks = walk_finite_state(finite_state, n, L, fixed_len, rng, tokens)
+        score, log_q, complete, length, keys, toks = walk_finite_state(finite_state, n, L, fixed_len, rng, tokens,
+                                                                       tick=tick)
         seqs = None
         if toks is not None:
             seqs = [tuple(row[:k].tolist()) for row, k in zip(toks, length.tolist())]
@@ -193,8 +203,9 @@ def draw_samples(
         batch = max(1, min(n, room // draw_work_bytes(L, tokens)))
     out = _Drawn(n, tokens)
     for a in range(0, n, batch):
+        first[0] = a
         _draw_levels(oracle, support, rng, out, a, min(n, a + batch), tree if use_head else None, H, head_T,
-                     remember)
+                     remember, lambda d, live, rows=None, size=min(n, a + batch) - a: tick(d, live, size, rows))
     head_mass = float(H[0][0]) if use_head and H and H[0].size else 0.0
     return SampleSet(
         score=out.score, log_q=out.log_q, complete=out.complete, seqs=out.seqs,
@@ -224,8 +235,10 @@ class _Drawn:
 
 
 def _draw_levels(oracle: "StepOracle", support: Support, rng: np.random.Generator, out: _Drawn, lo: int, hi: int,
-                 tree: "PrefixTree | None", H: list | None, head_T: float, remember: bool) -> None:
-    """Draws ``lo..hi-1`` of ``out``, level by level (see :func:`draw_samples`)."""
+                 tree: "PrefixTree | None", H: list | None, head_T: float, remember: bool,
+                 tick: Callable[..., None] | None = None) -> None:
+    """Draws ``lo..hi-1`` of ``out``, level by level (see :func:`draw_samples`); ``tick(level, live
+    draws)`` after each, ``tick(level, live draws, (rows done, rows))`` after each chunk of rows."""
     fixed_len, eos_id, cap = support.fixed_len, support.eos_id, support.cap
     L = fixed_len if fixed_len is not None else cap
     use_head = tree is not None
@@ -240,8 +253,9 @@ def _draw_levels(oracle: "StepOracle", support: Support, rng: np.random.Generato
         if alive.size == 0:
             break
         terminal_level = fixed_len is not None and d == fixed_len - 1
+        chunk_tick = None if tick is None else (lambda done, m, d=d, live=int(alive.size): tick(d, live, (done, m)))
         tok, lp, lq, nxt_node = _draw_step(oracle, rng, prefixes, pid, node_of, d, v_seen, tree, H, head_T,
-                                           terminal_level, convert, remember, eos_id)
+                                           terminal_level, convert, remember, eos_id, chunk_tick)
         who = alive
         out.score[who] += lp
         out.log_q[who] += lq
@@ -258,6 +272,8 @@ def _draw_levels(oracle: "StepOracle", support: Support, rng: np.random.Generato
             fin = np.flatnonzero(ended | last)
             for i, (p_, t_) in zip(fin.tolist(), zip(up[inv[fin]].tolist(), ut[inv[fin]].tolist())):
                 out.seqs[int(who[i])] = prefixes[p_] + (t_,)
+        if tick is not None:
+            tick(d, 0 if last else int(alive.size - np.count_nonzero(ended)))
         if last:
             break
         new_node = np.full(up.shape[0], -1, np.int64)
@@ -288,7 +304,8 @@ def _pairs(pid: np.ndarray, tok: np.ndarray, m: int) -> tuple[np.ndarray, np.nda
 
 def _draw_step(oracle: "StepOracle", rng: np.random.Generator, prefixes: list[tuple], pid: np.ndarray,
                node_of: np.ndarray, d: int, v_seen: list, tree: "PrefixTree | None", H: list | None, head_T: float,
-               terminal_level: bool, convert: bool, remember: bool, eos_id: int | None
+               terminal_level: bool, convert: bool, remember: bool, eos_id: int | None,
+               chunk_tick: Callable[[int, int], None] | None = None,
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One level: score the distinct ``prefixes`` (in chunks of rows) and draw each live draw's next
     token. Returns per live draw: token id, its log-prob, its proposal log-prob, its tree node."""
@@ -337,6 +354,8 @@ def _draw_step(oracle: "StepOracle", rng: np.random.Generator, prefixes: list[tu
         if child is not None:
             nxt_node[idx] = child.reshape(-1)[g]
         a = b
+        if chunk_tick is not None and b < m:  # several chunks: a long level says where it is
+            chunk_tick(b, m)
     return tok, lp, lq, nxt_node
 
 

@@ -178,6 +178,10 @@ def _bar_text(d: dict, rate: float | None = None) -> str:
     lower bound: more are found as it goes) and the time left for those at the current rate."""
     if d.get("phase") == "certified":  # the finite-state DP past the exact budget (no forwards)
         return f"certified DP ({d.get('dp', '')}): {int(d['cells_done']):,}/{int(d['cells_todo']):,} score cells"
+    if d.get("phase") == "monte carlo":  # draws past the exact budget, one token per level
+        text = (f"Monte Carlo: {int(d['draws_done']):,}/{int(d['draws']):,} draws ended, "
+                f"level {int(d['level'])}/{int(d['levels'])}")
+        return text + (f" ({int(d['rows_done']):,}/{int(d['rows_todo']):,} prefixes)" if "rows_todo" in d else "")
     if "workers" in d:  # a distributed build reports once per round, every worker done
         text = f"{int(d['workers'])} workers, round {int(d.get('round', 0))}"
     else:
