@@ -220,3 +220,65 @@ def test_bad_constraints():
         AutoregressiveEnumerable(m, eos=2, max_len=3, constraint=object())
     with pytest.raises(TypeError, match="name"):
         Automaton(0, {}, [0], name="")
+
+
+# ------------------------------------------------------------------ certified brackets under a constraint
+@pytest.mark.parametrize("seed", range(4))
+def test_certified_brackets_hold_the_constrained_truth(seed):
+    import itertools
+
+    from arenum.beyond.certified import CertifiedCounter
+
+    m = NGramModel.fit(["abc", "abd", "bad", "cab", "dab", "aab", "bba", "dcba", "abcd", "ddd"], order=1 + seed % 3)
+    toks = [t for t in range(m.vocab_size) if t != m.eos]
+    a = rand_automaton(toks, 3 + seed % 2, 30 + seed, p_edge=0.85)
+    cap = 6
+    seqs = [x + (m.eos,) for n in range(cap) for x in itertools.product(toks, repeat=n) if why_rejected(a, x) is None]
+    sc = np.asarray(m.score_sequences(seqs))
+    assert sc.size
+    capped = m.enumerable(max_len=cap, constraint=a, max_prefixes=20)
+    fs = capped.finite_state_tables()
+    assert fs is not None and fs.n_states >= 1
+    cc = CertifiedCounter(fs, capped.support, resolution_bits=1 / 8)
+    for t in list(np.quantile(sc, np.linspace(0, 1, 25))) + [-math.inf, 0.0]:
+        b = cc.count_bracket(float(t))
+        assert b.lo <= int((sc >= t).sum()) <= b.hi, (t, b)
+        mass = float(np.exp(sc[sc >= t]).sum())
+        mb = cc.mass_bracket(float(t))
+        assert mb.lo <= mass * (1 + 1e-12) and mass <= mb.hi * (1 + 1e-12) + 1e-300
+    for s in sc[:: max(1, sc.size // 30)]:
+        r = capped.rank(seqs[int(np.flatnonzero(sc == s)[0])])
+        truth = int((sc > s).sum())
+        assert r.rank_lo <= truth <= r.rank_hi, (r, truth)
+        if r.exact:
+            assert r.rank == truth
+    deep = float(np.quantile(sc, 0.3))
+    c = capped.count(deep)
+    assert c.ci_lo <= int((sc >= deep).sum()) <= c.ci_hi
+    srt = np.sort(sc)[::-1]
+    for k in (1, 5, sc.size // 2, sc.size):
+        t = capped.threshold(k)
+        assert t.ci_lo <= srt[k - 1] <= t.ci_hi
+
+
+def test_accepted_and_conditional_mass():
+    import itertools
+
+    from arenum.constraints import accepted_mass, conditional_mass_above
+
+    m = _fit_ngram()
+    toks = [t for t in range(m.vocab_size) if t != m.eos]
+    a = rand_automaton(toks, 3, 41, p_edge=0.9)
+    cap = 5
+    seqs = [x + (m.eos,) for n in range(cap) for x in itertools.product(toks, repeat=n) if why_rejected(a, x) is None]
+    sc = np.asarray(m.score_sequences(seqs))
+    z = math.fsum(np.exp(sc))
+    with_fs = m.enumerable(max_len=cap, constraint=a)
+    without = AutoregressiveEnumerable(m.next_logprobs, eos=m.eos, max_len=cap, constraint=a)
+    for ar in (with_fs, without):
+        zb = accepted_mass(ar)
+        assert zb.lo <= z * (1 + 1e-12) and z <= zb.hi * (1 + 1e-12) and zb.hi - zb.lo <= 1e-9 * z
+        t = float(np.median(sc))
+        cb = conditional_mass_above(ar, t)
+        truth = math.fsum(np.exp(sc[sc >= t])) / z
+        assert cb.lo <= truth * (1 + 1e-9) and truth <= cb.hi * (1 + 1e-9) and cb.exact

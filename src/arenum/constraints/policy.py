@@ -25,6 +25,7 @@ from ..step import TextConstraint
 __all__ = ["CLASSES", "PRESETS", "Policy", "policy", "char_class"]
 
 CLASSES = ("lower", "upper", "digit", "symbol")
+_DONE = 0b1111  # the class mask once the class rule is met (every class counted as seen)
 
 PRESETS: dict[str, dict[str, Any]] = {
     "basic8": dict(min_len=8),
@@ -51,8 +52,9 @@ class Policy(TextConstraint):
     """Strings of ``min_len .. max_len`` characters holding at least ``min_classes`` of the four
     classes and every class in ``required`` (names from :data:`CLASSES`).
 
-    States are ``(characters so far, capped, classes seen as a bit mask)``: at most
-    ``(max(min_len, max_len) + 2) * 16`` of them, so the certified DP's product stays small.
+    States are ``(characters so far, capped, classes seen as a bit mask)``, the mask collapsed to one
+    value once the class rule is met: at most ``(max(min_len, max_len) + 2) * 16`` states (``min_len
+    + 1`` for a length-only policy), so the certified DP's product with a model stays small.
     ``text``: a token's text (default: the token itself); see :class:`arenum.TextConstraint`.
 
     >>> p = Policy(min_len=3, min_classes=2)
@@ -82,7 +84,7 @@ class Policy(TextConstraint):
         self._req = sum(1 << CLASSES.index(c) for c in self.required)
         self._sat = max_len + 1 if max_len is not None else min_len  # counts saturate past this
         self.text = text
-        self.start = (0, 0)
+        self.start = (0, _DONE if self._missing_classes(0) == 0 else 0)
         self.name = name or self._describe()
 
     def _describe(self) -> str:
@@ -100,7 +102,10 @@ class Policy(TextConstraint):
         n += 1
         if self.max_len is not None and n > self.max_len:
             return None
-        return (min(n, self._sat), mask | (1 << char_class(ch)))
+        mask |= 1 << char_class(ch)
+        if self._missing_classes(mask) == 0:
+            mask = _DONE  # the class rule is met: one state, whatever the classes (a smaller product)
+        return (min(n, self._sat), mask)
 
     def _missing_classes(self, mask: int) -> int:
         have = bin(mask).count("1")
