@@ -282,3 +282,21 @@ def test_accepted_and_conditional_mass():
         cb = conditional_mass_above(ar, t)
         truth = math.fsum(np.exp(sc[sc >= t])) / z
         assert cb.lo <= truth * (1 + 1e-9) and truth <= cb.hi * (1 + 1e-9) and cb.exact
+
+
+def test_distributed_workers_answer_as_one_constrained_process():
+    from arenum.distributed import DistributedEnumerable
+    from arenum.testing import EnumerableFactory
+
+    vocab = list(range(4))
+    a = rand_automaton(vocab, 3, 51, 3, 0.9)
+    fac = EnumerableFactory(vocab, seed=4, eos=3, options={"max_len": 5, "constraint": a})
+    one = fac()
+    n = int(one.count(-math.inf))
+    assert n > 5
+    with DistributedEnumerable(fac, 3, backend="local") as dist:
+        assert int(dist.count(-math.inf)) == n
+        assert [tuple(q) for q, _ in dist.slice(0, n)] == [tuple(q) for q, _ in one.slice(0, n)]
+        q, s = one.unrank(n // 2)
+        assert dist.rank(q).rank == one.rank(q).rank
+        assert dist.support.constraint is not None
