@@ -27,14 +27,11 @@ from ._validate import CountMode, exact_int, finite_float, optional_exact_int, p
 from .answers import Answers
 from .bounded import BoundedAnswers
 from .exact import best_first, listing, CountIndex, build_count_index, Quantizer, Limits, SeekIndex, TreeStore, open_store, PrefixTree
-from .beyond import (
-    BeyondExact, CertifiedCounter, ExactHead, INTERVALS, Interval, MonteCarloEstimator, FiniteStateSampler, ARSampler,
-)
+from .beyond import (BeyondExact, CertifiedCounter, ExactHead, INTERVALS, Interval, MonteCarloEstimator,
+                     FiniteStateSampler, ARSampler)
 from .step import FiniteStateTables, NORM_TOL, StepOracle, constrain_finite_state, make_oracle
-from .results import (
-    CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult, SequenceList,
-    SequenceResult, ThresholdResult,
-)
+from .results import (CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult,
+                      SequenceList, SequenceResult, ThresholdResult)
 from .settings import Settings
 from .support import Support
 
