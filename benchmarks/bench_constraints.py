@@ -107,7 +107,7 @@ def main() -> None:
     p.add_argument("--policies", default="none,basic8,3class12")
     p.add_argument("--n", type=int, default=100)
     p.add_argument("--exact-prefixes", type=int, default=200_000)
-    p.add_argument("--resolution", type=float, default=0.37, help="grid (bits) of none and basic8")
+    p.add_argument("--resolution", type=float, default=0.19, help="grid (bits) of none and basic8")
     p.add_argument("--resolution-3class12", type=float, default=0.73, help="grid (bits) of 3class12")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--plot", metavar="FILE")

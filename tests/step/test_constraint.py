@@ -300,3 +300,32 @@ def test_distributed_workers_answer_as_one_constrained_process():
         q, s = one.unrank(n // 2)
         assert dist.rank(q).rank == one.rank(q).rank
         assert dist.support.constraint is not None
+
+
+def test_dead_ends_in_draws_are_incomplete_and_estimates_cover():
+    """A character policy without the model's token lengths cannot prune by length: a prefix too
+    long to reach 3 characters plus a digit before the cap is a dead end; draws reaching one are
+    incomplete (score -inf), never a crash, and Monte Carlo intervals still cover the truth."""
+    from arenum.constraints import Policy
+
+    m = RandomModel(["a", "B", "1", "$"], seed=2, eos="$", eos_boost=0.5)
+    c = Policy(min_len=3, required=["digit"])
+    bf = filtered(brute_force(m.table, eos="$", cap=5), c, True)
+    ar = AutoregressiveEnumerable(m, eos="$", max_len=5, constraint=c)
+    check_all_queries(ar, bf, rank_all=False)
+    draws = ar.sampler(seed=0).sample_n(300)
+    assert any(s == -math.inf for _, s in draws)
+    for q, s in draws:
+        assert (s > -math.inf) == ar.support.contains(tuple(q))
+        if s == -math.inf:
+            assert "$" not in q
+    t = bf[len(bf) // 2][1]
+    truth = sum(1 for _, s in bf if s >= t)
+    misses = 0
+    for seed in range(4):
+        est = AutoregressiveEnumerable(m, eos="$", max_len=5, constraint=c, exact_limit=3, estimate_samples=2000,
+                                       estimate_seed=seed)
+        r = est.count(t)
+        assert r.method == "monte_carlo"
+        misses += not (r.ci_lo <= truth <= r.ci_hi)
+    assert misses <= 1

@@ -261,17 +261,19 @@ def _draw_levels(oracle: "StepOracle", support: Support, rng: np.random.Generato
         out.log_q[who] += lq
         out.keys[who] = mix_keys(out.keys[who], tok)
         out.length[who] = d + 1
-        ended = tok == eos_id if eos_id is not None else np.zeros(who.size, np.bool_)
+        dead = lp == -math.inf  # a dead end (a constrained prefix that no token can extend): incomplete
+        ended = (tok == eos_id) & ~dead if eos_id is not None else np.zeros(who.size, np.bool_)
         out.complete[who[ended]] = True
         if terminal_level:
             ended[:] = True
-            out.complete[who] = True
+            out.complete[who[~dead]] = True
+        ended |= dead
         last = d == L - 1  # depth cap reached: the remaining draws are incomplete
         up, ut, inv = _pairs(pid, tok, len(prefixes))
         if out.seqs is not None:
             fin = np.flatnonzero(ended | last)
             for i, (p_, t_) in zip(fin.tolist(), zip(up[inv[fin]].tolist(), ut[inv[fin]].tolist())):
-                out.seqs[int(who[i])] = prefixes[p_] + (t_,)
+                out.seqs[int(who[i])] = prefixes[p_] if dead[i] else prefixes[p_] + (t_,)
         if tick is not None:
             tick(d, 0 if last else int(alive.size - np.count_nonzero(ended)))
         if last:
@@ -336,6 +338,9 @@ def _draw_step(oracle: "StepOracle", rng: np.random.Generator, prefixes: list[tu
         with np.errstate(under="ignore"):
             w = np.exp(lps)  # conditional probabilities, row by row (0 where no entry)
         child = _tail_weights(tree, H, head_T, d, nodes, lps, ids, w, eos_id, terminal_level) if use else None
+        dead = ~(w > 0).any(axis=1)
+        if dead.any():  # a dead end under a constraint: a dummy width, drawn with log-prob -inf (incomplete)
+            w[dead, 0] = 1.0
         cum = quantized_cumsum(w).reshape(-1)  # running integer widths, row by row
         if order is None:
             idx = slice(None)
