@@ -10,12 +10,18 @@ from typing import Any, Callable
 
 from .common import CLIError, Output, add_constraint_args
 
-__all__ = ["add_serve_parser", "cmd_serve"]
+__all__ = ["add_serve_parser", "cmd_serve", "DEFAULT_CERTIFY_BITS"]
+
+# the certified DP to 48 bits covers most human-chosen passwords; for the password 4-gram it takes
+# about 11 s of CPU at start-up and 1.4 GB per process here (docs/serve.md); models without
+# finite-state tables skip it
+DEFAULT_CERTIFY_BITS = 48.0
 
 EXAMPLES = [
     "arenum serve pw4.npz --store pw4.store --build 1e6   # build, then serve at http://127.0.0.1:8000",
     "arenum serve pw4.npz --store pw4.store --workers 4   # 4 processes share the built store",
-    "arenum serve pw4.npz --store pw4.store --certify-bits 40 --certify-resolution 0.25",
+    "arenum serve pw4.npz --store pw4.store --certify-bits 64   # certified brackets to 64 bits",
+    "arenum serve pw4.npz --store pw4.store --certify-bits 0    # no certified DP: quick start, small memory",
 ]
 
 
@@ -35,9 +41,10 @@ def add_serve_parser(add: Callable[..., argparse.ArgumentParser], int_type: Call
                    help="terminating: at most N tokens, EOS included; with --eos none: exactly N tokens")
     g.add_argument("--eos", type=eos_type, default="auto", metavar="auto|none|ID", help="as for the other commands")
     g.add_argument("--prompt", metavar="TEXT", help="hf models: the text every sequence continues")
-    g.add_argument("--certify-bits", type=float_type("--certify-bits", 0.0), default=0.0, metavar="B",
-                   help="finite-state models: compute the certified DP down to B bits at start-up, so that ranks "
-                        "past the built index get its bracket (default 0: the plain bracket)")
+    g.add_argument("--certify-bits", type=float_type("--certify-bits", 0.0), default=DEFAULT_CERTIFY_BITS,
+                   metavar="B", help="finite-state models: compute the certified DP down to B bits at start-up, so "
+                   f"that ranks past the built index get its bracket (default {DEFAULT_CERTIFY_BITS:g}; 0: none, the "
+                   "plain bracket)")
     g.add_argument("--certify-resolution", type=float_type("--certify-resolution", 0.0, lo_open=True), metavar="R",
                    help="grid cell of that DP in bits (default the library's 1/32; 0.25 is 8x faster, wider)")
     add_constraint_args(c)  # the same flags as rank/count/...: answers under the constraint
@@ -83,11 +90,16 @@ def cmd_serve(args: argparse.Namespace) -> Output:
     common = dict(host=args.host, port=args.port, access_log=False, log_level="warning", server_header=False)
     try:
         if args.workers == 1:
+            if cfg.certify_bits:
+                say(f"computing the certified DP to {cfg.certify_bits:g} bits for ranks past the index, if the model "
+                    "has finite-state tables (--certify-bits; 0 skips it)")
             svc = Service.open(cfg, temporary=temporary)
             try:
                 info = svc.info()
+                cert = (f", certified brackets to {info['certified_bits']:g} bits ({info['warm_seconds']:.1f} s)"
+                        if info["certified_bits"] else "")
                 say(f"serving {info['model']} at http://{args.host}:{args.port}/ ({info['indexed_sequences']:,} "
-                    f"sequences held exactly, to {info['built_bits']:.1f} bits; Ctrl-C stops)")
+                    f"sequences held exactly, to {info['built_bits']:.1f} bits{cert}; Ctrl-C stops)")
                 uvicorn.run(create_app(svc), **common)
             finally:
                 svc.close()
