@@ -329,3 +329,15 @@ def test_dead_ends_in_draws_are_incomplete_and_estimates_cover():
         assert r.method == "monte_carlo"
         misses += not (r.ci_lo <= truth <= r.ci_hi)
     assert misses <= 1
+
+
+def test_a_small_state_memo_changes_no_answer(monkeypatch):
+    import arenum.step.constrained as constrained
+
+    monkeypatch.setattr(constrained, "_MEMO_MAX", 3)
+    vocab = list(range(4))
+    m = RandomModel(vocab, seed=13, eos=3)
+    a = rand_automaton(vocab, 4, 61, 3, 0.85)
+    ar = AutoregressiveEnumerable(m, eos=3, max_len=5, constraint=a, batch_size=2)
+    check_all_queries(ar, filtered(brute_force(m.table, eos=3, cap=5), a, True), rank_all=False)
+    assert len(ar.oracle.composition._memo) <= 64

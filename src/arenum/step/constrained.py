@@ -12,7 +12,8 @@ samplers, stores, shards) runs unchanged on the accepted sequences, and two equa
 their relative order (ties as in the model).
 
 :class:`Composition` keeps the automaton's states interned (ids ``0..``), the state of every prefix
-seen (a memo keyed by the prefix, cleared past a bound and recomputed from the parent), and a
+seen (a memo keyed by the prefix; past a bound only the last batch is kept, a tree level being the
+next one's parents; a prefix whose parent is gone is walked from its longest remembered prefix), and a
 transition array per state over the vocabulary's ids filled on first use, so that filtering a batch
 of tables is array work. :func:`constrained_tables` builds the product of a finite-state model
 and a constraint (states ``(model state, automaton state)``) for the certified DP and the sampler.
@@ -31,7 +32,7 @@ from .tables import Heads
 __all__ = ["Composition", "ConstrainedOracle", "constrained_tables", "constrain_finite_state", "make_oracle"]
 
 _UNKNOWN, _REJECT = -2, -1
-_MEMO_MAX = 1 << 21  # prefixes whose state is remembered at once
+_MEMO_MAX = 1 << 19  # prefixes whose state is remembered at once (past it: the last batch's)
 
 
 class Composition:
@@ -98,6 +99,8 @@ class Composition:
         s = memo.get(prefix)
         if s is not None:
             return s
+        if len(memo) > 2 * _MEMO_MAX:
+            memo.clear()
         n = len(prefix)
         if n == 0:
             return self.start
@@ -105,8 +108,6 @@ class Composition:
         while k > 0 and prefix[:k] not in memo:
             k -= 1
         s = memo[prefix[:k]] if k > 0 else self.start
-        if len(memo) > _MEMO_MAX:
-            memo.clear()
         from_id = self._id
         for j in range(k, n):
             if s >= 0:
@@ -123,8 +124,6 @@ class Composition:
         n = len(prefixes)
         out = np.empty(n, np.int64)
         memo = self._memo
-        if len(memo) > _MEMO_MAX:
-            memo.clear()
         todo: list[int] = []
         par: list[int] = []
         last: list = []
@@ -155,6 +154,8 @@ class Composition:
             out[idx] = res
             for i, r in zip(todo, res.tolist()):
                 memo[prefixes[i]] = r
+        if len(memo) > _MEMO_MAX:  # keep this batch only: a tree level's prefixes are the next level's parents
+            self._memo = {p: int(s) for p, s in zip(prefixes, out.tolist())}
         return out
 
     def keep(self, sids: np.ndarray, lengths: np.ndarray, ids: np.ndarray) -> np.ndarray:
