@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Callable, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 from .beyond import BeyondExact, CertifiedCounter, ExactHead, MonteCarloEstimator, mass_count_bound
 from .exact import ExactIndex, SeekIndex
@@ -351,17 +351,7 @@ class Answers:
             )
 
         def certified(cc: CertifiedCounter) -> DensityRankResult:
-            r = self._cert_count(cc, math.nextafter(s, math.inf))  # s(x) > s: s(x) >= the next float
-            if not r.exact:  # the mass DPs are built only when the cumulative mass is read
-                return DensityRankResult.lazy_cumulative(
-                    self._lazy_mass(cc, s), rank=r.lo, log_prob=s, exact=False, method="certified",
-                    rank_lo=r.lo, rank_hi=r.hi, truncated=trunc, extra=self._cert_extra(cc))
-            m = self._cert_mass(cc, s)
-            exact = r.exact and m.exact
-            return DensityRankResult(
-                rank=r.lo, cumulative=m.mid, log_prob=s, exact=exact, method="exact" if exact else "certified",
-                rank_lo=r.lo,
-                rank_hi=r.hi, cumulative_lo=m.lo, cumulative_hi=m.hi, truncated=trunc, extra=self._cert_extra(cc))
+            return self._cert_rank(cc, s, trunc)
 
         def bracket(idx: ExactIndex) -> DensityRankResult:
             lo = idx.N if idx.T > s else 0  # every indexed sequence is strictly above s
@@ -377,6 +367,36 @@ class Answers:
             lambda: seek.ensure_score(s), indexed, t=s, sub_support=lambda idx: indexed(idx, capped=True),
             certified=certified, estimate=lambda est, head: est.rank(s, head=head), bracket=bracket,
         )
+
+    def _cert_rank(self, cc: CertifiedCounter, s: float, trunc: bool) -> DensityRankResult:
+        """The certified rank record of score ``s``; its cumulative mass computed when read."""
+        r = self._cert_count(cc, math.nextafter(s, math.inf))  # s(x) > s: s(x) >= the next float
+        if not r.exact:  # the mass DPs are built only when the cumulative mass is read
+            return DensityRankResult.lazy_cumulative(
+                self._lazy_mass(cc, s), rank=r.lo, log_prob=s, exact=False, method="certified",
+                rank_lo=r.lo, rank_hi=r.hi, truncated=trunc, extra=self._cert_extra(cc))
+        m = self._cert_mass(cc, s)
+        exact = r.exact and m.exact
+        return DensityRankResult(
+            rank=r.lo, cumulative=m.mid, log_prob=s, exact=exact, method="exact" if exact else "certified",
+            rank_lo=r.lo, rank_hi=r.hi, cumulative_lo=m.lo, cumulative_hi=m.hi, truncated=trunc,
+            extra=self._cert_extra(cc))
+
+    def ranks(self, scores: Sequence[float], *, deepen: bool = False) -> list[DensityRankResult]:
+        """:meth:`rank` of many finite scores. ``deepen``: each exactly as :meth:`rank` (builds within
+        the caps). Otherwise no build: a score the exact index built so far reaches is ranked exactly
+        (as :meth:`rank`), a deeper one of a finite-state model by the certified DP, made once to the
+        deepest score (then each is two lookups); without the DP, as :meth:`rank`."""
+        scores = [float(x) for x in scores]
+        built = self.seek.tree.built
+        deep = [x for x in scores if x < built]
+        cc = self._certified_counter(min(deep)) if deep and not deepen else None
+        if cc is None:
+            return [self.rank(x) for x in scores]
+        lo = min(deep)
+        cc.count_bracket(math.nextafter(lo, math.inf))  # the count DPs to the deepest cell, once
+        trunc = self.seek.tree.depth_truncated or self._capped
+        return [self.rank(x) if x >= built else self._cert_rank(cc, x, trunc) for x in scores]
 
     # ------------------------------------------------------------------ the exact head
     def exact_head(self) -> ExactHead | None:

@@ -303,11 +303,8 @@ class AutoregressiveEnumerable:
 
     @locked
     def harvest(self, sequence: Sequence[Any]) -> int:
-        """Cache the table at every prefix of ``sequence`` from one ``all_position_logprobs`` call.
-
-        A no-op (returns 0) without it; returns the number of newly cached prefixes. The result is
-        validated (one entry per position, every row) before anything is cached.
-        """
+        """Cache the table at every prefix of ``sequence`` from one ``all_position_logprobs`` call; the number
+        of newly cached prefixes (0 without it). Validated (one entry per position, every row) before caching."""
         return self._oracle.harvest(self._as_tuple(sequence))
 
     @locked
@@ -507,20 +504,28 @@ class AutoregressiveEnumerable:
         """Same as ``sum(1 for x in support if score(x) > score(sequence))`` (the rank, 0-based), with the
         cumulative mass ``P(score(X) >= score(sequence))``.
 
-        Exact when the budget ``-log_density(sequence)`` bits is affordable: one forward per live
-        prefix at that budget. Past a resource cap: for a finite-state model the certified DP's
-        bracket (``method='certified'``, ``docs/certified.md``); else a Monte Carlo estimate when ``exact_limit`` is
-        set (``method`` names the estimator; ``rank_lo``/``rank_hi`` and ``cumulative_lo``/
-        ``cumulative_hi`` are intervals at ``confidence``), else a certified bracket
-        (``method='bracket'``).
-        ``ValueError`` if the sequence has probability 0 under the model.
-        """
+        Exact when the budget ``-log_density(sequence)`` bits is affordable: one forward per live prefix at that
+        budget. Past a resource cap: for a finite-state model the certified DP's bracket (``method='certified'``,
+        ``docs/certified.md``; its ``cumulative`` computed when read); else a Monte Carlo estimate when
+        ``exact_limit`` is set (``method`` names the estimator, the brackets are intervals at ``confidence``), else a
+        certified bracket (``method='bracket'``). ``ValueError`` if the sequence has probability 0."""
         seq, s = self._canonical(sequence)
         if s == -math.inf:
             out = self.support.why_outside(seq)
             why = f"is outside the declared support: {out}" if out is not None else "has probability 0"
             raise ValueError(f"sequence {short_repr(seq)} {why}; its rank is undefined")
         return self._answers().rank(s)
+
+    @locked
+    def ranks(self, sequences: Iterable[Sequence[Any]], *, deepen: bool = False) -> list[DensityRankResult]:
+        """:meth:`rank` of many sequences, scored in one call. ``deepen=False``: no exact build: exact where the
+        index built so far reaches, past it a finite-state model's certified brackets from one DP (made once to
+        the deepest), else as :meth:`rank`; ``deepen=True``: each as :meth:`rank`. ``ValueError`` as :meth:`rank`."""
+        seqs = [self._as_tuple(s, "sequences[i]") for s in sequences]
+        sc = self.score_sequences(seqs)
+        for i in np.flatnonzero(sc == -math.inf)[:1]:
+            self.rank(seqs[i])  # raises its ValueError
+        return self._answers().ranks(sc.tolist(), deepen=deepen)
 
     def cumulative(self, sequence: Sequence[Any]) -> DensityRankResult:
         """Same as ``sum(exp(score(x)) for x in support if score(x) >= score(sequence))``: the record of
@@ -530,20 +535,16 @@ class AutoregressiveEnumerable:
     # ------------------------------------------------------------------ estimates
     @locked
     def nucleus_size(self, p: float) -> CountDPTopPResult:
-        """Same as ``min(k for k in range(1, n + 1) if sum(exp(s) for s in sorted_scores[:k]) >= p)``.
-
-        Not listed: one forward per live prefix at the budget of that head. Exact up to float rounding of the masses (``size_lo <= size <= size_hi``, usually equal).
-        Deepens until the built mass reaches ``p``; past a cap the result says ``truncated``.
-        """
+        """Same as ``min(k for k in range(1, n + 1) if sum(exp(s) for s in sorted_scores[:k]) >= p)``. Not listed:
+        one forward per live prefix at the budget of that head. Exact up to float rounding of the masses (``size_lo
+        <= size <= size_hi``, usually equal). Deepens until the built mass reaches ``p``; past a cap: ``truncated``."""
         return self._answers().nucleus_size(probability("p", p))
 
     @locked
     def seek(self, i: int) -> SequenceResult:
-        """Same as ``sorted(support, key=score, reverse=True)[i]``: :meth:`unrank` as a record with
-        ``.value`` (the sequence), ``.rank`` (``i``) and ``.log_prob``, the seed system's rank lookup.
-
-        Exact, cost as :meth:`unrank`; ``IndexError`` past the support. The mass query is :meth:`seek_mass`.
-        """
+        """Same as ``sorted(support, key=score, reverse=True)[i]``: :meth:`unrank` as a record with ``.value`` (the
+        sequence), ``.rank`` (``i``) and ``.log_prob``. Exact, cost as :meth:`unrank`; ``IndexError`` past the
+        support. The mass query is :meth:`seek_mass`."""
         i = exact_int("i", i)
         r = self._position(i)
         return SequenceResult(r[0], r[1], exact=getattr(r, "exact", True), method=getattr(r, "method", "exact"),
@@ -551,12 +552,9 @@ class AutoregressiveEnumerable:
 
     @locked
     def seek_mass(self, target: float) -> SeekResult:
-        """Same as ``unrank(nucleus_size(target).size - 1)`` with its masses: the sequence at which the
-        descending cumulative mass first reaches ``target``.
-
-        Cost as :meth:`nucleus_size`; ``rank`` is ``nucleus_size(target).size_lo - 1`` (``size - 1`` when
-        exact); exact up to float rounding.
-        """
+        """Same as ``unrank(nucleus_size(target).size - 1)`` with its masses: the sequence at which the descending
+        cumulative mass first reaches ``target``. Cost as :meth:`nucleus_size`; ``rank`` is
+        ``nucleus_size(target).size_lo - 1`` (``size - 1`` when exact); exact up to float rounding."""
         r = self._answers().nucleus_size(probability("target", target))
         if r.truncated:
             return SeekResult(rank=r.size_lo, sequence=None, log_prob=r.threshold, target=r.p,

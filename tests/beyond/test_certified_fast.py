@@ -135,3 +135,32 @@ def test_an_exact_build_the_certified_count_rules_out_is_skipped(monkeypatch):
     t = tried.rank(seq)
     assert tried.stats["forwards"] > f0 and t.method == "certified"  # it built up to the cap first
     assert (t.rank_lo, t.rank_hi) == (r.rank_lo, r.rank_hi)
+
+
+def test_batched_ranks_equal_one_at_a_time():
+    """``ranks`` (one scoring call, one DP made to the deepest) gives the records ``rank`` gives:
+    exact where the built index reaches, certified past the caps, and ``deepen=True`` as ``rank``."""
+    m = NGramModel.fit(_words(40, 5), order=3, smoothing="kn")
+    sc = _scores(m, 7)
+    batch, single = _capped(m), _capped(m)
+    for e in (batch, single):
+        e.rank(m.encode("a"))  # the same exact head in both
+    built = batch.seek_index().tree.built
+    cands = ["a", "ab", "dcbad", "ddddcc", "abcd", "cccccc", "b", "bdca", "dddd", "cabd", "aaaaaa"]
+    # past the built head only where the certified count rules the build out: rank builds nothing either
+    words = [w for w in cands if m.logprob(w) >= built or single.certified().count_lower(m.logprob(w)) > 80]
+    assert sum(m.logprob(w) < built for w in words) >= 3 and any(m.logprob(w) >= built for w in words)
+    seqs = [m.encode(w) for w in words]
+    got = batch.ranks(seqs)
+    want = [single.rank(s) for s in seqs]
+    assert [r.method for r in got] == [r.method for r in want] and {"exact", "certified"} <= {r.method for r in got}
+    assert got == want  # every field, the cumulative masses read
+    for w, r in zip(words, got):
+        s = m.logprob(w)
+        assert r.rank_lo <= int((sc > s).sum()) <= r.rank_hi
+    again, one = _capped(m), _capped(m)
+    assert again.ranks(seqs, deepen=True) == [one.rank(s) for s in seqs]
+    with pytest.raises(TypeError, match="sequences"):
+        batch.ranks([seqs[0], 5])
+    with pytest.raises(ValueError, match="outside the declared support"):
+        batch.ranks([seqs[0], (m.eos, m.eos)])
