@@ -152,7 +152,8 @@ def test_readers_answer_the_same_while_serve_build_extends_the_store(model_path,
         port = free_port()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
         writer = subprocess.Popen([sys.executable, "-m", "arenum.cli", "serve", model_path, "--store", store,
-                                   "--max-len", "10", "--build", "10000", "--port", str(port), "-q"],
+                                   "--max-len", "10", "--build", "10000", "--certify-bits", "0", "--port", str(port),
+                                   "-q"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         url2, rounds, up = f"http://127.0.0.1:{port}", 0, False
         with cf.ThreadPoolExecutor(8) as ex:
