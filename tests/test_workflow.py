@@ -475,3 +475,59 @@ def test_make_refuses_old_python_before_anything(tmp_path):
     text = open(os.path.join(root, "pyproject.toml")).read()
     demo = next(ln for ln in text.splitlines() if ln.startswith("demo = "))
     assert "torch" not in demo and "transformers" not in demo and "matplotlib" in demo
+
+
+def test_guess_chunks_are_paced_by_the_reader(model_path, tmp_path):
+    """Each chunk after the first is a quarter of what the reader has taken (within 256 .. 262,144), so
+    a reader that stops after N lines has cost the build of at most about 1.25 N positions; the order is the
+    exact order whatever the pacing. The pipe's unread bytes say what was taken; a reader that has
+    gone is noticed before the next build."""
+    import os
+
+    from arenum.cli import stream
+    from arenum.cli.load import Loaded
+
+    class Enum:
+        def __init__(self):
+            self.reads = []
+
+        def slice(self, i, n):
+            self.reads.append((i, n))
+            return [((j,), -float(j)) for j in range(i, min(i + n, 5000))]
+
+    e = Enum()
+    m = Loaded.__new__(Loaded)
+    m.enum = e
+    taken = [0]
+    got = []
+    for items in stream.chunks(m, 0, None, lambda: taken[0]):
+        got += items
+        taken[0] = len(got) // 2  # a slow reader: half of what was written
+    assert [s for s, _ in got] == [(j,) for j in range(5000)]
+    sizes = [n for _, n in e.reads]
+    assert sizes[0] == 256 and all(
+        n == min(max(t // 4, 256), 1 << 18) for n, t in zip(sizes[1:], [sum(sizes[: k + 1]) // 2 for k in range(len(sizes))]))
+    # a real pipe: what is unread is not taken; a closed reader raises BrokenPipeError
+    r, w = os.pipe()
+    try:
+        out = os.fdopen(w, "wb", buffering=0)
+        rd = stream.Reader(out)
+        out.write(b"ab\n" * 100)
+        rd.wrote(100, 300)
+        assert rd.taken(wait=0.01) == 0
+        os.read(r, 150)
+        assert rd.taken(wait=0.01) == 50
+        os.read(r, 150)
+        assert rd.taken(wait=0.01) == 100
+        out.write(b"cd\n" * 10)
+        rd.wrote(10, 30)
+        os.close(r)
+        r = None
+        with pytest.raises(BrokenPipeError):
+            rd.taken(wait=0.01)
+    finally:
+        if r is not None:
+            os.close(r)
+        out.close()
+    with open(tmp_path / "f.txt", "wb") as fh:
+        assert stream.Reader(fh).taken() == 0  # a file: all taken

@@ -1,9 +1,14 @@
 """Streaming output: ``guesses`` (raw candidates, one per line) and ``slice --jsonl``.
 
-Both read the exact index in chunks that grow from 256 to 262,144 positions, writing and flushing
-each chunk before the next is built: the first lines come out after the first small build, so
-``arenum guesses pw4.npz | head`` returns at once, and a reader that goes away (``| head``) ends the
-command quietly (status 0, no traceback). The order is the exact descending order of every other
+Both read the exact index in chunks, writing and flushing each chunk before the next is built: the
+first 256 lines come out after the first small build, so ``arenum guesses pw4.npz | head`` returns at
+once, and a reader that goes away (``| head``) ends the command quietly (status 0, no traceback).
+The chunks are paced by the reader (:class:`Reader`): before the next chunk is built, the pipe is
+given a moment to drain (the unread bytes, ``FIONREAD``), and the next chunk is a quarter of what
+the reader has taken (at least 256, at most 262,144 lines). So a reader that stops after ``N``
+lines has cost the build of at most about ``1.25 N`` positions (what ``threshold(N)`` builds, and a
+quarter as much again), whatever ``N``; one that has gone is noticed before the next build
+(``POLLERR``). The order is the exact descending order of every other
 command (``slice``/``unrank``), chunk boundaries change nothing. What it does not do: dedupe or
 filter candidates, or order them by anything but the model's probability.
 """
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any, Callable, Iterator
 
 from .common import CLIError, budget_message, dumps
@@ -18,16 +24,79 @@ from .load import Loaded
 
 FIRST_CHUNK = 256
 MAX_CHUNK = 1 << 18
+AHEAD = 4  # the next chunk is what the reader has taken over this
+DRAIN_SECONDS = 0.05  # how long the pipe is given to drain before the next chunk is sized
 
 
-def chunks(m: Loaded, start: int, count: int | None) -> Iterator[list[tuple[tuple, float]]]:
+class Reader:
+    """What the process reading ``out`` has taken: the lines written, less those whose bytes are
+    still unread in the pipe (``FIONREAD``; a file or a terminal reads as all taken)."""
+
+    def __init__(self, out: Any) -> None:
+        try:
+            self.fd: int | None = out.fileno()
+        except (AttributeError, OSError, ValueError):
+            self.fd = None
+        self.lines = 0
+        self.bytes = 0
+
+    def wrote(self, lines: int, nbytes: int) -> None:
+        self.lines += lines
+        self.bytes += nbytes
+
+    def _unread(self) -> int:
+        import array
+        import fcntl
+        import termios
+
+        buf = array.array("i", [0])
+        try:
+            fcntl.ioctl(self.fd, termios.FIONREAD, buf, True)
+        except (OSError, ValueError):
+            self.fd = None
+            return 0
+        return max(0, buf[0])
+
+    def _gone(self) -> bool:
+        import select
+
+        try:
+            p = select.poll()
+            p.register(self.fd, select.POLLOUT)
+            return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in p.poll(0))
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    def taken(self, wait: float = DRAIN_SECONDS) -> int:
+        """Lines the reader has taken, after up to ``wait`` seconds for the pipe to drain;
+        ``BrokenPipeError`` when the reader has gone (the command then ends quietly)."""
+        if self.fd is None or not self.bytes:
+            return self.lines
+        end = time.monotonic() + wait
+        while True:
+            unread = self._unread()
+            if unread == 0 or self.fd is None:
+                return self.lines
+            if self._gone():
+                raise BrokenPipeError("the reader has gone")
+            if time.monotonic() >= end:
+                return int(self.lines * (self.bytes - unread) / self.bytes)
+            time.sleep(0.002)
+
+
+def chunks(m: Loaded, start: int, count: int | None, taken: Callable[[], int] | None = None
+           ) -> Iterator[list[tuple[tuple, float]]]:
     """Lists of ``(sequence, log_prob)`` at ranks ``start, start+1, ...`` (``count`` of them, or to the
     end of the support), each read with one ``slice``; a cap stops it with a :class:`CLIError` that
-    says how far it got."""
+    says how far it got. Each chunk after the first (:data:`FIRST_CHUNK`) is a quarter of what ``taken()``
+    (the lines the reader has taken so far; by default all those yielded) reports, within
+    :data:`FIRST_CHUNK` .. :data:`MAX_CHUNK`."""
     from ..errors import BudgetExceeded
 
     i, n, size = start, 0, FIRST_CHUNK
     while count is None or n < count:
+        if n:
+            size = min(max((taken() if taken is not None else n) // AHEAD, FIRST_CHUNK), MAX_CHUNK)
         want = size if count is None else min(size, count - n)
         try:
             items = m.enum.slice(i, want)
@@ -41,7 +110,6 @@ def chunks(m: Loaded, start: int, count: int | None) -> Iterator[list[tuple[tupl
         i += len(items)
         if len(items) < want:
             return
-        size = min(size * 4, MAX_CHUNK)
 
 
 def _write(out: Any, data: bytes) -> None:
@@ -62,8 +130,9 @@ def cmd_guesses(args: argparse.Namespace, m: Loaded) -> Any:
     except LookupError:
         raise CLIError(f"unknown --encoding {args.encoding!r} (e.g. utf-8, latin-1, cp1252)") from None
     out = sys.stdout.buffer
+    reader = Reader(out)
     left_out = 0
-    for items in chunks(m, args.start, args.count):
+    for items in chunks(m, args.start, args.count, lambda: reader.taken()):
         lines = [m.display(seq) for seq, _ in items]
         bad = next((s for s in lines if "\n" in s or "\r" in s), None)
         if bad is not None:
@@ -79,6 +148,7 @@ def cmd_guesses(args: argparse.Namespace, m: Loaded) -> Any:
                     left_out += 1
             data = b"".join(parts)
         _write(out, data)
+        reader.wrote(len(items), len(data))
     notes = [f"{left_out:,} candidates left out: not encodable in {args.encoding}"] if left_out else []
     return Output(None, [], notes=notes)
 
@@ -86,8 +156,11 @@ def cmd_guesses(args: argparse.Namespace, m: Loaded) -> Any:
 def stream_jsonl(m: Loaded, start: int, k: int, record: Callable[[int, tuple, float], dict]) -> None:
     """``slice START K --jsonl``: one JSON object per sequence (``record(rank, seq, lp)``), streamed."""
     out = sys.stdout.buffer
+    reader = Reader(out)
     i = start
-    for items in chunks(m, start, k):
+    for items in chunks(m, start, k, lambda: reader.taken()):
         text = "".join(dumps(record(i + j, seq, lp)) + "\n" for j, (seq, lp) in enumerate(items))
         i += len(items)
-        _write(out, text.encode("utf-8", "surrogatepass"))
+        data = text.encode("utf-8", "surrogatepass")
+        _write(out, data)
+        reader.wrote(len(items), len(data))
