@@ -288,6 +288,41 @@ def test_cli_eval_two_models(tmp_path, model_path):
     assert json.loads(one)["models"][0]["decades"] == json.loads(again)["models"][0]["decades"]
 
 
+def test_cli_eval_releases_each_model_before_the_next(tmp_path, model_path, monkeypatch, capsys):
+    """eval ranks with one model at a time: when a model is loaded, every model before it (its
+    enumerable, tree and tables) is gone; on a terminal each model gets a line (start, done)."""
+    import weakref
+
+    from arenum.cli import evalcmd, main
+
+    (tmp_path / "test.txt").write_text("\n".join(_test_set()) + "\n", encoding="utf-8")
+    ok("fit", tmp_path / "test.txt", "-o", tmp_path / "m2.npz", "--order", "2")
+    alive: list = []
+    real = evalcmd.load_model
+
+    def load(ns):
+        assert all(w() is None for w in alive), "a model before this one is still held"
+        m = real(ns)
+        alive.append(weakref.ref(m.enum))
+        return m
+
+    class Bar:
+        def __call__(self, d):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(evalcmd, "load_model", load)
+    monkeypatch.setattr(evalcmd, "make_progress", lambda quiet: None if quiet else Bar())
+    args = ["eval", str(model_path), str(tmp_path / "test.txt"), str(tmp_path / "m2.npz"), str(model_path),
+            "--max-len", "4", "--max-forwards", "30"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert len(alive) == 3 and all(f"eval: model {k}/3" in err for k in (1, 2, 3)) and err.count("done,") == 3
+    assert main(args + ["-q"]) == 0 and capsys.readouterr().err == ""
+
+
 # ------------------------------------------------------------------ 10. version and help
 def test_version_and_help_examples():
     out = ok("--version")

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import io
 import math
+import sys
 import time
 
 from .common import CLIError, check_writable, checked_atomic_write, make_progress, read_lines, table
@@ -22,6 +24,21 @@ def _pct(p) -> str:
     if p.exact:
         return f"{100 * p.fraction:.2f}%"
     return f"~{100 * p.fraction:.2f}% [{100 * p.lo:.2f}, {100 * p.hi:.2f}]"
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def _peak_gb() -> float:
+    """Peak resident memory of this process so far, GB (0 where the platform does not say)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on this platform
+        return 0.0
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kb * (1 if sys.platform == "darwin" else 1024) / 1e9
 
 
 def _fmt_g(g: float) -> str:
@@ -48,10 +65,13 @@ def cmd_eval(args: argparse.Namespace) -> "object":
         raise CLIError("--store keeps one model's tree: give it with one model (or run eval once per model)")
     curves = []
     t0 = time.perf_counter()
-    for spec in specs:
+    for k, spec in enumerate(specs):
+        # one model at a time: the one before is released first (its tree, index, tables)
         ns = argparse.Namespace(**{**vars(args), "model": spec})
         m = load_model(ns)
         m.enum.progress = bar = make_progress(args.quiet)
+        if bar is not None:  # a terminal: a line per model, above its bar
+            _say(f"eval: model {k + 1}/{len(specs)} {spec}: ranking {len(lines):,} lines")
         try:
             seqs, errs = [], []
             for s in lines:
@@ -69,6 +89,12 @@ def cmd_eval(args: argparse.Namespace) -> "object":
             if bar is not None:
                 bar.close()
             m.enum.close()  # a store: snapshot and release its lock
+        if bar is not None:
+            c = curves[-1]
+            _say(f"eval: model {k + 1}/{len(specs)} {spec}: done, {c.forwards:,} forwards, {c.seconds:.1f} s, "
+                 f"peak memory so far {_peak_gb():.2f} GB")
+        del m, seqs, errs, bar, ns
+        gc.collect()  # the model's arrays go now, not after the next model has grown its own
     secs = time.perf_counter() - t0
     size = None
     if args.out is not None:
