@@ -4,7 +4,10 @@ Every line of TEST (blank lines skipped) is ranked by :func:`arenum.report.curve
 where ``--max-forwards`` allows, past it a certified bracket (a finite-state model's DP), else a
 plain bracket plus a Monte Carlo estimate, or the estimate ``--exact-limit`` asks for. Prints the
 fraction guessed at 10**k guesses (past the exact region: the point value and its band, the band's
-kind named), and writes the curve as a PNG (``-o``), CSV (``--csv``) and JSON (``--json``).
+kind named), and writes the curve as a PNG, SVG or PDF (``-o``, by the extension), CSV (``--csv``)
+and JSON (``--json``). ``--label`` names the models, ``--reference FILE[:LABEL]`` adds another tool's
+guess numbers (:mod:`arenum.report.compare`), ``--min-auto`` the curve of each line's smallest
+guess number over all of them.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import csv
 import gc
 import io
 import math
+import os
 import sys
 import time
 
@@ -45,6 +49,44 @@ def _fmt_g(g: float) -> str:
     return f"{int(g):,}" if g < 1e7 else f"1e{round(math.log10(g))}"
 
 
+def _labels(specs: list[str], given: list[str] | None) -> list[str]:
+    """Each model's name: ``--label`` once per model, in order, else the file's stem (``hf:DIR``: the
+    folder's name)."""
+    if given:
+        if len(given) != len(specs):
+            raise CLIError(f"--label given {len(given)} time(s) for {len(specs)} model(s): give one per model, "
+                           f"in order")
+        if len(set(given)) != len(given):
+            raise CLIError(f"--label names must differ, got {given}")
+        return list(given)
+    stems = [os.path.splitext(os.path.basename(s[3:].rstrip("/") if s.startswith("hf:") else s))[0] or s
+             for s in specs]
+    return stems if len(set(stems)) == len(stems) else list(specs)
+
+
+def _references(specs: list[str], lines: list[str], names: list[str]) -> list[tuple[str, object, int]]:
+    """``(file, curve, ignored rows)`` of each ``--reference FILE[:LABEL]`` (a bad file: one line)."""
+    from ..report import read_reference_csv, reference_curve
+
+    out = []
+    for spec in specs:
+        path, label = spec, None
+        if not os.path.exists(spec) and ":" in spec:
+            path, label = spec.rsplit(":", 1)
+        label = label or os.path.splitext(os.path.basename(path))[0]
+        if not os.path.isfile(path):
+            raise CLIError(f"--reference {path}: no such file")
+        if label in names or label in [c.name for _, c, _ in out]:
+            raise CLIError(f"--reference {spec}: the label {label!r} is taken; name it with FILE:LABEL")
+        try:
+            guesses = read_reference_csv(path)
+        except ValueError as exc:
+            raise CLIError(str(exc)) from None
+        cur, ignored = reference_curve(guesses, lines, label)
+        out.append((path, cur, ignored))
+    return out
+
+
 def cmd_eval(args: argparse.Namespace) -> "object":
     from ..report import band_name, draw_guessing_curves, guessing_curve
     from .commands import need_matplotlib
@@ -52,20 +94,28 @@ def cmd_eval(args: argparse.Namespace) -> "object":
 
     specs = [args.model] + list(args.more)
     test = args.test
+    names = _labels(specs, getattr(args, "label", None))
     for path in (args.out, args.csv):
         if path is not None:
             check_writable(path)
     if args.out is not None:
+        from ..report import figure_format
+
+        try:
+            figure_format(args.out)
+        except ValueError as exc:
+            raise CLIError(f"-o {exc}") from None
         need_matplotlib()
     raw = read_lines(test)
     lines = [s for s in raw if s.strip()]
     if not lines:
         raise CLIError(f"test file {test!r} has no non-blank lines")
+    refs = _references(getattr(args, "reference", None) or [], lines, names)  # refused before any model work
     if getattr(args, "store", None) and len(specs) > 1:
         raise CLIError("--store keeps one model's tree: give it with one model (or run eval once per model)")
     curves = []
     t0 = time.perf_counter()
-    for k, spec in enumerate(specs):
+    for k, (spec, name) in enumerate(zip(specs, names)):
         # one model at a time: the one before is released first (its tree, index, tables)
         ns = argparse.Namespace(**{**vars(args), "model": spec})
         m = load_model(ns)
@@ -83,8 +133,8 @@ def cmd_eval(args: argparse.Namespace) -> "object":
                 except CLIError as exc:
                     seqs.append(None)
                     errs.append(str(exc))
-            curves.append(guessing_curve(m.enum, seqs, labels=lines, name=spec, errors=errs,
-                                                  samples=args.samples, seed=args.seed))
+            curves.append(guessing_curve(m.enum, seqs, labels=lines, name=name, errors=errs,
+                                         samples=args.samples, seed=args.seed))
         finally:
             if bar is not None:
                 bar.close()
@@ -96,13 +146,20 @@ def cmd_eval(args: argparse.Namespace) -> "object":
         del m, seqs, errs, bar, ns
         gc.collect()  # the model's arrays go now, not after the next model has grown its own
     secs = time.perf_counter() - t0
+    files = list(specs) + [path for path, _, _ in refs]
+    curves += [cur for _, cur, _ in refs]
+    if getattr(args, "min_auto", False):
+        from ..report import min_auto
+
+        curves.append(min_auto(curves))
+        files.append(None)
     size = None
     if args.out is not None:
-        from ..report import plot
+        from ..report import save_figure
 
         fig = draw_guessing_curves(curves, max_guesses=args.max_guesses,
-                                            title=f"arenum eval: {test} ({len(lines):,} lines)")
-        size = plot.save_png(fig, args.out)
+                                   title=f"arenum eval: {test} ({len(lines):,} lines)")
+        size = save_figure(fig, args.out)
     if args.csv is not None:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
@@ -120,15 +177,27 @@ def cmd_eval(args: argparse.Namespace) -> "object":
         checked_atomic_write(args.csv, write)
     doc = {"command": "eval", "test": test, "lines": len(lines), "blank_skipped": len(raw) - len(lines),
            "max_guesses": args.max_guesses, "out": args.out, "bytes": size, "csv": args.csv,
-           "models": [c.as_dict(args.max_guesses) for c in curves], "seconds": round(secs, 4)}
+           "models": [{**c.as_dict(args.max_guesses), "file": f} for c, f in zip(curves, files)],
+           "seconds": round(secs, 4)}
     text = [f"test set  {test}: {len(lines):,} lines ({len(raw) - len(lines):,} blank skipped)"]
     for c in curves:
+        if c.kind != "model":
+            continue
         est = sum(it.count for it in c.items if not it.exact)
         eu = c.exact_until()
         text.append(f"{c.name}: {c.exact_lines - c.unrankable:,} lines ranked exactly, {est:,} past the exact "
                     f"budget (bracket/estimate), {c.unrankable:,} unrankable (never guessed); exact up to "
                     f"{'every guess count' if math.isinf(eu) else f'{eu:.4g} guesses'}; "
                     f"{c.forwards:,} forwards ({c.seconds:.1f} s)")
+    for path, cur, ignored in refs:
+        doc["models"][curves.index(cur)]["ignored_rows"] = ignored
+        text.append(f"{cur.name}: guess numbers from {path}: {cur.n - cur.unrankable:,} lines guessed, "
+                    f"{cur.unrankable:,} not (absent or never guessed); {ignored:,} of its passwords are "
+                    f"not test lines (ignored)")
+    if getattr(args, "min_auto", False):
+        text.append(f"{curves[-1].name}: each line's smallest guess number over {', '.join(c.name for c in curves[:-1])} "
+                    f"(brackets: the min of the lower ends and the min of the upper ends); "
+                    f"{curves[-1].exact_lines - curves[-1].unrankable:,} lines exact")
     rows = []
     decs = [c.decades(args.max_guesses) for c in curves]
     for k in range(len(decs[0])):

@@ -113,7 +113,9 @@ EXAMPLES = {
                 "arenum guesses pw4.npz --start 1000000 | head"],
     "rank": ["arenum rank password1 dragon -m pw4.npz", "arenum rank --file test.txt -m pw4.npz --json"],
     "eval": ["arenum eval pw4.npz test.txt -o curve.png --csv curve.csv",
-             "arenum eval pw4.npz test.txt pw3.npz --json   # two models on one plot"],
+             "arenum eval pw4.npz test.txt pw3.npz --json   # two models on one plot",
+             "arenum eval pw4.npz test.txt pw3.npz --label 4-gram --label 3-gram --min-auto "
+             "--reference pcfg.csv:PCFG -o curve.pdf"],
     "mass": ["arenum mass -m pw4.npz --bits 20"],
     "nucleus": ["arenum nucleus 0.5 -m pw4.npz"],
     "plot": ["arenum plot -m pw4.npz -o curve.png --mark password1 --mark iloveyou2"],
@@ -292,10 +294,19 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("model", metavar="MODEL", help="n-gram file written by 'arenum fit', or hf:<local dir>")
     c.add_argument("test", metavar="TEST", help="the test set: one string per line (blank lines skipped)")
     c.add_argument("more", nargs="*", metavar="MODEL", help="more models, compared on the same plot and table")
-    c.add_argument("-o", "--out", metavar="PNG", help="write the curve as a PNG")
+    c.add_argument("-o", "--out", metavar="FILE", help="write the plot: PNG, SVG or PDF by the extension")
     c.add_argument("--csv", metavar="CSV", help="write the curve as CSV (model, guesses, fraction, lo, hi, exact)")
     c.add_argument("--max-guesses", type=_float_type("--max-guesses", 1.0), default=1e14, metavar="G",
                    help="report and plot up to G guesses (default 1e14)")
+    c.add_argument("--label", action="append", metavar="NAME",
+                   help="a model's name in the table, legend, CSV and JSON: once per model, in order "
+                        "(default: the file name without its extension)")
+    c.add_argument("--reference", action="append", metavar="CSV[:LABEL]",
+                   help="another tool's guess numbers: a CSV of password,guess_number, drawn as a curve of "
+                        "its own (repeatable)")
+    c.add_argument("--min-auto", action="store_true",
+                   help="add the min-auto curve: each line's smallest guess number over the models and "
+                        "references")
     c.set_defaults(run=cmd_eval)
 
     c = add("mass", [thr_opts, model_opts, out_opts],

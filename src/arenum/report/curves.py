@@ -85,11 +85,20 @@ class CurvePoint:
 class GuessCurve:
     """The ranked test set of one model; read it with :meth:`at`, :meth:`points`, :meth:`decades`."""
 
-    def __init__(self, name: str, items: Sequence[RankedItem], forwards: int = 0, seconds: float = 0.0) -> None:
+    def __init__(self, name: str, items: Sequence[RankedItem], forwards: int = 0, seconds: float = 0.0, *,
+                 kind: str = "model", line_index: Sequence[int] | None = None,
+                 line_labels: Sequence[str] | None = None) -> None:
         self.name = name
         self.items = list(items)
         self.forwards = forwards
         self.seconds = seconds
+        self.kind = kind
+        """``'model'`` (ranked under a model), ``'min_auto'`` (:func:`arenum.report.compare.min_auto`)
+        or ``'reference'`` (another tool's guess numbers, :func:`arenum.report.compare.reference_curve`)."""
+        self.line_index = list(line_index) if line_index is not None else None
+        """The item of each test line, in the order given (``None``: one line per item and count)."""
+        self.line_labels = list(line_labels) if line_labels is not None else None
+        """Each test line as given (``None``: the items' labels)."""
         w = np.array([it.count for it in self.items], dtype=np.float64)
         self.n = int(w.sum())
         self._arrays = {}
@@ -105,6 +114,18 @@ class GuessCurve:
         self._wa = np.log(np.array([it.rank_lo + 1.0 for it in its], dtype=np.float64))
         self._wc = np.log(np.array([it.rank + 1.5 for it in its], dtype=np.float64))
         self._wb = np.log(np.array([it.rank_hi + 2.0 for it in its], dtype=np.float64))
+
+    def labels(self) -> list[str]:
+        """Every test line, in the order given (:meth:`line_items`' lines)."""
+        if self.line_labels is not None:
+            return list(self.line_labels)
+        return [it.label for it in self.line_items()]
+
+    def line_items(self) -> list[RankedItem]:
+        """The item of every test line, in the order given (a repeated line repeats its item)."""
+        if self.line_index is not None:
+            return [self.items[k] for k in self.line_index]
+        return [it for it in self.items for _ in range(it.count)]
 
     @property
     def unrankable(self) -> int:
@@ -165,11 +186,12 @@ class GuessCurve:
     def as_dict(self, max_guesses: float = 1e14) -> dict:
         """JSON-ready: the decades, counts and every distinct sequence's rank record."""
         return {
-            "model": self.name, "lines": self.n, "distinct": len(self.items), "unrankable": self.unrankable,
+            "model": self.name, "kind": self.kind, "lines": self.n, "distinct": len(self.items), "unrankable": self.unrankable,
             "exact_lines": self.exact_lines, "exact_until_guesses": self.exact_until(),
             "forwards": self.forwards, "seconds": round(self.seconds, 4),
             "decades": [p.__dict__ for p in self.decades(max_guesses)],
-            "items": [{"string": it.label, "count": it.count, "log_prob": it.log_prob,
+            "items": [{"string": it.label, "count": it.count,
+                       "log_prob": it.log_prob if not math.isnan(it.log_prob) else None,
                        "bits": -it.log_prob / LN2 if it.log_prob > -math.inf else None,
                        "guess_number": it.rank + 1 if it.method != "unrankable" else None,
                        "guess_lo": it.rank_lo + 1, "guess_hi": it.rank_hi + 1, "method": it.method,
@@ -279,6 +301,7 @@ def guessing_curve(
     if good:
         for i, v in zip(good, enum.score_sequences([tuple(keys[i][1]) for i in good])):
             scores[i] = float(v)
+    index = [first[("none", j) if s is None else tuple(s)] for j, s in enumerate(seqs)]
     items: list[RankedItem | None] = [None] * len(keys)
     for i, (j, s) in enumerate(keys):
         if scores[i] == -math.inf:
@@ -302,7 +325,7 @@ def guessing_curve(
             e = est.rank(b.log_prob, head=head)
             items[i] = _clipped(b.label, b.count, b.log_prob, e, b.cert_lo, b.cert_hi)
     return GuessCurve(name, [it for it in items if it is not None], int(enum.stats["forwards"]) - f0,
-                      time.perf_counter() - t0)
+                      time.perf_counter() - t0, line_index=index, line_labels=labs)
 
 
 def band_name(kind: str) -> str:
@@ -315,19 +338,30 @@ def band_name(kind: str) -> str:
     return f"{conf} {name} interval"
 
 
-def draw_guessing_curves(curves: Sequence[GuessCurve], *, max_guesses: float = 1e14, title: str = "") -> Any:
-    """A matplotlib Figure: fraction of the test set guessed against the number of guesses (log x).
+def _fmt_guesses(g: float) -> str:
+    return f"{g:,.0f}" if g < 1e7 else f"{g:.3g}"
 
-    One colour per curve: solid where the fraction is exact, dashed (the point value) with its band
-    past it (hatched, with edge lines, so that it shows in print), the legend naming the band's kind;
-    a dotted vertical line where each curve stops being exact.
+
+def draw_guessing_curves(curves: Sequence[GuessCurve], *, max_guesses: float = 1e14, title: str = "") -> Any:
+    """A matplotlib Figure: percent of the test set guessed against the number of guesses (log x).
+
+    One colour per curve (the min-auto curve, :func:`arenum.report.compare.min_auto`, in black and
+    thicker; a reference curve, :func:`arenum.report.compare.reference_curve`, dash-dotted): solid where
+    the fraction is exact, dashed (the point value) with its band past it (hatched, with edge lines,
+    so that it shows in print), the legend naming the band's kind; a dotted vertical line where each
+    curve stops being exact, named in the legend (``exact up to g guesses``).
     """
-    from .plot import pyplot
+    from .plot import percent_axis, pyplot
 
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(9.0, 5.6), dpi=110, constrained_layout=True)
-    for c_i, cur in enumerate(curves):
-        color = f"C{c_i % 10}"
+    fig, ax = plt.subplots(figsize=(12.0, 5.6), dpi=110, constrained_layout=True)
+    n_colour = 0
+    for cur in curves:
+        if cur.kind == "min_auto":
+            color, width = "black", 2.8
+        else:
+            color, width = f"C{n_colour % 10}", 2.2
+            n_colour += 1
         pts = np.array(cur.points(max_guesses), dtype=object)
         g = np.array([p.guesses for p in pts])
         y = np.array([p.fraction for p in pts])
@@ -340,7 +374,8 @@ def draw_guessing_curves(curves: Sequence[GuessCurve], *, max_guesses: float = 1
             last = int(np.flatnonzero(ex)[-1])
             if last + 1 < len(ex) and not ex[last + 1]:
                 yy[last + 1] = np.nan
-            ax.plot(g, yy, "-", color=color, lw=2.2, label=f"{lbl}: exact")
+            what = "guess numbers from the reference file" if cur.kind == "reference" else "exact"
+            ax.plot(g, yy, "-." if cur.kind == "reference" else "-", color=color, lw=width, label=f"{lbl}: {what}")
         if (~ex).any():
             first = max(0, int(np.flatnonzero(~ex)[0]) - 1)
             sel = slice(first, None)
@@ -350,17 +385,20 @@ def draw_guessing_curves(curves: Sequence[GuessCurve], *, max_guesses: float = 1
                             alpha=0.6)
             ax.plot(g[sel], lo[sel], "-", color=color, lw=0.8, alpha=0.9)
             ax.plot(g[sel], hi[sel], "-", color=color, lw=0.8, alpha=0.9)
-            ax.plot(g[sel], y[sel], "--", color=color, lw=1.6,
+            ax.plot(g[sel], y[sel], "--", color=color, lw=width * 0.75,
                     label=f"{lbl}: point value in its {' + '.join(band_name(k) for k in kinds)}")
         eu = cur.exact_until()
         if math.isfinite(eu) and eu <= max_guesses:
-            ax.axvline(eu, color=color, lw=0.8, ls=":")
+            ax.axvline(eu, color=color, lw=0.9, ls=":",
+                       label=f"{cur.name}: exact up to {_fmt_guesses(eu)} guesses (dotted; past it, a band)")
     ax.set_xscale("log")
     ax.set_xlim(1.0, max_guesses)
     ax.set_ylim(0.0, 1.0)
+    percent_axis(ax)
     ax.set_xlabel("number of guesses (guess number = rank + 1)")
-    ax.set_ylabel("fraction of the test set guessed")
+    ax.set_ylabel("test set guessed (%)")
     ax.set_title(title or "Guessing curve of the test set")
     ax.grid(True, which="major", alpha=0.35)
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0.0,
+              title="exact: every line certainly on one side of g", title_fontsize=8)
     return fig

@@ -26,7 +26,8 @@ from .._io import atomic_write
 import numpy as np
 from .._validate import LN2
 
-__all__ = ["CurvePoint", "EstimatePoint", "Mark", "pyplot", "exact_curve", "estimated_curve", "draw_curves", "save_png"]
+__all__ = ["CurvePoint", "EstimatePoint", "FIGURE_FORMATS", "Mark", "pyplot", "exact_curve", "estimated_curve", "draw_curves",
+           "figure_format", "percent_axis", "save_figure", "save_png"]
 
 
 
@@ -333,12 +334,45 @@ def declutter(fig: Any, labels: Sequence[Any], pad_px: float = 2.0) -> int:
     return moved
 
 
+def percent_axis(ax: Any) -> None:
+    """Label the y axis of ``ax`` (fractions 0..1) in percent: ticks ``0%`` .. ``100%``."""
+    from matplotlib.ticker import PercentFormatter
+
+    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
+
+
 def save_png(fig: Any, path: str | os.PathLike) -> int:
     """Write ``fig`` as a PNG to ``path`` atomically (temp file in the same folder, then rename).
 
     Returns the file size in bytes. Nothing is left at ``path`` (or beside it) if writing fails.
     """
+    return save_figure(fig, path, "png")
+
+
+FIGURE_FORMATS = ("png", "svg", "pdf")
+"""The formats :func:`save_figure` writes, told by the file's extension."""
+
+
+def figure_format(path: str | os.PathLike) -> str:
+    """``'png'``, ``'svg'`` or ``'pdf'`` from ``path``'s extension; ``ValueError`` (one line) otherwise."""
+    ext = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
+    if ext not in FIGURE_FORMATS:
+        raise ValueError(f"{os.fspath(path)}: the figure's format is told by its extension: .png, .svg or .pdf "
+                         f"(got {'.' + ext if ext else 'none'})")
+    return ext
+
+
+def save_figure(fig: Any, path: str | os.PathLike, fmt: str | None = None) -> int:
+    """Write ``fig`` to ``path`` atomically as PNG, SVG or PDF (``fmt``, default: by the extension,
+    :func:`figure_format`), without a creation date or random ids, so that the same figure gives the
+    same bytes. Returns the file size in bytes; nothing is left at ``path`` if writing fails."""
+    fmt = figure_format(path) if fmt is None else fmt
+    meta = {"png": None, "svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None}}[fmt]
     try:
-        return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"), suffix=".png.tmp")
+        import matplotlib
+
+        with matplotlib.rc_context({"svg.hashsalt": "arenum"}):
+            return atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, metadata=meta),
+                                suffix=f".{fmt}.tmp")
     finally:
         pyplot().close(fig)
