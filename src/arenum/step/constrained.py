@@ -38,14 +38,17 @@ _MEMO_MAX = 1 << 19  # prefixes whose state is remembered at once (past it: the 
 class Composition:
     """A constraint read over the oracle's token ids (module docstring).
 
-    ``token(id)``: the model's token of an id; ``eos_id``: the terminating support's eos id (never
+    ``token(id)``: the model's token of an id (``token_id``/``token_ids``: the other way, interning
+    new tokens); ``eos_id``: the terminating support's eos id (never
     stepped; kept only where the state accepts) or ``None`` (fixed length ``cap``: the last token
     must lead to an accepting state).
     """
 
-    def __init__(self, constraint: Any, token: Callable[[int], Any], *, eos_id: int | None, cap: int) -> None:
+    def __init__(self, constraint: Any, token: Callable[[int], Any], *, eos_id: int | None, cap: int,
+                 token_id: Callable[[Any], int], token_ids: Callable[[list], np.ndarray]) -> None:
         self.constraint = constraint
         self._token = token
+        self._id, self._ids = token_id, token_ids
         self.eos_id = eos_id
         self.cap = int(cap)
         self._states: list = []
@@ -114,9 +117,6 @@ class Composition:
                 s = int(self.next_sids(s, np.array([from_id(prefix[j])], np.int64))[0])
             memo[prefix[: j + 1]] = s
         return s
-
-    _id: Callable[[Any], int]
-    _ids: Callable[[list], np.ndarray]
 
     def states_of(self, prefixes: list[tuple]) -> np.ndarray:
         """:meth:`state_of` of many prefixes: one dict lookup for the parent of each (a tree level's
@@ -198,14 +198,8 @@ class ConstrainedOracle(StepOracle):
 
     def __init__(self, *args: Any, constraint: Any, cap: int, terminating: bool, **kw: Any) -> None:
         super().__init__(*args, **kw)
-        self.composition = Composition(constraint, self.token, eos_id=self.eos_id if terminating else None, cap=cap)
-        self.composition._id = self.token_id
-        self.composition._ids = self.vocab.ids
-        self._terminating = terminating
-
-    def _eos_check(self) -> None:
-        if self._terminating and self.composition.eos_id is None:
-            self.composition.eos_id = self.eos_id
+        self.composition = Composition(constraint, self.token, eos_id=self.eos_id if terminating else None, cap=cap,
+                                       token_id=self.token_id, token_ids=self.vocab.ids)
 
     def _sids(self, prefixes: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
         comp = self.composition
