@@ -42,3 +42,22 @@ def test_docs_transcripts_match_real_output():
     p = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True, text=True, timeout=3000,
                        cwd=ROOT)
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-2000:]
+
+
+def test_the_fork_server_runs_commands_as_the_script_would(tmp_path):
+    """``arenum`` through the fork server prints, fails and pipes as ``python -m arenum.cli`` does."""
+    t = _module()
+    (tmp_path / "notes.txt").write_text("not a model\n", encoding="utf-8")
+    cmds = ["arenum --version", "echo $?", "arenum top 3 -m notes.txt", "echo $?",
+            "printf 'a\\n' | arenum rank - -m notes.txt | head -1", "arenum nucleus 1.5 -m notes.txt"]
+    outs = {}
+    try:
+        for sub in (True, False):
+            with t.Server(tmp_path, sub) as server:
+                t.SHELL["line"] = server.shell
+                outs[sub] = t.run(cmds, tmp_path)
+    finally:
+        t.SHELL["line"] = None
+    assert outs[False] == outs[True]
+    assert outs[True][0].startswith("arenum ") and outs[True][1] == "0" and outs[True][3] == "2"
+    assert "arenum: error:" in outs[True][2] and "arenum: error:" in outs[True][5]
