@@ -216,6 +216,7 @@ class DistributedEnumerable(AutoregressiveEnumerable):
                 d["store_replayed"] = sum(s.get("store_replayed", 0) for s in t.summaries)
                 d["workers_store_forwards"] = [s.get("store_forwards", 0) for s in t.summaries]
                 d["workers_restored"] = [s.get("restored", 0) for s in t.summaries]
+                d["workers_probe_forwards"] = [s.get("probe_forwards", 0) for s in t.summaries]
             return d
 
     # ------------------------------------------------------------------ scores

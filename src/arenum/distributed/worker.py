@@ -209,7 +209,7 @@ class ShardWorker:
                "nbytes": t.nbytes, "nodes": t.n_nodes, "stats": st, "pid": os.getpid(), "busy": self.busy}
         if self.store is not None:
             out["store_forwards"], out["store_replayed"] = self.store.forwards, self.store.replayed
-            out["restored"] = self._restored
+            out["restored"], out["probe_forwards"] = self._restored, self.store.probe_forwards
         return out
 
     def deepen(self, T: float, keep: float | None, max_prefixes: int | None, max_bytes: int | None) -> dict:

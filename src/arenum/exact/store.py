@@ -168,6 +168,7 @@ class TreeStore:
         self._probe = bool(probe)
         self._last: tuple[int, int, int, int] | None = None  # (seq, start, tokens, forwards) of the last record
         self.probed = 0  # stored prefixes re-scored on open
+        self.probe_forwards = 0  # the forwards they cost (a probed root is memoized: none)
         self._detached: tuple | None = None  # after a failed write: what the store was (_detach)
         if os.path.isdir(path) and not os.access(path, os.R_OK | os.X_OK):
             raise StoreError(f"store {path}: permission denied (the folder cannot be read)")
@@ -387,8 +388,15 @@ class TreeStore:
     def _check_probes(self) -> None:
         """Re-score up to :data:`PROBES` stored prefixes drawn at random and compare their stored heads
         (``StoreError`` naming the first that differs): the identity check of a store opened without
-        ``fingerprint=`` (module docstring)."""
+        ``fingerprint=`` (module docstring). Their forwards: ``probe_forwards``."""
         tree = self.tree
+        st, f0 = tree.oracle.stats, tree.oracle.stats.forwards
+        try:
+            self._rescore_probes(tree)
+        finally:
+            self.probe_forwards += st.forwards - f0
+
+    def _rescore_probes(self, tree: PrefixTree) -> None:
         sizes = [int(tree.view(d).fetched.sum()) for d in range(tree.n_levels)]
         total = sum(sizes)
         rng = np.random.default_rng()
