@@ -50,8 +50,9 @@ def _codes() -> set:
             add(c)  # nested functions: the undo closures
 
     P = tree.PrefixTree
+    S = store.TreeStore
     for f in (P._commit, P._run, P.recover, P._save_scalars, P.apply, records.apply_fetch, records.apply_expand,
-              records.apply_built, store.TreeStore._append, store.TreeStore.rollback):
+              records.apply_built, S._append, S._write, S._detach, S._reattach, S.rollback):
         add(f)
     for name, f in vars(_arrays.Grow).items():
         add(f)

@@ -16,6 +16,10 @@ __all__ = ["Grow", "page_empty", "seg_first_below", "MAP_MIN_BYTES"]
 
 MAP_MIN_BYTES = 1 << 22
 """Arrays at least this large live in their own anonymous memory map (see :func:`page_empty`)."""
+GROW_MAP_MIN_BYTES = 1 << 16
+"""A :class:`Grow` this large lives in its own map: what it frees goes back to the system at once
+(an old copy freed on the heap stays resident), and its unused capacity is never paged in, so the
+bytes it holds are its values (``used_bytes``), which is what the tree counts against ``max_bytes``."""
 _MAP_KW = {"flags": mmap.MAP_PRIVATE} if hasattr(mmap, "MAP_PRIVATE") else {}
 
 
@@ -84,7 +88,7 @@ class Grow:
         dt = a.dtype
         cap = max(need, 2 * a.shape[0])
         nbytes = cap * dt.itemsize
-        if nbytes < MAP_MIN_BYTES:
+        if nbytes < GROW_MAP_MIN_BYTES:
             new = np.empty(cap, dt)
             new[: self.n] = a[: self.n]
             self._a = new  # published in one step

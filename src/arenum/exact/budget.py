@@ -17,7 +17,16 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-__all__ = ["BUDGET_HINT", "position_floor", "position_beyond_message"]
+__all__ = ["BUDGET_HINT", "position_floor", "position_beyond_message", "fetch_round", "ROUND_ENTRY_BYTES",
+           "EXPAND_CHILD_BYTES"]
+
+ROUND_ENTRY_BYTES = 96
+"""Bytes a fetch round holds for a while per table entry it reads (the model's output, the sorted
+heads, their scores, masks and kept copies, the record): counted against ``max_bytes`` with the round."""
+EXPAND_CHILD_BYTES = 128
+"""Bytes an expansion adds per child it makes: the child's columns (65) and what is built aside for a while."""
+_ROUND_SHARE = 32
+"""A fetch round's temporaries stay under ``max_bytes / _ROUND_SHARE``."""
 
 BUDGET_HINT = ("raise max_prefixes (command line: --max-forwards) to build deeper, or set exact_limit "
                "(--exact-limit) for a Monte Carlo estimate with a confidence interval")
@@ -38,6 +47,19 @@ def position_floor(n: int, *, terminating: bool, known_prefixes: Callable[[float
     if terminating:
         floor = max(floor, min(int(n), int(known_prefixes(math.inf))))
     return floor
+
+
+def fetch_round(batch: int, widest: int, max_bytes: int | None, entries: int = 1 << 18) -> int:
+    """Prefixes per round of a fetch: about ``entries`` table entries (fresh large temporaries cost more
+    in first touches than the work done on them), at most ``max_bytes / _ROUND_SHARE`` of temporaries
+    (:data:`ROUND_ENTRY_BYTES` per entry), at least one model batch.
+
+    >>> fetch_round(64, 64, None), fetch_round(64, 64, 64 << 20), fetch_round(64, 50_000, 64 << 20)
+    (4096, 341, 64)
+    """
+    if max_bytes is not None:
+        entries = min(entries, max(1, max_bytes // (_ROUND_SHARE * ROUND_ENTRY_BYTES)))
+    return max(batch, 1, entries // max(widest, 1))
 
 
 def position_beyond_message(n: int, floor: int, cap: int) -> str:

@@ -100,6 +100,13 @@ class ExactIndex:
         if buckets:
             self.complete()
 
+    def held_bytes(self) -> int:
+        """Bytes of the arrays this index holds (its blocks, permutation, bucket tables and caches)."""
+        arrs = [getattr(b, k) for b in self.blocks for k in ("nodes", "offsets", "s", "shift")]
+        arrs += [getattr(self, k, None) for k in ("perm", "seg_cum", "seg_start", "cum", "lut", "block_starts")]
+        arrs += [a for pair in self._bucket_cache.values() for a in pair]
+        return sum(a.nbytes for a in arrs if isinstance(a, np.ndarray))
+
     @property
     def top_score(self) -> float:
         """The highest item score (``-inf`` without items)."""

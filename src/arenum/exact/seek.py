@@ -269,7 +269,12 @@ class SeekIndex:
                     f"an exact answer at {-T / LN2:.3f} bits needs at least {known} live prefixes "
                     f"> max_prefixes={lim}; {BUDGET_HINT}"
                 )
-        self.tree.deepen(T, keep, max_prefixes=lim, max_bytes=self.limits.max_bytes)
+        mb = self.limits.max_bytes  # the indexes held while the tree deepens take their share of it
+        if mb is not None:
+            held = [getattr(i, "held_bytes", lambda i=i: INDEX_BYTES_PER_SEQUENCE * i.N)()
+                    for i in (self._index, self._shallow) if i is not None]  # a merged index: estimated
+            mb = max(1, mb - sum(held))
+        self.tree.deepen(T, keep, max_prefixes=lim, max_bytes=mb)
 
     @locked
     def ensure_bits(self, bits: float) -> ExactIndex:
@@ -365,6 +370,7 @@ class SeekIndex:
             if b_lo is not None:
                 aim = min(aim, b_lo)
             keep_bits = max(aim, b_next) + margin
+            del cum  # the histogram's 4 MiB cumulative sum is not held while the tree deepens (max_bytes)
             self._deepen(-b_next * LN2, -keep_bits * LN2)
 
     def _extrapolate(self, cum: np.ndarray, n: int) -> float:

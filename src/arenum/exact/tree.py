@@ -35,7 +35,7 @@ from typing import Callable
 
 import numpy as np
 
-from .budget import BUDGET_HINT
+from .budget import BUDGET_HINT, EXPAND_CHILD_BYTES, ROUND_ENTRY_BYTES, fetch_round
 from ._arrays import seg_first_below
 from .._guard import deferred_interrupts, held
 from .levels import Level, LevelView, read_only
@@ -172,9 +172,8 @@ class PrefixTree:
         (whole tables while they fit ``table_bytes``: module docstring)."""
         lev = self.levels[d]
         o = self.oracle
-        # nodes per round: the heads and their temporaries stay a few MiB (fresh large temporaries
-        # cost more in first touches than the work done on them)
-        full_chunk = chunk = max(o.batch_size, 1, _FETCH_ENTRIES // max(self._widest, 1))
+        # nodes per round: the heads and their temporaries stay a few MiB, and a small share of max_bytes
+        full_chunk = chunk = fetch_round(o.batch_size, self._widest, max_bytes, _FETCH_ENTRIES)
         if self.journal is not None:  # a store: commit about every _JOURNAL_SECONDS of forwards
             chunk = min(chunk, max(4 * o.batch_size, _JOURNAL_CHUNK))
         eos = self.eos_id
@@ -184,10 +183,9 @@ class PrefixTree:
             ns = nodes[a : a + chunk]
             m = ns.shape[0]
             if max_bytes is not None and self.fetched_nodes:
-                # the round's expected size, from the entries stored per prefix so far
+                # the round's expected size (entries stored per prefix so far) and its temporaries
                 per = _NODE_BYTES + _ENTRY_BYTES * self._pool_entries / self.fetched_nodes
-                held = self.memory_bytes()
-                if held + m * per > max_bytes:
+                if (held := self.memory_bytes()) + m * (per + ROUND_ENTRY_BYTES * max(self._widest, 1)) > max_bytes:
                     raise BudgetExceeded(
                         f"an exact answer at {-keep / LN2:.3f} bits needs more memory: the tree and table "
                         f"cache hold {held:,} bytes and the next {m} prefixes would pass max_bytes={max_bytes:,}")
@@ -324,7 +322,7 @@ class PrefixTree:
             del self.levels[nlev:]
         undo.append(back)
 
-    def _expand(self, d: int, T: float) -> None:
+    def _expand(self, d: int, T: float, max_bytes: int | None = None) -> None:
         """Turn the stored heads of level ``d`` into child nodes of level ``d+1`` down to ``T``."""
         lev = self.levels[d]
         n = len(lev)
@@ -352,6 +350,9 @@ class PrefixTree:
         m0 = made[cand]
         counts = h - m0
         total = int(counts.sum())
+        if max_bytes is not None and (held := self.memory_bytes()) + total * EXPAND_CHILD_BYTES > max_bytes:
+            raise BudgetExceeded(f"an exact answer at {-T / LN2:.3f} bits needs more memory: the tree holds {held:,} "
+                                 f"bytes and the next {total} prefixes would pass max_bytes={max_bytes:,}")
         node = np.repeat(cand, counts)
         starts = np.cumsum(counts) - counts
         j = np.arange(total, dtype=np.int64) - np.repeat(starts - m0, counts)
@@ -398,7 +399,7 @@ class PrefixTree:
             if need.size:
                 self._fetch(d, need, keep, max_bytes)
             if d < self.leaf_level:
-                self._expand(d, T)
+                self._expand(d, T, max_bytes)
         trunc = self.depth_truncated
         if self.eos_id is not None and self.leaf_level < len(self.levels):
             trunc = self._depth_truncation(T)
@@ -642,9 +643,8 @@ _KEEP_ALL_ENTRIES = 1 << 20
 _SORT_SECONDS_PER_ENTRY = 5e-9  # rough cost of sorting a table, per entry and bit of its width
 _NODE_BYTES = 65  # bytes of one node's columns (57 for a fixed-length tree)
 _ENTRY_BYTES = 12  # bytes of one stored table entry (float64 log-prob and int32 token)
-_TUPLE_CACHE_DEPTH = 24
-"""From this depth on, model-call prefixes are built from their parents' (see ``_prefix_tuples``)."""
+_TUPLE_CACHE_DEPTH = 24  # from this depth on, model-call prefixes are built from their parents' (_prefix_tuples)
 _FETCH_ENTRIES = 1 << 18  # about this many stored entries are fetched per round of PrefixTree._fetch
-# with a store, commits start at max(4 * batch_size, 256) prefixes and double while one takes less
-# than 0.25 s: a crash loses about that much work, and the journal's fsyncs stay a few percent
+# with a store, commits start at max(4 * batch_size, 256) prefixes and double while one takes less than
+# 0.25 s: a crash loses about that much work, and the journal's fsyncs stay a few percent
 _JOURNAL_CHUNK, _JOURNAL_SECONDS = 256, 0.25
