@@ -375,11 +375,11 @@ def test_a_worker_killed_mid_build_is_restarted_and_resumes_from_its_store(ray_s
             assert dist.backend.pids()[victim] != pids[victim]  # restarted
             st = dist.stats
             # the restarted worker paid exactly: its root fingerprint, the stored prefixes its store
-            # re-scored on opening (PROBES, less a probed root: memoized), and the prefixes its store
-            # did not hold (the batch in flight at the kill and everything after), each once
+            # re-scored on opening (PROBES, or all of a smaller store, less a probed root: memoized),
+            # and the prefixes its store did not hold (the batch in flight at the kill and after), once
             paid, probes = st["workers_forwards"][victim], st["workers_probe_forwards"][victim]
             lacked = st["workers_store_forwards"][victim] - st["workers_restored"][victim]
-            assert paid == 1 + probes + lacked and probes in (PROBES - 1, PROBES), (paid, probes, lacked)
+            assert paid == 1 + probes + lacked and 0 <= probes <= PROBES, (paid, probes, lacked)
             # and no prefix was committed twice: both lives together paid the minimum, once
             assert st["workers_store_forwards"] == minimum, (st["workers_store_forwards"], minimum)
             resumed += st["workers_restored"][victim] > 0
