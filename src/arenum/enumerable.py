@@ -179,6 +179,7 @@ class AutoregressiveEnumerable:
                                    lock=self._lock)
         self.store: TreeStore | None = open_store(store, self._tree, self.settings, fingerprint, store_readonly)
         """The :class:`~arenum.exact.store.TreeStore` keeping the tree on disk (``None``: memory only)."""
+        self._beyond.keep_in = None if self.store is None else (self.store.path, self.store.readonly)
 
     def _take_settings(self, cfg: Settings) -> None:
         """Hold the validated settings (every public setting attribute reads them) and fresh caps;

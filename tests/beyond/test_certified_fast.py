@@ -164,3 +164,66 @@ def test_batched_ranks_equal_one_at_a_time():
         batch.ranks([seqs[0], 5])
     with pytest.raises(ValueError, match="outside the declared support"):
         batch.ranks([seqs[0], (m.eos, m.eos)])
+
+
+_PROCESS = """
+import json, sys, warnings
+from arenum.models import NGramModel
+m = NGramModel.load(sys.argv[1])
+e = m.enumerable(max_len=7, max_prefixes=40, store=sys.argv[2])
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    r = e.rank(m.encode(sys.argv[3]))
+cc = e.certified()
+print(json.dumps({"lo": r.rank_lo, "hi": r.rank_hi, "method": r.method, "forwards": e.stats["forwards"],
+                  "dp_seconds": sum(s.seconds for s in cc._sweeps.values()),
+                  "warnings": [str(x.message) for x in w if "certified tables" in str(x.message)]}))
+"""
+
+
+def _in_process(model_path, store, word) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _PROCESS, str(model_path), str(store), word], capture_output=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    return json.loads(out.stdout)
+
+
+def test_certified_tables_kept_in_the_store_for_a_fresh_process(tmp_path):
+    """A store keeps the certified DPs' rows in their own checksummed file: a fresh process answers
+    the same bracket with no DP sweep and no forward past the sequence's own scoring; a damaged or
+    foreign file is one warning line and a rebuild (the same bracket), then rewritten whole."""
+    from arenum.beyond import certstore
+
+    m = NGramModel.fit(_words(40, 11), order=3, smoothing="kn")
+    path = tmp_path / "m.npz"
+    m.save(path)
+    store = tmp_path / "store"
+    first = _in_process(path, store, "ddddcc")
+    assert first["method"] == "certified" and first["dp_seconds"] > 0 and not first["warnings"]
+    files = sorted(store.glob("certified-*.bin"))
+    assert len(files) == 1 and not list(store.glob(".arenum-*"))  # no temp file left
+    again = _in_process(path, store, "ddddcc")
+    assert (again["lo"], again["hi"]) == (first["lo"], first["hi"]) and again["dp_seconds"] == 0
+    assert again["forwards"] <= len(m.encode("ddddcc")) and not again["warnings"]
+    # damaged: one flipped byte of the payload
+    data = bytearray(files[0].read_bytes())
+    data[-7] ^= 0xFF
+    files[0].write_bytes(bytes(data))
+    hurt = _in_process(path, store, "ddddcc")
+    assert (hurt["lo"], hurt["hi"]) == (first["lo"], first["hi"]) and hurt["dp_seconds"] > 0
+    assert len(hurt["warnings"]) == 1 and "damaged" in hurt["warnings"][0] and "\n" not in hurt["warnings"][0]
+    assert _in_process(path, store, "ddddcc")["dp_seconds"] == 0  # rewritten whole
+    # foreign: another model's whole file under this one's name
+    other = NGramModel.fit(_words(40, 12), order=3, smoothing="kn")
+    opath, ostore = tmp_path / "o.npz", tmp_path / "ostore"
+    other.save(opath)
+    _in_process(opath, ostore, "ddddcc")
+    files[0].write_bytes(next(ostore.glob("certified-*.bin")).read_bytes())
+    foreign = _in_process(path, store, "ddddcc")
+    assert (foreign["lo"], foreign["hi"]) == (first["lo"], first["hi"])
+    assert len(foreign["warnings"]) == 1 and "other tables" in foreign["warnings"][0]
+    assert certstore.MAGIC == files[0].read_bytes()[:8]

@@ -122,23 +122,6 @@ def _compiled_sweep() -> Any:
     return sweepjit
 
 
-def _csr_steps(e: "_Edges", mass: bool) -> tuple[np.ndarray, ...]:
-    """The bulk, cheap (nonzero) and zero-cost steps of ``e`` per state in column order, as CSR
-    arrays ``(ptr, next, cost, weight)`` (zero-cost: ``(ptr, next, weight)``) for :mod:`sweepjit`."""
-    S = e.S
-    w = e.prob if mass else (e.weight if e.weight is not None else np.ones_like(e.prob))
-
-    def ptr(src: np.ndarray) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum(np.bincount(src, minlength=S))]).astype(np.int64)
-
-    bs, bj = np.nonzero(e.bulk)
-    cw = e.c_prob if mass else (e.c_weight if e.c_weight is not None else np.ones(len(e.c_src)))
-    nz, z = ~e.c_zero, e.c_zero
-    return (ptr(bs), e.nxt[bs, bj].astype(np.int64), e.cost[bs, bj].astype(np.int64), np.ascontiguousarray(w[bs, bj], np.float64),
-            ptr(e.c_src[nz]), e.c_nxt[nz].astype(np.int64), e.c_cost[nz].astype(np.int64), np.ascontiguousarray(cw[nz], np.float64),
-            ptr(e.c_src[z]), e.c_nxt[z].astype(np.int64), np.ascontiguousarray(cw[z], np.float64))
-
-
 class _Edges:
     """The transitions of one rounding as dense ``(S, V)`` tables: next state, cell cost, probability.
 
@@ -209,6 +192,7 @@ class _Sweep:
         costs = edges.cost[edges.possible]
         self.span = int(costs.max()) + 1 if costs.size else 1  # the farthest read back, in cells
         self.seconds = 0.0
+        self.on_grow: Any = None
         self._jit = _compiled_sweep() if levels is None else None  # the compiled one-pass sweep, or numpy
         self.ring: np.ndarray | None = None  # the compiled sweep's (S, R) ring of the last R cells
         #: ``progress(dict)`` after every block of cells (``phase='certified'``, ``cells_done``, ``cells_todo``)
@@ -319,7 +303,7 @@ class _Sweep:
         if self.ring is None:
             R = 1 << max(6, int(self.span + P - 1).bit_length())
             self.ring = np.zeros((S, R))
-            self._csr = _csr_steps(e, self.mass)
+            self._csr = self._jit.csr_steps(e, self.mass)
             self._order = np.lexsort(np.where(e.bulk, e.nxt, -1).T[::-1]).astype(np.int64)  # by next states
         step = P * max(1, self.JIT_UPDATES // max(1, P * int(len(e.src))))
         end_cost, end_val = (self.end_cost, (self.end_prob if self.mass else np.ones(S))) if self.end_cost is not None \
@@ -354,9 +338,18 @@ class _Sweep:
         """Build cells ``0..K`` (at least)."""
         if K <= self.K:
             return
+        try:
+            self._ensure(K)
+        finally:
+            if self.on_grow is not None:
+                self.on_grow()
+
+    def _ensure(self, K: int) -> None:
         t0 = time.perf_counter()
         S, P = self.S, self.B
         if self.levels is None:
+            if self.ring is None and self.N is None:  # a row restored from a store: rebuilt from cell 0
+                self.row = np.zeros(0)
             K = max(K, int(self.K * 1.25) + 1)
             if self._jit is not None:
                 try:
@@ -464,6 +457,8 @@ class CertifiedCounter:
         m0[tables.start] = 0
         self._minplus = {True: (m0, 0), False: (m0, 0)}  # cheapest rounded cost of r-token paths, r
         self.setup_seconds = time.perf_counter() - t0
+        #: ``on_grow()`` after a DP grows (a store keeps the tables: :mod:`arenum.beyond.certstore`); ``None``: nothing
+        self.on_grow: Any = None
         #: ``progress(dict)`` while a DP grows (every block of 64 cells): ``phase='certified'``,
         #: ``cells_done``/``cells_todo`` and the ``dp`` being built; ``None``: silent
         self.progress: Any = None
@@ -496,11 +491,36 @@ class CertifiedCounter:
                     f"bits; a short cycle of likely steps), so it is counted length by length: {self.cap} "
                     f"sweeps over {self.S:,} states x {K + 1:,} cells, about {self.cap}x the time of the one-pass "
                     f"sweep; a smaller max_len (max_depth) costs less", RuntimeWarning, stacklevel=4)
-            end_cost, end_prob = self._end[lower] if self.terminating else (None, None)
-            sw = self._sweeps[key] = _Sweep(self._edges[lower], end_cost, end_prob, self.S, self.tables.start,
-                                            lower=lower, mass=mass, levels=levels, fixed=not self.terminating)
+            sw = self._new_sweep(key)
         sw.progress = self.progress
         return sw
+
+    def _new_sweep(self, key: tuple) -> _Sweep:
+        lower, mass, levels = key
+        end_cost, end_prob = self._end[lower] if self.terminating else (None, None)
+        sw = self._sweeps[key] = _Sweep(self._edges[lower], end_cost, end_prob, self.S, self.tables.start,
+                                        lower=lower, mass=mass, levels=levels, fixed=not self.terminating)
+        sw.on_grow = self.on_grow
+        return sw
+
+    # ------------------------------------------------------------------ kept in a store (beyond/certstore.py)
+    def state(self) -> dict[str, np.ndarray]:
+        """What the DPs built so far answer from: each sweep's start-state row and the min-plus DP of
+        each rounding (for :mod:`arenum.beyond.certstore`)."""
+        out = {f"row_{int(lo)}{int(ma)}_{lv or 0}": sw.row for (lo, ma, lv), sw in self._sweeps.items()}
+        for lo, (m, r) in self._minplus.items():
+            out[f"minplus_{int(lo)}"], out[f"minplus_r_{int(lo)}"] = m, np.array([r])
+        return out
+
+    def restore(self, state: dict[str, np.ndarray]) -> None:
+        """Take the rows and min-plus DPs of :meth:`state` (the same tables, support and grid): queries
+        within them answer without a sweep; a deeper one rebuilds its sweep from cell 0."""
+        for k, v in state.items():
+            if k.startswith("row_"):
+                lv = int(k.split("_")[2])
+                self._new_sweep((k[4] == "1", k[5] == "1", lv or None)).row = np.asarray(v, np.float64)
+        for lo in (True, False):
+            self._minplus[lo] = (np.asarray(state[f"minplus_{int(lo)}"], np.int64), int(state[f"minplus_r_{int(lo)}"][0]))
 
     def _value(self, lower: bool, mass: bool, K: int) -> float:
         """The lower or upper DP at the start state at cell ``K`` (clamped at ``max_cells``)."""

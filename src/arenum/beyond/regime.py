@@ -10,6 +10,7 @@ envelope indexes, the certified counters by resolution and the finite-state samp
 from __future__ import annotations
 
 import math
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .certified import DEFAULT_RESOLUTION_BITS, CertifiedCounter
@@ -50,6 +51,7 @@ class BeyondExact:
         self._fs_sampler: FiniteStateSampler | None = None
         self._envelopes: dict[tuple, Any] = {}
         self._room: int | None = None  # bytes the next draws may use (check_room), None: no budget
+        self.keep_in: tuple[str, bool] | None = None  # (folder, readonly): where the certified tables are kept
 
     # ------------------------------------------------------------------ Monte Carlo
     def cached_estimator(self, key: tuple) -> MonteCarloEstimator | None:
@@ -118,9 +120,30 @@ class BeyondExact:
         r = self.resolution_bits if resolution_bits is None else resolution_bits
         cc = self._certified.get(r)
         if cc is None:
-            cc = self._certified[r] = CertifiedCounter(fs, self.support, resolution_bits=r)
+            cc = CertifiedCounter(fs, self.support, resolution_bits=r)
             cc.progress = self._tree_progress
+            if self.keep_in is not None:
+                self._keep(cc, *self.keep_in)
+            self._certified[r] = cc
         return cc
+
+    def _keep(self, cc: CertifiedCounter, folder: str, readonly: bool) -> None:
+        """Restore ``cc`` from its file in the store's folder, and (unless ``readonly``) rewrite the file
+        each time a DP grows (:mod:`arenum.beyond.certstore`); a file that cannot be written is one
+        ``RuntimeWarning`` line, the answers stand."""
+        from . import certstore
+
+        ident = certstore.identity(cc)
+        certstore.load(cc, folder, ident)
+        if readonly:
+            return
+
+        def save() -> None:
+            try:
+                certstore.save(cc, folder, ident)
+            except OSError as e:
+                warnings.warn(f"certified tables not kept in {folder}: {e.strerror or e}", RuntimeWarning, stacklevel=2)
+        cc.on_grow = save
 
     def _tree_progress(self, d: dict) -> None:
         """The progress of a step past the exact budget (the certified DP, Monte Carlo draws), passed

@@ -16,10 +16,29 @@ No fused multiply-add (numba does not contract without ``fastmath``), no reorder
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
 _EXACT = 2.0**53
+
+
+def csr_steps(e: Any, mass: bool) -> tuple[np.ndarray, ...]:
+    """The bulk, cheap (nonzero) and zero-cost steps of ``e`` per state in column order, as CSR
+    arrays ``(ptr, next, cost, weight)`` (zero-cost: ``(ptr, next, weight)``) for :mod:`sweepjit`."""
+    S = e.S
+    w = e.prob if mass else (e.weight if e.weight is not None else np.ones_like(e.prob))
+
+    def ptr(src: np.ndarray) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(np.bincount(src, minlength=S))]).astype(np.int64)
+
+    bs, bj = np.nonzero(e.bulk)
+    cw = e.c_prob if mass else (e.c_weight if e.c_weight is not None else np.ones(len(e.c_src)))
+    nz, z = ~e.c_zero, e.c_zero
+    return (ptr(bs), e.nxt[bs, bj].astype(np.int64), e.cost[bs, bj].astype(np.int64), np.ascontiguousarray(w[bs, bj], np.float64),
+            ptr(e.c_src[nz]), e.c_nxt[nz].astype(np.int64), e.c_cost[nz].astype(np.int64), np.ascontiguousarray(cw[nz], np.float64),
+            ptr(e.c_src[z]), e.c_nxt[z].astype(np.int64), np.ascontiguousarray(cw[z], np.float64))
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
