@@ -193,7 +193,7 @@ class _Sweep:
         self.span = int(costs.max()) + 1 if costs.size else 1  # the farthest read back, in cells
         self.seconds = 0.0
         self.on_grow: Any = None
-        self._jit = _compiled_sweep() if levels is None else None  # the compiled one-pass sweep, or numpy
+        self._jit: Any = False  # the compiled one-pass sweep's module, None: numpy (decided at the first build)
         self.ring: np.ndarray | None = None  # the compiled sweep's (S, R) ring of the last R cells
         #: ``progress(dict)`` after every block of cells (``phase='certified'``, ``cells_done``, ``cells_todo``)
         self.progress: Any = None
@@ -350,6 +350,8 @@ class _Sweep:
         if self.levels is None:
             if self.ring is None and self.N is None:  # a row restored from a store: rebuilt from cell 0
                 self.row = np.zeros(0)
+            if self._jit is False:
+                self._jit = _compiled_sweep()
             K = max(K, int(self.K * 1.25) + 1)
             if self._jit is not None:
                 try:
