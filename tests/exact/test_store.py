@@ -444,6 +444,54 @@ def test_after_a_full_disk_a_dropped_enumerable_releases_the_lock(tmp_path, monk
     assert _reopen_in_a_fresh_process(p, n) == (n, want)
 
 
+def test_a_store_whose_cleanup_is_cut_short_by_an_exception_still_releases_the_lock(tmp_path):
+    """An exception landing inside the store's ``__del__`` (a signal handler raising as the garbage
+    collector runs it) is ignored by Python, and the cleanup it cut short does not run: the lock is
+    held by a file object that the store drops all the same, so the lock is released anyway."""
+    import gc
+
+    import arenum.exact.store as store_mod
+
+    class Cut(BaseException):
+        pass
+
+    codes = {store_mod.TreeStore.__del__.__code__, store_mod.TreeStore._release.__code__}
+    m = _model(True)
+    n = len(brute_force(m.table, eos="a", cap=L))
+    ignored = []
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = lambda u: ignored.append(u.exc_type)
+    try:
+        for k in range(1, 9):  # the k-th line run inside __del__ and _release raises
+            p = tmp_path / f"s{k}"
+            ar = _open(m, True, p)
+            ar.count(-4.0)
+            seen = [0]
+
+            def trace(frame, event, arg):
+                if frame.f_code in codes and event in ("call", "line"):
+                    seen[0] += 1
+                    if seen[0] == k:
+                        raise Cut(k)
+                return trace if frame.f_code in codes else None
+
+            sys.settrace(trace)
+            try:
+                del ar
+                gc.collect()
+            finally:
+                sys.settrace(None)
+            gc.collect()
+            ar2 = _open(m, True, p)  # the lock is free in this process
+            ar2._check()
+            assert ar2.count(-math.inf) == n
+            ar2.close()
+    finally:
+        sys.unraisablehook = old_hook
+    assert Cut in ignored  # the exception did land inside the cleanup
+    assert _reopen_in_a_fresh_process(tmp_path / "s1", n)[0] == n
+
+
 # ------------------------------------------------------------------ the command line
 def _cli(*args, timeout=120):
     env = {k: v for k, v in os.environ.items() if k != "ARENUM_DEBUG"}

@@ -157,6 +157,7 @@ class TreeStore:
         self.readonly = bool(readonly)
         self.checkpoint_bytes = int(checkpoint_bytes)
         self._lock_fd: int | None = None
+        self._lock_io: Any = None  # the lock's file object: its C-level dealloc closes it if __del__ is cut short
         self._jfd: int | None = None
         self.generation = 0
         self.forwards = 0  # forwards the store holds, all processes together
@@ -218,21 +219,28 @@ class TreeStore:
             os.close(fd)
             raise StoreError(f"store {self.path}: {LOCK} is held by another writer (a process, or an open "
                              "enumerable in this one: close() it); open with store_readonly=True to read") from None
+        try:
+            self._lock_io = open(fd, "r+b", buffering=0)  # owns fd: released when dropped, whatever runs or not
+        except BaseException:
+            os.close(fd)
+            raise
         self._lock_fd = fd
 
     def _release(self) -> None:
         jfd, self._jfd = self._jfd, None
         if jfd is not None:
             os.close(jfd)
-        lfd, self._lock_fd = self._lock_fd, None
-        if lfd is not None:
-            os.close(lfd)  # closing releases the flock
+        lio, self._lock_io, self._lock_fd = self._lock_io, None, None
+        if lio is not None:
+            lio.close()  # closing releases the flock
 
     def __del__(self) -> None:
         try:
             self._release()  # an enumerable dropped without close(): the journal already holds everything
         except Exception:  # pragma: no cover - interpreter shutdown
             pass
+        # an exception landing in here (a signal handler raising) is ignored by Python; the lock's
+        # file object is dropped with the store all the same, and its C dealloc closes the lock
 
     def close(self) -> None:
         """Write a snapshot if the journal holds anything, then release the lock (idempotent). A tree
