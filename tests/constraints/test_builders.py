@@ -119,8 +119,10 @@ def test_regex_on_a_character_ngram():
     bf = [(q, s) for q, s in everything if re.fullmatch(r"[a-c]{1,3}[0-9]{2}", "".join(text(t) for t in q[:-1]))]
     assert bf
     _check(ar, bf)
-    with pytest.raises(ValueError, match="cannot be compiled"):
+    with pytest.raises(ValueError, match=r"cannot be compiled: missing \), unterminated subpattern"):
         Regex("a(")
+    with pytest.raises(ValueError, match=r"cannot be compiled: unsupported construct '\^'"):
+        Regex("^a")
 
 
 def test_build_from_options(tmp_path):

@@ -3,6 +3,7 @@ automaton by the ``interegular`` library (the ``constraints`` extra), read chara
 over each token's text (:class:`arenum.TextConstraint`)."""
 from __future__ import annotations
 
+import re
 from collections import deque
 from typing import Any, Callable
 
@@ -33,9 +34,15 @@ class Regex(TextConstraint):
             raise ImportError("a regular-expression constraint needs the interegular package: "
                               "pip install 'arenum[constraints]'") from None
         try:
+            re.compile(pattern)
+        except re.error as exc:  # Python's parser names the reason and the position
+            raise ValueError(f"pattern {pattern!r} cannot be compiled: {exc}") from None
+        try:
             fsm = interegular.parse_pattern(pattern).to_fsm()
         except Exception as exc:
-            raise ValueError(f"pattern {pattern!r} cannot be compiled: {exc}") from None
+            why = (f"unsupported construct {exc} (a pattern always matches the whole text; anchors and look-arounds are not supported)"
+                   if type(exc).__name__ == "Unsupported" else str(exc) or type(exc).__name__)
+            raise ValueError(f"pattern {pattern!r} cannot be compiled: {why}") from None
         self.pattern = pattern
         self.name = name or f"regex({pattern})"
         self.text = text

@@ -279,6 +279,11 @@ class TreeStore:
         if m["meta"] != self.meta:
             keys = list(self.meta) + sorted(set(m["meta"]) - set(self.meta))  # the caller's order: main settings first
             k = next(k for k in keys if m["meta"].get(k) != self.meta.get(k))
+            if k == "constraint":  # a store answers for the support it was built on, and no other
+                def under(c: Any) -> str:
+                    return "no constraint" if c is None else f"the constraint {decode_token(c)!r}"
+                raise StoreError(f"store {path} was built under {under(m['meta'].get(k))}; this enumerable "
+                                 f"has {under(self.meta.get(k))}")
             raise StoreError(f"store {path} was built with {k}={m['meta'].get(k)!r}, this enumerable has "
                              f"{k}={self.meta.get(k)!r}")
         if m["fingerprint"] != self.fingerprint:
