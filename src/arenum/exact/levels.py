@@ -16,7 +16,7 @@ import numpy as np
 
 from ._arrays import Grow
 
-__all__ = ["Level", "LevelView", "read_only"]
+__all__ = ["Level", "LevelView", "read_only", "COLUMNS"]
 
 _COLS = {
     "parent": np.int64,
@@ -30,6 +30,8 @@ _COLS = {
     "made": np.int32,
     "eos_j": np.int32,
 }
+COLUMNS = _COLS
+"""Every level's columns and their dtypes (``eos_lp`` float64 besides, in a terminating tree)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ import errno
 import gc
 import hashlib
 import json
+import math
 import os
 import shutil
 import struct
@@ -58,9 +59,11 @@ from .._io import atomic_write
 from ..errors import StoreError
 from ..step import StepOracle, decode_token
 from .records import decode_record, encode_record
+from .snapshot import pack_state, unpack_state
 from .storefiles import (MANIFEST, STORE_FORMAT, STORE_VERSION, CrcWriter, crc_file, encode_tokens,
                          fsync_dir, manifest_crc, read_manifest)
 from .tree import PrefixTree
+from .._validate import LN2
 
 __all__ = ["TreeStore", "root_fingerprint", "open_store", "PROBES", "cluster_workers"]
 
@@ -72,6 +75,10 @@ _HDR = struct.Struct("<4sQII")  # magic, payload length, CRC-32 of the payload, 
 _CHECKPOINT_MIN = 1 << 30
 """A build snapshots when its journal passes this and four times the snapshot (bounded replay,
 amortized writes)."""
+SECONDS_PER_BYTE = 1e-8
+"""What a byte of a stored table costs to keep: written to the journal and a snapshot, checksummed,
+read back (about 100 MB/s all told). ``close()`` cuts the stored tables below the built budget
+when scoring a prefix again costs less than keeping the bytes the cut saves (:mod:`.snapshot`)."""
 
 
 def root_fingerprint(oracle: StepOracle) -> str:
@@ -171,6 +178,11 @@ class TreeStore:
         self.probed = 0  # stored prefixes re-scored on open
         self.probe_forwards = 0  # the forwards they cost (a probed root is memoized: none)
         self._detached: tuple | None = None  # after a failed write: what the store was (_detach)
+        self.keep_tables: bool | None = None  # close(): keep stored tables whole (None: by cost, SECONDS_PER_BYTE)
+        self.cut = False  # the last snapshot cut the stored tables below the built budget
+        st = tree.oracle.stats
+        self._cost = (0.0, 0)  # (model seconds, forwards) measured by the processes before this one
+        self._stats0 = (st.model_seconds, st.forwards)
         if os.path.isdir(path) and not os.access(path, os.R_OK | os.X_OK):
             raise StoreError(f"store {path}: permission denied (the folder cannot be read)")
         if n := cluster_workers(path):
@@ -244,7 +256,10 @@ class TreeStore:
 
     def close(self) -> None:
         """Write a snapshot if the journal holds anything, then release the lock (idempotent). A tree
-        that fails its own check is never saved: the store keeps its last snapshot and journal."""
+        that fails its own check is never saved: the store keeps its last snapshot and journal. The
+        snapshot keeps the stored tables whole, or cut below the built budget when a forward costs
+        less than the bytes (``keep_tables``, :data:`SECONDS_PER_BYTE`): a later process then scores
+        such a prefix again if a query goes deeper (its forwards counted as any others)."""
         tree = self.tree
         try:
             if not self.readonly and self._jfd is not None and self._journal_bytes:
@@ -254,7 +269,7 @@ class TreeStore:
                 except AssertionError as e:  # pragma: no cover - a bug: keep what is on disk
                     raise StoreError(f"store {self.path}: the tree fails its check ({e}); not saved, the store "
                                      "keeps its last snapshot and journal") from None
-                self.checkpoint()
+                self.checkpoint(final=True)
         finally:
             if isinstance(tree.journal, _Journal) and tree.journal.store() is self:
                 tree.journal = None
@@ -316,8 +331,12 @@ class TreeStore:
         int_mode, toks = m["tokens"]
         try:
             tree.vocab.restore(int_mode, [decode_token(t) for t in toks])
+            if m["version"] >= 3:  # narrowed, derived columns (arenum.exact.snapshot); version 2: as they are
+                arrays = unpack_state(m["tree"], arrays, m["encoding"], eos_id=tree.eos_id)
+                sec, fw = m["cost"]
+                self._cost = (float(sec), int(fw))
             tree.import_state(m["tree"], arrays)
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, IndexError) as e:
             raise StoreError(f"store {path}: {MANIFEST} does not describe a valid tree ({e})") from None
         self.generation = gen
         self.forwards = int(m["forwards"])
@@ -547,9 +566,35 @@ class TreeStore:
         self._journal_bytes, self._ntok, self.forwards = start, ntok, fwd
         self._last = None
 
-    def checkpoint(self) -> None:
+    def cost(self) -> tuple[float, int]:
+        """``(model seconds, forwards)`` measured over the processes that built this store (saved ones
+        and this one)."""
+        st = self.tree.oracle.stats
+        return (self._cost[0] + st.model_seconds - self._stats0[0], self._cost[1] + st.forwards - self._stats0[1])
+
+    def _pack(self, final: bool) -> tuple[dict, dict, dict]:
+        """The snapshot of the tree (:func:`~arenum.exact.snapshot.pack_state`): cut below the built
+        budget (less the tree's margin) on ``final`` when :attr:`keep_tables` says so or, unset, when
+        scoring the cut prefixes again costs less than the bytes cut (:data:`SECONDS_PER_BYTE`)."""
+        tree = self.tree
+        scalars, arrays = tree.export_state()
+        eos = tree.eos_id
+        at = tree.built - tree.keep_margin_bits * LN2
+        self.cut = False
+        if final and self.keep_tables is not True and math.isfinite(at):
+            out = pack_state(scalars, arrays, eos_id=eos, cut=at)
+            nodes, saved = out[3]["cut_nodes"], out[3]["dropped_bytes"]
+            sec, fw = self.cost()
+            if nodes and (self.keep_tables is False or (fw and nodes * sec / fw < saved * SECONDS_PER_BYTE)):
+                self.cut = True
+                return out[:3]
+        return pack_state(scalars, arrays, eos_id=eos, cut=None)[:3]
+
+    def checkpoint(self, final: bool = False) -> None:
         """Write the tree as snapshot generation ``K + 1`` and start its empty journal (atomic: the
-        new manifest names only complete, synced files; the old generation is removed after)."""
+        new manifest names only complete, synced files; the old generation is removed after).
+        ``final`` (``close()``): the tables may be cut (:meth:`_pack`); the tree in memory keeps
+        them, and writes nothing more."""
         if self.readonly:
             raise StoreError(f"store {self.path} is open read-only")
         tree = self.tree
@@ -559,7 +604,7 @@ class TreeStore:
         if os.path.exists(gdir):
             shutil.rmtree(gdir)  # a checkpoint that died before its manifest
         os.makedirs(gdir)
-        scalars, arrays = tree.export_state()
+        scalars, arrays, enc = self._pack(final)
         files = {}
         for name, a in arrays.items():
             fp = os.path.join(gdir, name + ".npy")
@@ -577,7 +622,8 @@ class TreeStore:
         int_mode, toks = tree.vocab.state()
         manifest = {"format": STORE_FORMAT, "version": STORE_VERSION, "generation": gen, "meta": self.meta,
                     "fingerprint": self.fingerprint, "tree": scalars, "files": files,
-                    "tokens": [int_mode, encode_tokens(toks)], "forwards": self.forwards}
+                    "tokens": [int_mode, encode_tokens(toks)], "forwards": self.forwards, "encoding": enc,
+                    "cost": list(self.cost())}
         manifest["crc32"] = manifest_crc(manifest)
         text = json.dumps(manifest, indent=1)
 

@@ -25,7 +25,10 @@ __all__ = ["StoreError", "encode_tokens", "crc_file", "CrcWriter", "fsync_dir", 
            "read_manifest", "describe_store", "STORE_FORMAT", "STORE_VERSION", "MANIFEST"]
 
 STORE_FORMAT = "arenum-store"
-STORE_VERSION = 2
+STORE_VERSION = 3
+"""Version 3: snapshots narrowed, derived columns left out, tables cut by cost (:mod:`.snapshot`);
+version 2 (every column as the tree holds it) is still read, and written again as 3 by ``close()``."""
+READ_VERSIONS = (2, 3)
 MANIFEST = "manifest.json"
 
 
@@ -108,12 +111,12 @@ def read_manifest(path: str) -> dict:
     if v > STORE_VERSION:
         raise StoreError(f"store {path}: {MANIFEST} says format version {v}, newer than this arenum reads "
                          f"({STORE_VERSION}); upgrade arenum")
-    if v < STORE_VERSION:
+    if v not in READ_VERSIONS:
         raise StoreError(f"store {path}: {MANIFEST} says format version {v}, older than this arenum reads "
-                         f"({STORE_VERSION}); build the store again")
+                         f"({', '.join(map(str, READ_VERSIONS))}); build the store again")
     if "crc32" not in m:
         raise StoreError(f"store {path}: {MANIFEST} is damaged (no checksum)")
-    for k in ("generation", "files", "tree", "meta", "fingerprint", "tokens", "forwards"):
+    for k in ("generation", "files", "tree", "meta", "fingerprint", "tokens", "forwards") + (("encoding", "cost") if v >= 3 else ()):
         if k not in m:
             raise StoreError(f"store {path}: {MANIFEST} lacks {k!r}")
     return m

@@ -1,0 +1,223 @@
+"""What a store's snapshot keeps of a prefix tree (format version 3), and how the tree is read back.
+
+A snapshot keeps what is dear to recompute and not what is cheap:
+
+- **Derived, not written**: a node's token and score (its parent's table entry: ``tok`` is the
+  entry's id, ``score`` the parent's score plus the entry's log-prob, the same float64 sum the tree
+  made), ``off`` (the heads are written back to back in node order), and the ``eos`` position and
+  log-prob of each head (found in the head itself).
+- **Narrowed**: every integer column in the smallest signed type that holds its values, the
+  ``floor`` column as codes into its distinct values when it has few, and the log-probs of the
+  heads as float32 when every value survives the round trip exactly (a model computing in float32
+  and widening); otherwise float64. What is read back equals what was written, bit for bit.
+- **Cut** (:func:`pack_state` with ``cut``): each stored head keeps only its entries with
+  ``score + lp >= cut`` (and every entry already turned into a child node); its ``floor`` says so,
+  so a deeper query scores that prefix again (a forward, counted as one) where the whole table
+  would have answered. :class:`~arenum.exact.store.TreeStore` cuts when a forward costs less than
+  keeping the bytes it saves (``docs/store.md``); answers inside the built budget need no entry
+  below it, so opening stays free of forwards.
+
+:func:`pack_state` turns :meth:`PrefixTree.export_state` into the files to write and their
+encodings; :func:`unpack_state` turns the files read back into what :meth:`PrefixTree.import_state`
+takes (``ValueError`` if they do not describe a tree).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .levels import COLUMNS
+
+__all__ = ["pack_state", "unpack_state", "DERIVED"]
+
+DERIVED = ("tok", "score", "off", "eos_j", "eos_lp")
+"""Level columns a version-3 snapshot does not write (module docstring)."""
+_INTS = (np.int8, np.int16, np.int32, np.int64)
+_DICT_MAX = 255  # a float column with at most this many distinct values is written as uint8 codes
+_CHUNK = 1 << 16  # nodes per pass when cutting heads (keeps temporaries small)
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """``a`` (integers) in the smallest signed type holding every value."""
+    if a.size == 0:
+        return a.astype(np.int8)
+    lo, hi = int(a.min()), int(a.max())
+    for t in _INTS:
+        info = np.iinfo(t)
+        if info.min <= lo and hi <= info.max:
+            return a if a.dtype == t else a.astype(t)
+    return a
+
+
+def _floats(name: str, a: np.ndarray, files: dict, enc: dict) -> None:
+    """Write float64 column ``a``: codes into its distinct values, float32, or as it is."""
+    if a.size > _DICT_MAX and np.unique(a[:: max(1, a.size // 4096)]).size <= _DICT_MAX:  # a sample first
+        vals = np.unique(a)  # -inf, inf and finite values; no NaN in a tree
+        if vals.size <= _DICT_MAX and not np.isnan(vals).any():
+            files[name] = np.searchsorted(vals, a).astype(np.uint8)
+            files[name + "~values"] = vals
+            enc[name] = "dict"
+            return
+    f32 = a.astype(np.float32)
+    if np.array_equal(f32.astype(np.float64), a):
+        files[name], enc[name] = f32, "f32"
+    else:
+        files[name] = a
+
+
+def pack_state(scalars: dict, arrays: dict[str, np.ndarray], *, eos_id: int | None,
+               cut: float | None) -> tuple[dict, dict[str, np.ndarray], dict[str, str], dict]:
+    """``(scalars, files, encodings, cut)`` of a tree's exported state (module docstring); ``cut`` says
+    how many nodes had entries cut (``cut_nodes``), and the entries and bytes cut. ``cut``: keep
+    only head entries with ``score + lp >= cut`` (per node at most the score of its last made child,
+    so every child keeps its entry); ``None`` keeps every stored entry. Heads superseded by a later
+    fetch of their prefix are dropped either way."""
+    n = int(scalars["n_levels"])
+    files: dict[str, np.ndarray] = {}
+    enc: dict[str, str] = {}
+    entries = 0
+    used = 0
+    info = {"cut_nodes": 0, "dropped_entries": 0, "dropped_bytes": 0}
+    for k in ("h_comp", "h_pref"):
+        files[k] = _narrow(arrays[k])
+    for d in range(n):
+        p = f"L{d}."
+        score, off, tlen = arrays[p + "score"], arrays[p + "off"].astype(np.int64), arrays[p + "tlen"].astype(np.int64)
+        floor = np.array(arrays[p + "floor"], np.float64)
+        made = arrays[p + "made"].astype(np.int64)
+        pool_lp, pool_tok = arrays[p + "pool_lp"], arrays[p + "pool_tok"]
+        keep = tlen.copy()
+        if cut is not None:
+            for a in range(0, score.shape[0], _CHUNK):
+                sl = slice(a, a + _CHUNK)
+                keep[sl], floor[sl] = _cut(pool_lp, score[sl], off[sl], tlen[sl], made[sl], floor[sl], cut)
+        total = int(keep.sum())
+        dropped = int(tlen.sum()) - total
+        idx = np.repeat(off - (np.cumsum(keep) - keep), keep) + np.arange(total, dtype=np.int64)
+        lp, tok = pool_lp[idx], pool_tok[idx]
+        entries += total
+        files[p + "parent"] = _narrow(arrays[p + "parent"])
+        files[p + "child"] = _narrow(arrays[p + "child"])
+        files[p + "fetched"] = np.asarray(arrays[p + "fetched"], np.bool_)
+        files[p + "tlen"] = _narrow(keep)
+        files[p + "made"] = _narrow(made)
+        _floats(p + "floor", floor, files, enc)
+        files[p + "pool_tok"] = _narrow(tok)
+        _floats(p + "pool_lp", lp, files, enc)
+        info["cut_nodes"] += int((keep < tlen).sum())
+        info["dropped_entries"] += dropped
+        info["dropped_bytes"] += dropped * ((4 if enc.get(p + "pool_lp") == "f32" else 8) + files[p + "pool_tok"].itemsize)
+        tok_bytes = 4 if tok.size == 0 or (np.iinfo(np.int32).min <= int(tok.min()) and int(tok.max()) <= np.iinfo(np.int32).max) else 8
+        node_bytes = sum(np.dtype(t).itemsize for t in COLUMNS.values()) + (8 if eos_id is not None else 0)
+        used += score.shape[0] * node_bytes + total * (8 + tok_bytes)
+    out = dict(scalars)
+    out["pool_entries"], out["used_bytes"] = entries, used
+    return out, files, enc, info
+
+
+def _cut(pool_lp: np.ndarray, s: np.ndarray, off: np.ndarray, tlen: np.ndarray, made: np.ndarray,
+         floor: np.ndarray, cut: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per node: how many head entries to keep, and the new floor (module docstring)."""
+    m = s.shape[0]
+    total = int(tlen.sum())
+    if total == 0:
+        return tlen, floor
+    rep = np.repeat(np.arange(m), tlen)
+    pos = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(tlen) - tlen, tlen)
+    x = s[rep] + pool_lp[off[rep] + pos]  # each entry's score, as the tree computes it
+    k = np.full(m, cut)
+    hm = made > 0
+    if hm.any():  # never below a made child's score: its entry stays
+        last = np.cumsum(tlen)[hm] - tlen[hm] + made[hm] - 1
+        k[hm] = np.minimum(cut, x[last])
+    keep = np.bincount(rep[x >= k[rep]], minlength=m).astype(np.int64)
+    cutme = keep < tlen
+    new_floor = floor.copy()
+    new_floor[cutme] = np.maximum(floor[cutme], k[cutme])
+    return keep, new_floor
+
+
+def unpack_state(scalars: dict, files: dict[str, np.ndarray], enc: dict[str, str], *,
+                 eos_id: int | None) -> dict[str, np.ndarray]:
+    """The arrays :meth:`PrefixTree.import_state` takes, from a version-3 snapshot's files
+    (``ValueError`` if they do not describe a tree)."""
+    n = int(scalars["n_levels"])
+    out: dict[str, np.ndarray] = {}
+    for k in ("h_comp", "h_pref"):
+        out[k] = _int(files, enc, k, np.int64)
+    prev: dict[str, np.ndarray] | None = None
+    for d in range(n):
+        p = f"L{d}."
+        c = {k: _int(files, enc, p + k, COLUMNS[k]) for k in ("parent", "child", "tlen", "made")}
+        c["fetched"] = np.asarray(files[p + "fetched"])
+        if c["fetched"].dtype != np.bool_:
+            raise ValueError(f"{p}fetched has dtype {c['fetched'].dtype}")
+        c["floor"] = _float(files, enc, p + "floor")
+        lp = _float(files, enc, p + "pool_lp")
+        tok = files[p + "pool_tok"]
+        if tok.dtype.kind != "i" or tok.shape != lp.shape or p + "pool_tok" in enc:
+            raise ValueError(f"{p}pool_tok does not match {p}pool_lp")
+        small = tok.size == 0 or (np.iinfo(np.int32).min <= int(tok.min()) and int(tok.max()) <= np.iinfo(np.int32).max)
+        tok = tok.astype(np.int32 if small else np.int64, copy=tok.dtype.itemsize > 4 or not small)
+        m = c["parent"].shape[0]
+        if any(c[k].shape != (m,) for k in c):
+            raise ValueError(f"level {d}: columns of different lengths")
+        tl = c["tlen"].astype(np.int64)
+        if (tl < 0).any() or int(tl.sum()) != lp.shape[0] or (c["made"] < 0).any() or (c["made"] > tl).any():
+            raise ValueError(f"level {d}: heads do not match the pool")
+        off = np.cumsum(tl) - tl
+        c["off"] = off
+        if d == 0:
+            if m != 1:
+                raise ValueError("level 0 holds one node")
+            c["tok"], c["score"] = np.full(1, -1, np.int64), np.zeros(1)
+        else:
+            assert prev is not None
+            par, ch = c["parent"], c["child"]
+            if m and ((par < 0).any() or (par >= prev["score"].shape[0]).any() or (ch < 0).any()
+                      or (ch >= prev["made"][par]).any()):
+                raise ValueError(f"level {d}: a node's parent entry is not in the stored tree")
+            pidx = prev["off"][par] + ch
+            c["tok"] = prev["pool_tok"][pidx].astype(np.int64)
+            c["score"] = prev["score"][par] + prev["pool_lp"][pidx]  # the tree's own sum
+        ej = np.full(m, -1, np.int32)
+        if eos_id is not None:
+            hit = np.flatnonzero(tok == eos_id)
+            if hit.size:
+                r = np.searchsorted(off, hit, side="right") - 1
+                ej[r] = (hit - off[r]).astype(np.int32)
+            elp = np.full(m, -math.inf)
+            has = ej >= 0
+            elp[has] = lp[off[has] + ej[has]]
+            c["eos_lp"] = elp
+        c["eos_j"] = ej
+        c["pool_lp"], c["pool_tok"] = lp, tok
+        for k, a in c.items():
+            out[p + k] = a
+        prev = c
+    return out
+
+
+def _int(files: dict, enc: dict, name: str, dtype: type) -> np.ndarray:
+    a = files[name]
+    if a.dtype.kind not in "iu" or a.ndim != 1 or name in enc:
+        raise ValueError(f"{name} has dtype {a.dtype} and shape {a.shape}")
+    return a.astype(dtype, copy=a.dtype != np.dtype(dtype))
+
+
+def _float(files: dict, enc: dict, name: str) -> np.ndarray:
+    a = files[name]
+    how = enc.get(name)
+    if how == "dict":
+        vals = files[name + "~values"]
+        if a.dtype != np.uint8 or vals.dtype != np.float64 or (a.size and int(a.max()) >= vals.shape[0]):
+            raise ValueError(f"{name} has codes outside its values")
+        return vals[a]
+    if how == "f32":
+        if a.dtype != np.float32:
+            raise ValueError(f"{name} has dtype {a.dtype}, not float32")
+        return a.astype(np.float64)
+    if how is not None or a.dtype != np.float64 or a.ndim != 1:
+        raise ValueError(f"{name} has dtype {a.dtype} (encoding {how})")
+    return a

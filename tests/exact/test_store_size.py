@@ -1,0 +1,182 @@
+"""What a store keeps on disk (format version 3, ``arenum.exact.snapshot``; issue 27 target 6).
+
+A closed store keeps narrowed columns and derives the rest; when a forward costs less than the
+bytes of a table it cuts the stored tables below the built budget. Either way a reopened store
+answers inside the budget with no forward and bit-identical answers; a deeper query scores the cut
+prefixes again (counted in ``forwards`` and ``refetches``) and still answers exactly. Every trial
+is checked against brute force and ``_check()``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import zlib
+
+import numpy as np
+import pytest
+
+from arenum import AutoregressiveEnumerable, StoreError
+from arenum.exact import store as store_mod
+from arenum.exact.snapshot import DERIVED, pack_state, unpack_state
+from arenum.exact.storefiles import manifest_crc
+from arenum.testing import RandomModel, brute_force
+
+L = 5
+
+
+def _open(m, path, term, **kw):
+    return AutoregressiveEnumerable(m, max_len=L, eos=0 if term else None, batch_next_logprobs=m.batch,
+                                    batch_size=8, store=path, fingerprint="m", **kw)
+
+
+def _du(p) -> int:
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+@pytest.mark.parametrize("term", [False, True])
+@pytest.mark.parametrize("keep", [False, True, None])
+def test_a_reopened_store_answers_bit_identically_with_no_forward_and_deepens_exactly(tmp_path, term, keep):
+    rng = np.random.default_rng(7 + term)
+    for trial in range(4):
+        m = RandomModel(list(range(7)), seed=int(rng.integers(1 << 30)), eos=0 if term else None, eos_boost=1.5)
+        bf = brute_force(m.table, fixed_len=None if term else L, eos=0 if term else None, cap=L)
+        T = bf[int(rng.integers(20, 200))][1]
+        p = tmp_path / f"s{trial}{keep}"
+        ar = _open(m, p, term)
+        n = ar.count(T)
+        want = ar.slice(0, n)
+        ar.store.keep_tables = keep
+        ar.close()
+        cut = ar.store.cut
+        assert keep is None or cut == (keep is False)
+        ar2 = _open(m, p, term)
+        assert ar2.stats["forwards"] == 0
+        ar2._check()
+        assert ar2.count(T) == n and ar2.slice(0, n) == want == bf[:n]
+        assert [ar2.rank(s).rank for s, _ in want[::7]] == list(range(0, n, 7))
+        assert ar2.stats["forwards"] == 0
+        # deeper: every answer exact; a cut store scores its cut prefixes again, and says so
+        assert ar2.count(-math.inf) == len(bf) and ar2.slice(0, len(bf)) == bf
+        ar2._check()
+        clean = AutoregressiveEnumerable(m, max_len=L, eos=0 if term else None, batch_next_logprobs=m.batch,
+                                         batch_size=8)
+        clean.count(-math.inf)
+        extra = ar2.stats["forwards"] - (clean.stats["forwards"] - ar.stats["forwards"])
+        assert extra == ar2.stats["refetches"]
+        assert (extra > 0) == cut
+        ar2.store.keep_tables = keep
+        ar2.close()
+        ar3 = _open(m, p, term)
+        assert ar3.slice(0, len(bf)) == bf and ar3.stats["forwards"] == 0
+        ar3._check()
+        ar3.close()
+
+
+def test_pack_then_unpack_gives_back_every_column_and_head(tmp_path):
+    m = RandomModel(list(range(9)), seed=4, eos=0, eos_boost=1.5)
+    ar = AutoregressiveEnumerable(m, max_len=L, eos=0, batch_next_logprobs=m.batch, batch_size=8, keep_margin_bits=0.5)
+    ar.count(-9.0)
+    ar.count(-12.0)  # deeper: some heads fetched again (superseded heads stay in the pool)
+    tree = ar._tree
+    scalars, arrays = tree.export_state()
+    out, files, enc, info = pack_state(scalars, arrays, eos_id=tree.eos_id, cut=None)
+    assert info["cut_nodes"] == 0 and not any(f"{k}" in name for name in files for k in (".tok", ".score", ".off"))
+    back = unpack_state(out, files, enc, eos_id=tree.eos_id)
+    for d in range(tree.n_levels):
+        v = tree.view(d)
+        for k in ("parent", "child", "tok", "score", "fetched", "tlen", "floor", "made", "eos_j", "eos_lp"):
+            a, b = back[f"L{d}.{k}"], getattr(v, k)
+            assert a.dtype == b.dtype and np.array_equal(a, b), (d, k)
+        for i in np.flatnonzero(v.fetched):
+            o, t, o2 = int(v.off[i]), int(v.tlen[i]), int(back[f"L{d}.off"][i])
+            assert np.array_equal(back[f"L{d}.pool_lp"][o2 : o2 + t], v.pool_lp[o : o + t])
+            assert np.array_equal(back[f"L{d}.pool_tok"][o2 : o2 + t], v.pool_tok[o : o + t])
+    assert out["used_bytes"] <= scalars["used_bytes"] and set(DERIVED) >= {"tok", "score", "off"}
+
+
+def test_narrowed_and_coded_columns_read_back_bit_for_bit(tmp_path):
+    m = RandomModel(list(range(6)), seed=11, ties=True)  # few distinct log-probs: coded as uint8
+    p = tmp_path / "s"
+    with AutoregressiveEnumerable(m, max_len=L, store=p, fingerprint="f") as ar:
+        n = ar.count(-math.inf)
+        want = ar.slice(0, n)
+    man = json.loads((p / "manifest.json").read_text())
+    g = p / f"gen-{man['generation']}"
+    assert man["encoding"].get("L3.pool_lp") == "dict" and np.load(g / "L3.pool_lp.npy").dtype == np.uint8
+    assert np.load(g / "L3.pool_tok.npy").dtype == np.int8 and np.load(g / "L4.parent.npy").dtype == np.int16
+    assert not any((g / f"L3.{k}.npy").exists() for k in DERIVED)
+    ar2 = AutoregressiveEnumerable(m, max_len=L, store=p, fingerprint="f")
+    assert ar2.slice(0, n) == want and ar2.stats["forwards"] == 0
+    ar2._check()
+    ar2.close()
+
+
+def test_the_cut_follows_the_measured_cost_of_a_forward(tmp_path, monkeypatch):
+    m = RandomModel(list(range(8)), seed=5)
+    for per_byte, cut in ((1.0, True), (0.0, False)):  # a byte dearer than any forward, then free
+        monkeypatch.setattr(store_mod, "SECONDS_PER_BYTE", per_byte)
+        p = tmp_path / f"s{per_byte}"
+        with AutoregressiveEnumerable(m, max_len=L, store=p, fingerprint="m") as ar:
+            ar.count(-8.0)
+        assert ar.store.cut == cut
+        man = json.loads((p / "manifest.json").read_text())
+        assert man["cost"][1] == ar.stats["forwards"] > 0 and man["cost"][0] > 0
+    monkeypatch.setattr(store_mod, "SECONDS_PER_BYTE", 1.0)
+    assert _du(tmp_path / "s1.0") < _du(tmp_path / "s0.0")
+
+
+def test_a_version_2_store_is_read_and_written_again_as_version_3(tmp_path):
+    m = RandomModel(list(range(6)), seed=2, eos=0, eos_boost=1.5)
+    bf = brute_force(m.table, eos=0, cap=L)
+    p = tmp_path / "s"
+    ar = _open(m, p, True)
+    n = ar.count(bf[150][1])
+    want = ar.slice(0, n)
+    ar.store.keep_tables = True
+    ar.close()
+    # rewrite the snapshot as version 2 wrote it: every column as the tree holds it
+    man = json.loads((p / "manifest.json").read_text())
+    g = p / f"gen-{man['generation']}"
+    for f in g.glob("*.npy"):
+        f.unlink()
+    scalars, arrays = ar._tree.export_state()
+    files = {}
+    for name, a in arrays.items():
+        np.save(g / f"{name}.npy", np.ascontiguousarray(a), allow_pickle=False)
+        b = (g / f"{name}.npy").read_bytes()
+        files[name] = {"bytes": len(b), "crc32": zlib.crc32(b), "dtype": a.dtype.str, "shape": list(a.shape)}
+    man.update(version=2, files=files, tree=scalars)
+    del man["encoding"], man["cost"]
+    man["crc32"] = manifest_crc(man)
+    (p / "manifest.json").write_text(json.dumps(man))
+    ar2 = _open(m, p, True)
+    assert ar2.slice(0, n) == want and ar2.stats["forwards"] == 0
+    ar2._check()
+    ar2.count(bf[300][1])
+    ar2.close()
+    assert json.loads((p / "manifest.json").read_text())["version"] == 3
+    ar3 = _open(m, p, True)
+    assert ar3.slice(0, 301) == bf[:301]
+    ar3.close()
+    man = json.loads((p / "manifest.json").read_text())
+    man["version"] = 1
+    man["crc32"] = manifest_crc(man)
+    (p / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(StoreError, match="version 1, older") as e:
+        _open(m, p, True)
+    assert "\n" not in str(e.value)
+
+
+def test_a_damaged_encoding_is_refused_in_one_line(tmp_path):
+    m = RandomModel(list(range(6)), seed=3)
+    p = tmp_path / "s"
+    with AutoregressiveEnumerable(m, max_len=L, store=p, fingerprint="m") as ar:
+        ar.count(-7.0)
+    man = json.loads((p / "manifest.json").read_text())
+    for bad in ({"L1.parent": "f32"}, {"L1.pool_lp": "dict"}, {"L2.pool_lp": "nope"}):
+        m2 = dict(man, encoding={**man["encoding"], **bad})
+        m2["crc32"] = manifest_crc(m2)
+        (p / "manifest.json").write_text(json.dumps(m2))
+        with pytest.raises(StoreError, match="manifest.json") as e:
+            AutoregressiveEnumerable(m, max_len=L, store=p, fingerprint="m")
+        assert "\n" not in str(e.value)
