@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from arenum import AutoregressiveEnumerable, StoreError
-from arenum.exact import store as store_mod
+from arenum.exact import snapshot as snapshot_mod
 from arenum.exact.snapshot import DERIVED, pack_state, unpack_state
 from arenum.exact.storefiles import manifest_crc
 from arenum.testing import RandomModel, brute_force
@@ -114,14 +114,14 @@ def test_narrowed_and_coded_columns_read_back_bit_for_bit(tmp_path):
 def test_the_cut_follows_the_measured_cost_of_a_forward(tmp_path, monkeypatch):
     m = RandomModel(list(range(8)), seed=5)
     for per_byte, cut in ((1.0, True), (0.0, False)):  # a byte dearer than any forward, then free
-        monkeypatch.setattr(store_mod, "SECONDS_PER_BYTE", per_byte)
+        monkeypatch.setattr(snapshot_mod, "SECONDS_PER_BYTE", per_byte)
         p = tmp_path / f"s{per_byte}"
         with AutoregressiveEnumerable(m, max_len=L, store=p, fingerprint="m") as ar:
             ar.count(-8.0)
         assert ar.store.cut == cut
         man = json.loads((p / "manifest.json").read_text())
         assert man["cost"][1] == ar.stats["forwards"] > 0 and man["cost"][0] > 0
-    monkeypatch.setattr(store_mod, "SECONDS_PER_BYTE", 1.0)
+    monkeypatch.setattr(snapshot_mod, "SECONDS_PER_BYTE", 1.0)
     assert _du(tmp_path / "s1.0") < _du(tmp_path / "s0.0")
 
 

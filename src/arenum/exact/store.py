@@ -30,7 +30,7 @@ the records through :meth:`PrefixTree.apply` (:mod:`arenum.exact.records`), so t
 the same, array for array. No pickle: payloads are raw arrays behind a JSON header.
 
 What is kept: ``close()`` writes the stored tables whole, or cut below the built budget when a
-forward costs less than the bytes the cut saves (:meth:`TreeStore._pack`, :data:`SECONDS_PER_BYTE`);
+forward costs less than the bytes the cut saves (:func:`arenum.exact.snapshot.choose_pack`);
 opening is 0 forwards either way, and a query deeper than a cut store scores the cut prefixes again
 (forwards counted as any others). See ``docs/store.md``.
 
@@ -52,7 +52,6 @@ import errno
 import gc
 import hashlib
 import json
-import math
 import os
 import shutil
 import struct
@@ -66,11 +65,10 @@ from .._io import atomic_write
 from ..errors import StoreError
 from ..step import StepOracle, decode_token
 from .records import decode_record, encode_record
-from .snapshot import pack_state, unpack_state
+from .snapshot import choose_pack, unpack_state
 from .storefiles import (MANIFEST, STORE_FORMAT, STORE_VERSION, CrcWriter, crc_file, encode_tokens,
                          fsync_dir, manifest_crc, read_manifest)
 from .tree import PrefixTree
-from .._validate import LN2
 
 __all__ = ["TreeStore", "root_fingerprint", "open_store", "PROBES", "cluster_workers"]
 
@@ -82,10 +80,6 @@ _HDR = struct.Struct("<4sQII")  # magic, payload length, CRC-32 of the payload, 
 _CHECKPOINT_MIN = 1 << 30
 """A build snapshots when its journal passes this and four times the snapshot (bounded replay,
 amortized writes)."""
-SECONDS_PER_BYTE = 3e-8
-"""What a byte of a stored table costs to keep: written to the journal, then to a snapshot with its
-checksum (measured: ``close()`` wrote 320 MB in 7.1 s, 22 ns a byte), and read back on open (4 ns). ``close()`` cuts the stored tables below the built budget
-when scoring a prefix again costs less than keeping the bytes the cut saves (:mod:`.snapshot`)."""
 
 
 def root_fingerprint(oracle: StepOracle) -> str:
@@ -185,7 +179,7 @@ class TreeStore:
         self.probed = 0  # stored prefixes re-scored on open
         self.probe_forwards = 0  # the forwards they cost (a probed root is memoized: none)
         self._detached: tuple | None = None  # after a failed write: what the store was (_detach)
-        self.keep_tables: bool | None = None  # close(): keep stored tables whole (None: by cost, SECONDS_PER_BYTE)
+        self.keep_tables: bool | None = None  # close(): keep tables whole (None: by cost)
         self.cut = False  # the last snapshot cut the stored tables below the built budget
         st = tree.oracle.stats
         self._cost = (0.0, 0)  # (model seconds, forwards) measured by the processes before this one
@@ -265,7 +259,7 @@ class TreeStore:
         """Write a snapshot if the journal holds anything, then release the lock (idempotent). A tree
         that fails its own check is never saved: the store keeps its last snapshot and journal. The
         snapshot keeps the stored tables whole, or cut below the built budget when a forward costs
-        less than the bytes (``keep_tables``, :data:`SECONDS_PER_BYTE`): a later process then scores
+        less than the bytes (``keep_tables``, :mod:`.snapshot`): a later process then scores
         such a prefix again if a query goes deeper (its forwards counted as any others)."""
         tree = self.tree
         try:
@@ -580,22 +574,10 @@ class TreeStore:
         return (self._cost[0] + st.model_seconds - self._stats0[0], self._cost[1] + st.forwards - self._stats0[1])
 
     def _pack(self, final: bool) -> tuple[dict, dict, dict]:
-        """The snapshot of the tree (:func:`~arenum.exact.snapshot.pack_state`): cut below the built
-        budget (less the tree's margin) on ``final`` when :attr:`keep_tables` says so or, unset, when
-        scoring the cut prefixes again costs less than the bytes cut (:data:`SECONDS_PER_BYTE`)."""
+        """The snapshot (:func:`~arenum.exact.snapshot.choose_pack`; cut only on ``final``)."""
         tree = self.tree
-        scalars, arrays = tree.export_state()
-        eos = tree.eos_id
-        at = tree.built - tree.keep_margin_bits * LN2
-        self.cut = False
-        if final and self.keep_tables is not True and math.isfinite(at):
-            out = pack_state(scalars, arrays, eos_id=eos, cut=at)
-            nodes, saved = out[3]["cut_nodes"], out[3]["dropped_bytes"]
-            sec, fw = self.cost()
-            if nodes and (self.keep_tables is False or (fw and nodes * sec / fw < saved * SECONDS_PER_BYTE)):
-                self.cut = True
-                return out[:3]
-        return pack_state(scalars, arrays, eos_id=eos, cut=None)[:3]
+        scalars, files, enc, self.cut = choose_pack(tree, self.cost() if final else None, self.keep_tables)
+        return scalars, files, enc
 
     def checkpoint(self, final: bool = False) -> None:
         """Write the tree as snapshot generation ``K + 1`` and start its empty journal (atomic: the
