@@ -29,10 +29,8 @@ a CRC-32 of its own content); the old generation is removed after. Replaying the
 the records through :meth:`PrefixTree.apply` (:mod:`arenum.exact.records`), so the rebuilt tree is
 the same, array for array. No pickle: payloads are raw arrays behind a JSON header.
 
-What is kept: ``close()`` writes the stored tables whole, or cut below the built budget when a
-forward costs less than the bytes the cut saves (:func:`arenum.exact.snapshot.choose_pack`);
-opening is 0 forwards either way, and a query deeper than a cut store scores the cut prefixes again
-(forwards counted as any others). See ``docs/store.md``.
+``close()`` keeps tables whole, or cut below the budget when a forward costs less than their bytes
+(:func:`arenum.exact.snapshot.choose_pack`; ``docs/store.md``): opening is 0 forwards either way.
 
 Identity: ``fingerprint=`` names the model (the adapters give a hash of their weights or counts).
 Without it, the store holds a hash of the model's first-step table *and*, on every open, re-scores
@@ -573,16 +571,10 @@ class TreeStore:
         st = self.tree.oracle.stats
         return (self._cost[0] + st.model_seconds - self._stats0[0], self._cost[1] + st.forwards - self._stats0[1])
 
-    def _pack(self, final: bool) -> tuple[dict, dict, dict]:
-        """The snapshot (:func:`~arenum.exact.snapshot.choose_pack`; cut only on ``final``)."""
-        tree = self.tree
-        scalars, files, enc, self.cut = choose_pack(tree, self.cost() if final else None, self.keep_tables)
-        return scalars, files, enc
-
     def checkpoint(self, final: bool = False) -> None:
         """Write the tree as snapshot generation ``K + 1`` and start its empty journal (atomic: the
         new manifest names only complete, synced files; the old generation is removed after).
-        ``final`` (``close()``): the tables may be cut (:meth:`_pack`); the tree in memory keeps
+        ``final`` (``close()``): the tables may be cut (:func:`.choose_pack`); the tree in memory keeps
         them, and writes nothing more."""
         if self.readonly:
             raise StoreError(f"store {self.path} is open read-only")
@@ -593,7 +585,7 @@ class TreeStore:
         if os.path.exists(gdir):
             shutil.rmtree(gdir)  # a checkpoint that died before its manifest
         os.makedirs(gdir)
-        scalars, arrays, enc = self._pack(final)
+        scalars, arrays, enc, self.cut = choose_pack(tree, self.cost() if final else None, self.keep_tables)
         files = {}
         for name, a in arrays.items():
             fp = os.path.join(gdir, name + ".npy")
