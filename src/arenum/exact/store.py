@@ -27,10 +27,8 @@ tree agree whatever exception lands where. A snapshot is written to a fresh ``ge
 synced, and only then named by a new manifest (written to a temp file, synced, renamed; it carries
 a CRC-32 of its own content); the old generation is removed after. Replaying the journal applies
 the records through :meth:`PrefixTree.apply` (:mod:`arenum.exact.records`), so the rebuilt tree is
-the same, array for array. No pickle: payloads are raw arrays behind a JSON header.
-
-``close()`` keeps tables whole, or cut below the budget when a forward costs less than their bytes
-(:func:`arenum.exact.snapshot.choose_pack`; ``docs/store.md``): opening is 0 forwards either way.
+the same, array for array. No pickle: payloads are raw arrays behind a JSON header. ``close()`` cuts
+tables below the budget when a forward costs less than their bytes (:func:`.snapshot.choose_pack`).
 
 Identity: ``fingerprint=`` names the model (the adapters give a hash of their weights or counts).
 Without it, the store holds a hash of the model's first-step table *and*, on every open, re-scores
@@ -177,11 +175,9 @@ class TreeStore:
         self.probed = 0  # stored prefixes re-scored on open
         self.probe_forwards = 0  # the forwards they cost (a probed root is memoized: none)
         self._detached: tuple | None = None  # after a failed write: what the store was (_detach)
-        self.keep_tables: bool | None = None  # close(): keep tables whole (None: by cost)
-        self.cut = False  # the last snapshot cut the stored tables below the built budget
-        st = tree.oracle.stats
-        self._cost = (0.0, 0)  # (model seconds, forwards) measured by the processes before this one
-        self._stats0 = (st.model_seconds, st.forwards)
+        self.keep_tables: bool | None = None  # close(): keep tables whole (None: by cost); cut: the last snapshot did
+        self.cut, self._cost = False, (0.0, 0)  # _cost: (model seconds, forwards) of the processes before this one
+        self._stats0 = (tree.oracle.stats.model_seconds, tree.oracle.stats.forwards)
         if os.path.isdir(path) and not os.access(path, os.R_OK | os.X_OK):
             raise StoreError(f"store {path}: permission denied (the folder cannot be read)")
         if n := cluster_workers(path):
@@ -255,10 +251,8 @@ class TreeStore:
 
     def close(self) -> None:
         """Write a snapshot if the journal holds anything, then release the lock (idempotent). A tree
-        that fails its own check is never saved: the store keeps its last snapshot and journal. The
-        snapshot keeps the stored tables whole, or cut below the built budget when a forward costs
-        less than the bytes (``keep_tables``, :mod:`.snapshot`): a later process then scores
-        such a prefix again if a query goes deeper (its forwards counted as any others)."""
+        that fails its own check is never saved: the store keeps its last snapshot and journal. Its
+        tables are cut below the budget when a forward costs less than their bytes (:mod:`.snapshot`)."""
         tree = self.tree
         try:
             if not self.readonly and self._jfd is not None and self._journal_bytes:
@@ -332,8 +326,7 @@ class TreeStore:
             tree.vocab.restore(int_mode, [decode_token(t) for t in toks])
             if m["version"] >= 3:  # narrowed, derived columns (arenum.exact.snapshot); version 2: as they are
                 arrays = unpack_state(m["tree"], arrays, m["encoding"], eos_id=tree.eos_id)
-                sec, fw = m["cost"]
-                self._cost = (float(sec), int(fw))
+                self._cost = (float(m["cost"][0]), int(m["cost"][1]))
             tree.import_state(m["tree"], arrays)
         except (ValueError, KeyError, TypeError, IndexError) as e:
             raise StoreError(f"store {path}: {MANIFEST} does not describe a valid tree ({e})") from None
@@ -566,16 +559,14 @@ class TreeStore:
         self._last = None
 
     def cost(self) -> tuple[float, int]:
-        """``(model seconds, forwards)`` measured over the processes that built this store (saved ones
-        and this one)."""
+        """``(model seconds, forwards)`` of every process that built this store, this one included."""
         st = self.tree.oracle.stats
         return (self._cost[0] + st.model_seconds - self._stats0[0], self._cost[1] + st.forwards - self._stats0[1])
 
     def checkpoint(self, final: bool = False) -> None:
         """Write the tree as snapshot generation ``K + 1`` and start its empty journal (atomic: the
         new manifest names only complete, synced files; the old generation is removed after).
-        ``final`` (``close()``): the tables may be cut (:func:`.choose_pack`); the tree in memory keeps
-        them, and writes nothing more."""
+        ``final`` (``close()``): the tables may be cut (:func:`.choose_pack`; not in memory)."""
         if self.readonly:
             raise StoreError(f"store {self.path} is open read-only")
         tree = self.tree
