@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import zlib
 
 import numpy as np
@@ -123,6 +124,42 @@ def test_the_cut_follows_the_measured_cost_of_a_forward(tmp_path, monkeypatch):
         assert man["cost"][1] == ar.stats["forwards"] > 0 and man["cost"][0] > 0
     monkeypatch.setattr(snapshot_mod, "SECONDS_PER_BYTE", 1.0)
     assert _du(tmp_path / "s1.0") < _du(tmp_path / "s0.0")
+
+
+class _Declared(RandomModel):
+    """A model that declares its cost of a forward, and whose callback takes ``sleep`` seconds."""
+
+    def __init__(self, *a, declared: float, sleep: float, **kw):
+        super().__init__(*a, **kw)
+        self.forward_seconds, self.sleep = declared, sleep
+
+    def batch(self, prefixes):
+        time.sleep(self.sleep)
+        return super().batch(prefixes)
+
+
+@pytest.mark.parametrize("declared, sleep, cut", [(1e-9, 0.01, True), (1.0, 0.0, False)])
+def test_a_declared_forward_cost_decides_the_cut_whatever_the_machine_load(tmp_path, declared, sleep, cut):
+    """What a store keeps must not depend on how loaded the machine was: a declared cost wins over
+    the measured one (a cheap model slowed by load still cuts; a dear one that ran fast keeps)."""
+    m = _Declared(list(range(8)), seed=5, declared=declared, sleep=sleep)
+    with _open(m, tmp_path / "s", False) as ar:
+        ar.count(-8.0)
+        truth = brute_force(m.table, fixed_len=L)
+    assert ar.store.cut == cut
+    with _open(m, tmp_path / "s", False) as again:
+        assert int(again.count(-8.0)) == sum(1 for _, sc in truth if sc >= -8.0)
+        assert again.stats["forwards"] == 0
+        again._check()
+
+
+def test_the_model_adapters_declare_their_cost_of_a_forward():
+    from arenum.models import NGramModel
+
+    e = NGramModel.fit(["abc", "abd", "bcd"], order=2).enumerable(max_len=4)
+    assert e._tree.oracle.declared_forward_seconds == NGramModel.forward_seconds > 0
+    plain = AutoregressiveEnumerable(RandomModel(list(range(4)), seed=1), max_len=2)
+    assert plain._tree.oracle.declared_forward_seconds is None
 
 
 def test_a_version_2_store_is_read_and_written_again_as_version_3(tmp_path):

@@ -288,10 +288,9 @@ class TreeStore:
             keys = list(self.meta) + sorted(set(m["meta"]) - set(self.meta))  # the caller's order: main settings first
             k = next(k for k in keys if m["meta"].get(k) != self.meta.get(k))
             if k == "constraint":  # a store answers for the support it was built on, and no other
-                def under(c: Any) -> str:
-                    return "no constraint" if c is None else f"the constraint {decode_token(c)!r}"
-                raise StoreError(f"store {path} was built under {under(m['meta'].get(k))}; this enumerable "
-                                 f"has {under(self.meta.get(k))}")
+                a, b = ("no constraint" if c is None else f"the constraint {decode_token(c)!r}"
+                        for c in (m["meta"].get(k), self.meta.get(k)))
+                raise StoreError(f"store {path} was built under {a}; this enumerable has {b}")
             raise StoreError(f"store {path} was built with {k}={m['meta'].get(k)!r}, this enumerable has "
                              f"{k}={self.meta.get(k)!r}")
         if m["fingerprint"] != self.fingerprint:
@@ -559,9 +558,10 @@ class TreeStore:
         self._last = None
 
     def cost(self) -> tuple[float, int]:
-        """``(model seconds, forwards)`` of every process that built this store, this one included."""
-        st = self.tree.oracle.stats
-        return (self._cost[0] + st.model_seconds - self._stats0[0], self._cost[1] + st.forwards - self._stats0[1])
+        """``(model seconds, forwards)`` of all who built this store (seconds: the declared cost if any)."""
+        st, per = self.tree.oracle.stats, self.tree.oracle.declared_forward_seconds
+        fw = self._cost[1] + st.forwards - self._stats0[1]
+        return (per * fw if per is not None else self._cost[0] + st.model_seconds - self._stats0[0], fw)
 
     def checkpoint(self, final: bool = False) -> None:
         """Write the tree as snapshot generation ``K + 1`` and start its empty journal (atomic: the

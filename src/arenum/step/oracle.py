@@ -139,6 +139,17 @@ class StepOracle:
         if eos is not None:
             self.eos_id = vocab.id(eos)
 
+    @property
+    def declared_forward_seconds(self) -> float | None:
+        """The model's declared cost of one forward (a ``forward_seconds`` attribute of the object
+        its callbacks are bound to, as :class:`arenum.models.NGramModel` has), else ``None``. A
+        store's ``close()`` weighs it, not the measured time, so what it keeps does not depend on load."""
+        for fn in (self._batch, self._next):
+            v = getattr(getattr(fn, "__self__", None), "forward_seconds", None)
+            if v is not None:
+                return float(v)
+        return None
+
     # ------------------------------------------------------------------ token ids (the vocab's)
     @property
     def int_mode(self) -> bool | None:
