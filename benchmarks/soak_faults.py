@@ -34,85 +34,21 @@ import tempfile
 import textwrap
 import time
 import traceback
-import types
 
 import numpy as np
 
 from arenum import AutoregressiveEnumerable
-from arenum.exact import _arrays, levels, records, store, tree
+from arenum.exact import store
 from arenum.testing import RandomModel, brute_force
 
 
-class Injected(BaseException):
-    """The fault: a BaseException, so that nothing on the way catches it as an error."""
+# the fault harness is the test suite's own (tests/exact/test_commit_faults.py), run here at scale
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests", "exact"))
+from test_commit_faults import CODES, Injected, _traced  # noqa: E402
 
 
 class Alarm(Exception):
     """Raised by the SIGALRM handler (the timeouts servers and notebooks use)."""
-
-
-def _codes() -> set:
-    out: set = set()
-
-    def add(obj: object) -> None:
-        if isinstance(obj, (staticmethod, classmethod)):
-            obj = obj.__func__
-        if isinstance(obj, types.FunctionType):
-            obj = obj.__code__
-        if isinstance(obj, property):
-            for f in (obj.fget, obj.fset):
-                if f is not None:
-                    add(f)
-            return
-        if not isinstance(obj, types.CodeType) or obj in out:
-            return
-        out.add(obj)
-        for c in obj.co_consts:
-            add(c)  # nested functions: the undo closures
-
-    P, S = tree.PrefixTree, store.TreeStore
-    for f in (P._commit, P._run, P.recover, P._save_scalars, P.apply, records.apply_fetch, records.apply_expand,
-              records.apply_built, S._append, S.rollback):
-        add(f)
-    for name in ("_write", "_detach", "_reattach"):  # the journal write and the lock's release after a failed one
-        if hasattr(S, name):
-            add(getattr(S, name))
-    for f in vars(_arrays.Grow).values():
-        add(f)
-    add(levels.Level.append)
-    add(levels.Level.drop_view)
-    add(store._Journal.__call__)
-    add(store._Journal.rollback)
-    return out
-
-
-CODES = _codes()
-
-
-def _traced(fn, k: int) -> int:
-    """Run ``fn()``, raising :class:`Injected` at the ``k``-th bytecode run inside a commit (never if
-    ``k`` is 0); the count of such bytecodes run."""
-    n = [0]
-
-    def local(frame, event, arg):
-        if event == "opcode":
-            n[0] += 1
-            if n[0] == k:
-                raise Injected(k)
-        return local
-
-    def glob(frame, event, arg):
-        if frame.f_code in CODES:
-            frame.f_trace_opcodes = True
-            return local
-        return None
-
-    sys.settrace(glob)
-    try:
-        fn()
-    finally:
-        sys.settrace(None)
-    return n[0]
 
 
 _CASES: dict = {}

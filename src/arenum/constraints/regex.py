@@ -4,10 +4,9 @@ over each token's text (:class:`arenum.TextConstraint`)."""
 from __future__ import annotations
 
 import re
-from collections import deque
 from typing import Any, Callable
 
-from ..step import TextConstraint
+from ..step import TextConstraint, steps_to_accept
 
 __all__ = ["Regex"]
 
@@ -50,19 +49,7 @@ class Regex(TextConstraint):
         self._map = {q: dict(row) for q, row in fsm.map.items()}
         self._finals = frozenset(fsm.finals)
         self.start = fsm.initial
-        back: dict = {}
-        for q, row in self._map.items():
-            for r in row.values():
-                back.setdefault(r, set()).add(q)
-        dist = {q: 0 for q in self._finals}
-        todo = deque(self._finals)
-        while todo:
-            r = todo.popleft()
-            for q in back.get(r, ()):
-                if q not in dist:
-                    dist[q] = dist[r] + 1
-                    todo.append(q)
-        self._dist = dist
+        self._dist = steps_to_accept(self._map, self._finals)
 
     def __getstate__(self) -> dict:
         d = dict(self.__dict__)

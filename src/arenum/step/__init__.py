@@ -16,7 +16,7 @@ Exports (the names other stages use): :class:`StepOracle`, :class:`OracleStats`,
 :class:`~arenum.step.constrained.ConstrainedOracle`; ``constrain_finite_state``: the product tables) and the module :mod:`~arenum.step.kernels`.
 """
 from . import kernels
-from .constraint import AllOf, Automaton, Constraint, TextConstraint, bind_text, why_rejected
+from .constraint import AllOf, Automaton, Constraint, TextConstraint, bind_text, steps_to_accept, why_rejected
 from .constrained import constrain_finite_state, make_oracle
 from .finite_state import FiniteStateTables
 from .oracle import OracleStats, StepOracle
@@ -25,4 +25,4 @@ from .vocab import decode_token, encode_token
 
 __all__ = ["AllOf", "Automaton", "Constraint", "FiniteStateTables", "Heads", "NORM_TOL", "OracleStats", "StepOracle",
            "TextConstraint", "bind_text", "constrain_finite_state", "decode_token", "encode_token", "kernels", "make_oracle",
-           "why_rejected"]
+           "steps_to_accept", "why_rejected"]

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
-__all__ = ["Constraint", "TextConstraint", "Automaton", "AllOf", "bind_text", "why_rejected"]
+__all__ = ["Constraint", "TextConstraint", "Automaton", "AllOf", "bind_text", "steps_to_accept", "why_rejected"]
 
 
 class Constraint:
@@ -146,6 +146,30 @@ class TextConstraint(Constraint):
         return out
 
 
+def steps_to_accept(transitions: Mapping[Hashable, Mapping[Any, Hashable]],
+                    accepting: Iterable[Hashable]) -> dict[Hashable, int]:
+    """``{state: fewest steps to an accepting state}`` of a finite automaton (``transitions[q][token]
+    = r``), by a breadth-first search backwards from ``accepting``; a state absent from it cannot
+    reach acceptance (it is dead).
+
+    >>> steps_to_accept({0: {"a": 1}, 1: {"b": 2}, 3: {"a": 3}}, [2])
+    {2: 0, 1: 1, 0: 2}
+    """
+    back: dict[Hashable, set] = {}
+    for q, row in transitions.items():
+        for r in row.values():
+            back.setdefault(r, set()).add(q)
+    dist = {q: 0 for q in accepting}
+    todo = deque(dist)
+    while todo:
+        r = todo.popleft()
+        for q in back.get(r, ()):
+            if q not in dist:
+                dist[q] = dist[r] + 1
+                todo.append(q)
+    return dist
+
+
 class Automaton(Constraint):
     """An explicit finite automaton over tokens: ``transitions[state][token] -> state`` (a missing
     entry rejects), ``accepting`` states. Live states and each state's fewest tokens to acceptance
@@ -164,19 +188,7 @@ class Automaton(Constraint):
         self.name = name
         self.transitions = {q: dict(row) for q, row in transitions.items()}
         self.accepting = frozenset(accepting)
-        back: dict[Hashable, set] = {}
-        for q, row in self.transitions.items():
-            for r in row.values():
-                back.setdefault(r, set()).add(q)
-        dist = {q: 0 for q in self.accepting}
-        todo = deque(self.accepting)
-        while todo:
-            r = todo.popleft()
-            for q in back.get(r, ()):
-                if q not in dist:
-                    dist[q] = dist[r] + 1
-                    todo.append(q)
-        self._dist = dist
+        self._dist = steps_to_accept(self.transitions, self.accepting)
 
     def step(self, state: Any, token: Any) -> Any:
         return self.transitions.get(state, {}).get(token)
