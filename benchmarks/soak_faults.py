@@ -44,11 +44,7 @@ from arenum.testing import RandomModel, brute_force
 
 # the fault harness is the test suite's own (tests/exact/test_commit_faults.py), run here at scale
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests", "exact"))
-from test_commit_faults import CODES, Injected, _traced  # noqa: E402
-
-
-class Alarm(Exception):
-    """Raised by the SIGALRM handler (the timeouts servers and notebooks use)."""
+from test_commit_faults import CODES, Alarm, Injected, _traced, alarm_during  # noqa: E402
 
 
 _CASES: dict = {}
@@ -124,15 +120,8 @@ def _trial(kind: str, with_store: bool, t: int, rng: np.random.Generator, root: 
             except Injected:
                 row["faults"] += 1
         else:
-            try:
-                try:
-                    signal.setitimer(signal.ITIMER_REAL, float(rng.uniform(0.0002, 0.03)))
-                    ar.count(-math.inf)
-                    ar.slice(0, 50)
-                finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
-            except Alarm:  # (also one that fires as the timer is being cancelled)
-                row["faults"] += 1
+            row["faults"] += alarm_during(lambda: (ar.count(-math.inf), ar.slice(0, 50)),
+                                          float(rng.uniform(0.0002, 0.03)))
         try:
             ar._check()
         except AssertionError as e:

@@ -199,6 +199,20 @@ class Alarm(Exception):
     """Raised by a SIGALRM handler (the timeouts servers and notebooks use)."""
 
 
+def alarm_during(fn, seconds: float) -> bool:
+    """Run ``fn()`` under a SIGALRM timer of ``seconds`` (the caller's handler raises :class:`Alarm`);
+    whether the alarm landed (also one that fires as the timer is being cancelled)."""
+    try:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+            fn()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except Alarm:
+        return True
+    return False
+
+
 @pytest.mark.parametrize("with_store", [False, True])
 def test_a_signal_handler_raising_during_builds_leaves_everything_exact(tmp_path, with_store, no_fsync):
     rng = np.random.default_rng(7 + with_store)
@@ -214,15 +228,7 @@ def test_a_signal_handler_raising_during_builds_leaves_everything_exact(tmp_path
             m, bf = _case(t, term)
             path = tmp_path / f"a{t}" if with_store else None
             ar = _open(m, term, path)
-            try:
-                try:
-                    signal.setitimer(signal.ITIMER_REAL, float(rng.uniform(0.0005, 0.03)))
-                    ar.count(-math.inf)
-                    ar.slice(0, 50)
-                finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
-            except Alarm:  # (also one that fires as the timer is being cancelled)
-                hits += 1
+            hits += alarm_during(lambda: (ar.count(-math.inf), ar.slice(0, 50)), float(rng.uniform(0.0005, 0.03)))
             ar._check()
             assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C still works
             if with_store:
