@@ -241,7 +241,7 @@ class DensityRankResult:
     truncated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     point_method: str | None = None
-    cumulative_point_method: str | None = None
+    cumulative_point_method: str | None = field(default_factory=lambda: None)  # no class attribute (lazy)
 
     def __post_init__(self) -> None:
         given = self.cumulative_point_method if self.cumulative_point_method is not None else self.point_method
@@ -271,14 +271,16 @@ class DensityRankResult:
 
     def __getattr__(self, name: str) -> Any:  # reached only for a missing attribute: a lazy field
         d = self.__dict__
-        if name in _LAZY_MASS and "_mass" in d:
-            fn, given, lock = d["_mass"]
-            with lock:
-                if "_mass" in d:  # not resolved by another thread meanwhile
-                    lo, hi = fn()
-                    self._set_cumulative(0.5 * (lo + hi), lo, hi, given)
-                    object.__delattr__(self, "_mass")
-            return d[name]
+        if name in _LAZY_MASS:
+            if (pending := d.get("_mass")) is not None:  # one read: another thread may resolve it
+                fn, given, lock = pending
+                with lock:
+                    if "_mass" in d:  # not resolved by another thread meanwhile
+                        lo, hi = fn()
+                        self._set_cumulative(0.5 * (lo + hi), lo, hi, given)
+                        object.__delattr__(self, "_mass")
+            if name in d:
+                return d[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __getstate__(self) -> dict[str, Any]:

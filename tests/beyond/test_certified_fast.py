@@ -228,3 +228,41 @@ def test_certified_tables_kept_in_the_store_for_a_fresh_process(tmp_path):
     assert (foreign["lo"], foreign["hi"]) == (first["lo"], first["hi"])
     assert len(foreign["warnings"]) == 1 and "other tables" in foreign["warnings"][0]
     assert certstore.MAGIC == files[0].read_bytes()[:8]
+
+
+def test_a_lazy_cumulative_read_by_many_threads_at_once_is_computed_once():
+    """Threads reading a pending cumulative field together: one computation, every reader the same
+    values, no reader sees the record half resolved (a KeyError or AttributeError)."""
+    import threading
+    import time
+
+    from arenum.results import DensityRankResult
+
+    names = ("cumulative", "cumulative_lo", "cumulative_hi", "cumulative_point_method")
+    for trial in range(20):
+        calls: list[int] = []
+
+        def mass() -> tuple[float, float]:
+            calls.append(1)
+            time.sleep(0.001 * (trial % 3))
+            return 0.25, 0.75
+
+        r = DensityRankResult.lazy_cumulative(mass, rank=3, log_prob=-2.0, exact=False, method="certified",
+                                              rank_lo=2, rank_hi=5)
+        barrier, got, errors = threading.Barrier(8), [], []
+
+        def read(name: str) -> None:
+            barrier.wait()
+            try:
+                got.append((name, getattr(r, name)))
+            except Exception as e:  # noqa: BLE001 - any error is the failure
+                errors.append(e)
+
+        threads = [threading.Thread(target=read, args=(names[i % 4],)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors and len(calls) == 1 and not r.cumulative_pending
+        assert all(v == getattr(r, name) for name, v in got)
+        assert r.cumulative_lo == 0.25 and r.cumulative_hi == 0.75 and 0.25 < r.cumulative < 0.75
