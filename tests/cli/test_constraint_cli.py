@@ -57,6 +57,11 @@ def test_count_threshold_unrank_slice_rank_match_the_api(capsys, model, flags, m
     code, out, err = cli(capsys, "guesses", path, "--max-len", 6, "--count", 4, *flags)
     assert out.splitlines() == [s for s, _ in seqs]
     assert f"constraint {ar.constraint.name}" in err
+    code, out, err = cli(capsys, "slice", "-m", path, "--max-len", 6, 0, 4, "--jsonl", *flags)
+    lines = [json.loads(x) for x in out.splitlines()]  # every stdout line is JSON (a pipe to jq)
+    assert code == 0 and [x["sequence"] for x in lines] == [s for s, _ in seqs]
+    assert all(x["constraint"] == ar.constraint.name for x in lines)
+    assert f"under the constraint {ar.constraint.name}" in err
 
 
 def test_policy_blocklist_and_errors(capsys, model, tmp_path):

@@ -72,8 +72,8 @@ def _under_constraint(out: Output, name: str | None, command: str) -> Output:
     document (each JSON line), a first text line; ``guesses`` (raw candidates) says it on stderr."""
     if name is None:
         return out
-    if command == "guesses":
-        out.notes.insert(0, f"candidates under the constraint {name}")
+    if command == "guesses" or (command == "slice" and out.doc is None):  # streamed: stdout is data
+        out.notes.insert(0, f"{'candidates' if command == 'guesses' else 'sequences'} under the constraint {name}")
         return out
     if isinstance(out.doc, dict):
         out.doc = {"constraint": name, **out.doc}

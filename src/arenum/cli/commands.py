@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 from .._validate import LN2
 from .common import (
     Output,
+    constraint_name,
     CLIError,
     read_lines,
     read_bytes,
@@ -253,7 +254,8 @@ def cmd_slice(args: argparse.Namespace, m: Loaded) -> Output:
     if args.jsonl:
         from .stream import stream_jsonl
 
-        head = {"command": "slice", **_header(m)}
+        name = constraint_name(m.enum)  # each line says under which constraint it answers
+        head = {"command": "slice", **({} if name is None else {"constraint": name}), **_header(m)}
         stream_jsonl(m, args.start, args.k, lambda r, seq, lp: {**head, **item(m, r, seq, lp), "exact": True})
         return Output(None, [])
     before, t0 = m.forwards(), time.perf_counter()
