@@ -62,7 +62,7 @@ def conditional_mass_above(ar: Any, min_log_prob: float, *, total: MassBracket |
     z = accepted_mass(ar) if total is None else total
     if z.hi <= 0:
         raise ValueError("the constraint accepts no sequence of positive probability: the conditional mass is undefined")
-    lo = m.lo / z.hi if z.hi > 0 else 0.0
+    lo = m.lo / z.hi
     hi = min(1.0, m.hi / z.lo) if z.lo > 0 else 1.0
     exact = m.exact and z.exact
     method = "exact" if exact else (m.method if not m.exact else z.method)

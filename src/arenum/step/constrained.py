@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .constraint import advance, why_rejected
+from .constraint import advance
 from .finite_state import FiniteStateTables
 from .oracle import StepOracle
 from .tables import Heads
@@ -165,14 +165,22 @@ class Composition:
         if ids.size == 0:
             return keep
         eos = self.eos_id
+        groups = []
         for s in np.unique(sids).tolist():
             if s < 0:
                 continue
             m = np.flatnonzero(sids == s)
             tid = ids[m]
-            nxt = self.next_sids(s, tid)
-            acc = np.array(self._acc, bool)
-            need = np.array(self._need, np.int64)
+            if eos is None:
+                nxt = self.next_sids(s, tid)
+            else:  # eos is not stepped: it ends the sequence, kept where the state accepts
+                nxt = np.full(tid.shape, -1, np.int32)
+                word = tid != eos
+                nxt[word] = self.next_sids(s, tid[word])
+            groups.append((s, m, tid, nxt))
+        acc = np.array(self._acc, bool)  # once, after every state the batch reached is interned
+        need = np.array(self._need, np.int64)
+        for s, m, tid, nxt in groups:
             ok = nxt >= 0
             child = lengths[m] + 1
             safe = np.maximum(nxt, 0)
@@ -185,10 +193,6 @@ class Composition:
                 ok[is_eos] = bool(acc[s])
             keep[m] = ok
         return keep
-
-    def why_rejected(self, tokens: tuple) -> str | None:
-        """Why the constraint rejects a sequence's tokens (eos excluded), or ``None``."""
-        return why_rejected(self.constraint, tokens)
 
 
 class ConstrainedOracle(StepOracle):
@@ -281,8 +285,7 @@ def constrained_tables(fs: FiniteStateTables, constraint: Any, *, terminating: b
     Q = len(states)
     acc = np.array([bool(constraint.accepts(q)) for q in states])
     # the product, breadth first over keys m * Q + q
-    start = int(fs.start) * Q + 0
-    keys = [np.array([start], np.int64)]
+    start = int(fs.start) * Q  # the automaton's start is its state 0
     seen = {start}
     order = [start]
     frontier = np.array([start], np.int64)
