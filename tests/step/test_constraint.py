@@ -282,6 +282,9 @@ def test_accepted_and_conditional_mass():
         cb = conditional_mass_above(ar, t)
         truth = math.fsum(np.exp(sc[sc >= t])) / z
         assert cb.lo <= truth * (1 + 1e-9) and truth <= cb.hi * (1 + 1e-9) and cb.exact
+    capped = m.enumerable(max_len=cap, constraint=a, branch_cap=2)  # a sub-support: its own mass
+    zc, sub = accepted_mass(capped), capped.mass_above(-math.inf)
+    assert (zc.lo, zc.hi, zc.exact, zc.method) == (sub.lo, sub.hi, sub.exact, sub.method)
 
 
 def test_distributed_workers_answer_as_one_constrained_process():

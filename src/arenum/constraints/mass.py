@@ -43,10 +43,10 @@ def _finite_state_mass(fs: Any, cap: int) -> float:
 def accepted_mass(ar: Any) -> MassBracket:
     """``Z``, the model's mass of the accepted sequences (of the whole support, when ``ar`` has no
     constraint). For a terminating finite-state model: a forward sum over the product states
-    (exact to float rounding; cost: states x tokens x cap, no forward). Otherwise
+    (exact to float rounding; cost: states x tokens x cap, no forward; not under ``branch_cap``). Otherwise
     ``ar.mass_above(-inf)``: exact when the whole support can be built, else the certified bracket
     that query gives."""
-    fs = ar.finite_state_tables() if ar.terminating else None
+    fs = ar.finite_state_tables() if ar.terminating and ar.support.branch_cap is None else None  # not a sub-support's
     if fs is not None:
         z = _finite_state_mass(fs, ar.cap)
         tol = z * _ROUND * (ar.cap + fs.log_probs.shape[1])
