@@ -341,8 +341,6 @@ def budget_message(exc: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------------- constraints
-POLICY_NAMES = ("basic8", "basic16", "2class12", "3class12", "comprehensive8")
-CLASS_NAMES = ("lower", "upper", "digit", "symbol")
 
 
 def add_constraint_args(parser: Any) -> None:
@@ -361,9 +359,11 @@ def add_constraint_args(parser: Any) -> None:
             return v
         return parse
 
+    from ..constraints import CLASSES, PRESETS  # the names the builders know, not a copy of them
+
     g = parser.add_argument_group("constraint (answers count only the sequences it accepts)") \
         if hasattr(parser, "add_argument_group") else parser
-    g.add_argument("--policy", choices=POLICY_NAMES, metavar="NAME",
+    g.add_argument("--policy", choices=tuple(PRESETS), metavar="NAME",
                    help="a password policy: basic8, basic16 (at least 8/16 characters), 2class12, 3class12 (12 "
                         "characters, 2/3 of the classes lower, upper, digit, symbol), comprehensive8 (8, all 4)")
     g.add_argument("--min-length", type=count("--min-length", 0), metavar="N",
@@ -372,7 +372,7 @@ def add_constraint_args(parser: Any) -> None:
                    help="at most N characters (--max-len is the cap in tokens)")
     g.add_argument("--classes", type=count("--classes", 0, 4), metavar="N",
                    help="at least N of the 4 character classes (lower, upper, digit, symbol)")
-    g.add_argument("--require", action="append", default=[], choices=CLASS_NAMES, metavar="CLASS",
+    g.add_argument("--require", action="append", default=[], choices=CLASSES, metavar="CLASS",
                    help="a class every sequence holds (repeatable): lower, upper, digit or symbol")
     g.add_argument("--regex", metavar="PATTERN", help="only texts the regular expression matches in full")
     g.add_argument("--blocklist", metavar="FILE", help="leave out these strings (one per line), exactly")
