@@ -403,18 +403,19 @@ class SeekIndex:
         p, x = idx.item(i)
         return self._seq(idx, [p])[0], x
 
-    def _holding(self, i: int) -> ExactIndex:
-        """The index holding position ``i``; ``IndexError`` past the support (or ``max_depth_bits``)."""
+    def _holding(self, i: int, what: str | None = None) -> ExactIndex:
+        """The index holding position ``i``; ``IndexError`` past the support (or ``max_depth_bits``),
+        naming the position as ``what`` (default ``rank i``)."""
         idx = self.ensure_count(i + 1, fail_fast=True)
         if i >= idx.N:
-            raise IndexError(self._exhausted_msg(i, idx.N))
+            raise IndexError(self._exhausted_msg(what or f"rank {i}", idx.N))
         return idx
 
-    def _exhausted_msg(self, i: int, n: int) -> str:
+    def _exhausted_msg(self, what: str, n: int) -> str:
         if -math.inf < self.tree.built <= self.depth_floor and self._more_beyond():
-            return (f"rank {i} is beyond the {n} sequences within max_depth_bits="
+            return (f"{what} is beyond the {n} sequences within max_depth_bits="
                     f"{self.limits.max_depth_bits:g}")
-        return f"rank {i} is beyond the support ({n} sequences)"
+        return f"{what} is beyond the support ({n} sequences)"
 
     @locked
     def slice(self, start: int, k: int) -> list[tuple[tuple, float]]:
@@ -480,10 +481,7 @@ class SeekIndex:
         """Log-prob of the ``rank``-th most probable sequence (1-based, ``rank >= 1``):
         ``count(threshold(k)) >= k``. Decodes no sequence. ``IndexError`` past the support, in the
         caller's 1-based ``k``."""
-        try:
-            idx = self._holding(rank - 1)
-        except IndexError as exc:  # in the caller's 1-based k, not the 0-based position
-            raise IndexError(str(exc).replace(f"rank {rank - 1} is", f"k={rank} (1-based) is", 1)) from None
+        idx = self._holding(rank - 1, f"k={rank} (1-based)")  # in the caller's k, not the 0-based position
         return idx.item(rank - 1)[1]
 
     @locked
