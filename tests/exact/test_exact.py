@@ -162,3 +162,16 @@ def test_property_random_models(V, L, term, peak, ties, seed, data):
     seq, s = bf[data.draw(st.integers(0, n - 1))]
     assert ar.rank(seq).rank == sum(1 for _, x in bf if x > s)
     ar._check()
+
+
+def test_past_the_support_errors_name_the_callers_position():
+    """``threshold`` speaks of the caller's 1-based k, ``unrank`` of its 0-based rank."""
+    from arenum import AutoregressiveEnumerable
+    from arenum.testing import RandomModel
+
+    ar = AutoregressiveEnumerable(RandomModel(list(range(3)), seed=1), max_len=2)
+    with pytest.raises(IndexError, match=r"^k=100 \(1-based\) is beyond the support \(9 sequences\)$"):
+        ar.threshold(100)
+    with pytest.raises(IndexError, match=r"^rank 99 is beyond the support \(9 sequences\)$"):
+        ar.unrank(99)
+    ar._check()
