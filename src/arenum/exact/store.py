@@ -424,7 +424,7 @@ class TreeStore:
         total = sum(sizes)
         rng = np.random.default_rng()
         pick = np.sort(rng.choice(total, size=min(PROBES, total), replace=False)) if total else np.zeros(0, np.int64)
-        bounds = np.cumsum(sizes)
+        bounds, o, pre = np.cumsum(sizes), tree.oracle, tree.vocab.tokens(tree.prefix)
         for d in range(tree.n_levels):
             lo = bounds[d] - sizes[d]
             mine = pick[(pick >= lo) & (pick < bounds[d])] - lo
@@ -433,8 +433,6 @@ class TreeStore:
             v = tree.view(d)
             nodes = np.flatnonzero(v.fetched)[mine]
             paths = tree.token_paths(d, nodes)
-            o = tree.oracle
-            pre = tree.vocab.tokens(tree.prefix)
             prefixes = [pre + tree.vocab.tokens(r) for r in paths]
             h = o.fetch_heads(prefixes, np.full(len(prefixes), -np.inf))
             offs = np.cumsum(h.lens) - h.lens
