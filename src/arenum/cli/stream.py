@@ -6,8 +6,8 @@ once, and a reader that goes away (``| head``) ends the command quietly (status 
 The chunks are paced by the reader (:class:`Reader`): before the next chunk is built, the pipe is
 given a moment to drain (the unread bytes, ``FIONREAD``), and the next chunk is a quarter of what
 the reader has taken (at least 256, at most 262,144 lines). So a reader that stops after ``N``
-lines has cost the build of at most about ``1.25 N`` positions (what ``threshold(N)`` builds, and a
-quarter as much again), whatever ``N``; one that has gone is noticed before the next build
+lines has cost the build of about ``1.25 N`` positions (what ``threshold(N)`` builds, and a
+quarter as much again), plus the lines its pipe held unread and at least the first 256; one that has gone is noticed before the next build
 (``POLLERR``). The order is the exact descending order of every other
 command (``slice``/``unrank``), chunk boundaries change nothing. What it does not do: dedupe or
 filter candidates, or order them by anything but the model's probability.
