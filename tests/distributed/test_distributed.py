@@ -347,9 +347,15 @@ def test_a_worker_killed_mid_build_is_restarted_and_resumes_from_its_store(ray_s
     one = fac()
     k = 150_000
     want = one.threshold(k)
+    def journal_bytes(root, j):  # what worker j's store has committed so far
+        d = root / f"worker-{j}"
+        return sum(f.stat().st_size for f in d.glob("journal-*.bin")) if d.exists() else 0
+
     with DistributedEnumerable(fac, 2, backend="local", store=tmp_path / "clean") as clean:
         assert clean.threshold(k) == want
         minimum = clean.stats["workers_store_forwards"]  # what each worker's part costs, each prefix once
+        full = [journal_bytes(tmp_path / "clean", j) for j in range(2)]
+    assert min(full) > 0
     rng = np.random.default_rng(0)
     resumed = 0
     for trial in range(2):
@@ -365,8 +371,13 @@ def test_a_worker_killed_mid_build_is_restarted_and_resumes_from_its_store(ray_s
 
             th = threading.Thread(target=run)
             th.start()
-            time.sleep(float(rng.uniform(0.5, 2.0)))
+            # the kill lands mid-build, wherever the machine's speed puts it: once the victim's store
+            # holds a random share of its part (a wall-clock delay let a fast machine finish first)
             victim = int(rng.integers(0, 2))
+            share = float(rng.uniform(0.1, 0.8))
+            while journal_bytes(tmp_path / f"s{trial}", victim) < share * full[victim]:
+                assert th.is_alive(), "the query ended before the kill"
+                time.sleep(0.002)
             os.kill(pids[victim], signal.SIGKILL)
             th.join(timeout=300)
             assert not th.is_alive()
