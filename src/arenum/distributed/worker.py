@@ -124,35 +124,19 @@ class ShardWorker:
                 "fingerprint_given": self._fp_given, "planned": self.plan is not None}
 
     def probe_prefixes(self, k: int, seed: int) -> list[tuple]:
-        """The prefixes along ``k`` paths drawn from this worker's model (seeded), each to a random
-        length below the cap: what :meth:`probe_digest` hashes on every worker, so that workers that
-        loaded different models are told apart past the first step (``k`` forwards per step)."""
-        rng = np.random.default_rng(seed)
+        """The prefixes along ``k`` paths drawn from this worker's model (seeded ancestral draws,
+        :func:`~arenum.beyond.draw_samples`), each cut to a random length below the cap: what
+        :meth:`probe_digest` hashes on every worker, so that workers that loaded different models are
+        told apart past the first step (the draws cost at most ``k`` forwards a step)."""
+        drawn = draw_samples(self.oracle, k, self.ar.support, seed=seed, tokens=True)
         cap = self.ar.support.leaf_level + 1
-        ends = rng.integers(1, max(cap, 1) + 1, size=k)
+        ends = np.random.default_rng(seed).integers(1, max(cap, 1) + 1, size=k)
         eos = self.oracle.eos_id
-        paths = [()] * k
         out = {()}
-        for d in range(int(ends.max())):
-            live = [i for i in range(k) if ends[i] > d and paths[i] is not None]
-            if not live:
-                break
-            h = self.oracle.fetch_heads([paths[i] for i in live], np.full(len(live), -math.inf))
-            offs = np.cumsum(h.lens) - h.lens
-            for r, i in enumerate(live):
-                lps = h.lps[offs[r] : offs[r] + h.lens[r]]
-                if lps.size == 0:
-                    paths[i] = None
-                    continue
-                p = np.exp(lps - lps.max())
-                j = int(rng.choice(lps.size, p=p / p.sum()))
-                tid = int(h.ids[offs[r] + j])
-                if tid == eos:
-                    paths[i] = None
-                    continue
-                paths[i] = paths[i] + self.oracle.tokens([tid])
-                if d + 1 < cap:
-                    out.add(paths[i])
+        for ids, end in zip(drawn.seqs or [], ends.tolist()):
+            ids = [t for t in ids if t != eos]
+            for j in range(1, min(len(ids), end, cap - 1) + 1):
+                out.add(tuple(self.oracle.tokens(ids[:j])))
         return sorted(out, key=lambda q: (len(q), repr(q)))
 
     def probe_digest(self, prefixes: list[tuple]) -> str:
