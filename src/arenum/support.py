@@ -18,7 +18,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-__all__ = ["Support"]
+__all__ = ["Support", "advance", "constraint_live", "why_rejected"]
+
+
+def constraint_live(c: Any, state: Any) -> bool:
+    """Whether the constraint ``c`` can still reach acceptance from ``state`` (``c.live``; default ``True``)."""
+    f = getattr(c, "live", None)
+    return True if f is None else bool(f(state))
+
+
+def advance(c: Any, state: Any, token: Any) -> Any:
+    """``c.step(state, token)`` unless it rejects or leaves acceptance unreachable (then ``None``)."""
+    nxt = c.step(state, token)
+    if nxt is None or not constraint_live(c, nxt):
+        return None
+    return nxt
+
+
+def why_rejected(c: Any, tokens: Sequence[Any]) -> str | None:
+    """Why the constraint ``c`` rejects the token sequence ``tokens`` (``eos`` not included), in
+    words; ``None`` when it accepts it."""
+    q = c.start
+    if not constraint_live(c, q):
+        return f"the constraint {c.name} accepts nothing"
+    for i, t in enumerate(tokens):
+        q = advance(c, q, t)
+        if q is None:
+            return f"the constraint {c.name} rejects token {t!r} at position {i}"
+    if not c.accepts(q):
+        return f"the constraint {c.name} does not accept it"
+    return None
 
 
 @dataclass(frozen=True)
@@ -82,18 +111,7 @@ class Support:
 
     def _rejected(self, tokens: Sequence[Any]) -> str | None:
         """Why the constraint rejects ``tokens`` (eos excluded), or ``None`` (also without one)."""
-        c = self.constraint
-        if c is None:
-            return None
-        live = getattr(c, "live", None) or (lambda q: True)
-        q = c.start
-        for i, t in enumerate(tokens):
-            q = c.step(q, t)
-            if q is None or not live(q):
-                return f"the constraint {c.name} rejects token {t!r} at position {i}"
-        if not c.accepts(q):
-            return f"the constraint {c.name} does not accept it"
-        return None
+        return None if self.constraint is None else why_rejected(self.constraint, tokens)
 
     def why_outside(self, sequence: Sequence[Any]) -> str | None:
         """Why ``sequence`` is not in the support, in words (``None`` when it is): its length against

@@ -31,6 +31,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
+from ..support import advance, constraint_live as _live, why_rejected
+
 __all__ = ["Constraint", "TextConstraint", "Automaton", "AllOf", "bind_text", "steps_to_accept", "why_rejected"]
 
 
@@ -64,37 +66,9 @@ class Constraint:
         return f"<{type(self).__name__} {self.name}>"
 
 
-def _live(c: Any, state: Any) -> bool:
-    f = getattr(c, "live", None)
-    return True if f is None else bool(f(state))
-
-
 def _min_tokens(c: Any, state: Any) -> int:
     f = getattr(c, "min_tokens", None)
     return 0 if f is None else int(f(state))
-
-
-def advance(c: Any, state: Any, token: Any) -> Any:
-    """``c.step(state, token)`` unless it rejects or leaves acceptance unreachable (then ``None``)."""
-    nxt = c.step(state, token)
-    if nxt is None or not _live(c, nxt):
-        return None
-    return nxt
-
-
-def why_rejected(c: Any, tokens: Sequence[Any]) -> str | None:
-    """Why the constraint ``c`` rejects the token sequence ``tokens`` (``eos`` not included), in
-    words; ``None`` when it accepts it."""
-    q = c.start
-    if not _live(c, q):
-        return f"the constraint {c.name} accepts nothing"
-    for i, t in enumerate(tokens):
-        q = advance(c, q, t)
-        if q is None:
-            return f"the constraint {c.name} rejects token {t!r} at position {i}"
-    if not c.accepts(q):
-        return f"the constraint {c.name} does not accept it (it ends in a non-accepting state)"
-    return None
 
 
 class TextConstraint(Constraint):
