@@ -186,7 +186,7 @@ class Answers:
             return b
         lo = max(b.lo, idx.total_mass().lo) if idx.T >= t else b.lo
         hi = max(lo, b.hi)
-        return MassBracket(lo, hi, exact=lo == hi, method="exact" if lo == hi else "certified")
+        return MassBracket(lo, hi, exact=lo == hi, method="certified")  # equal ends: proven (both bound it)
 
     def _lazy_mass(self, cc: CertifiedCounter, s: float) -> Callable[[], tuple[float, float]]:
         """``() -> (lo, hi)``: the certified cumulative mass ``P(s(X) >= s)``, computed when called
@@ -210,7 +210,7 @@ class Answers:
 
         def certified(cc: CertifiedCounter) -> CountResult:
             b = self._cert_count(cc, t)
-            return CountResult(b.lo, exact=b.exact, method="exact" if b.exact else "certified", ci_lo=b.lo,
+            return CountResult(b.lo, exact=b.exact, method="certified", ci_lo=b.lo,
                                ci_hi=b.hi, extra=self._cert_extra(cc))
 
         def sub_support(c: int) -> CountResult:
@@ -369,7 +369,11 @@ class Answers:
         )
 
     def _cert_rank(self, cc: CertifiedCounter, s: float, trunc: bool) -> DensityRankResult:
-        """The certified rank record of score ``s``; its cumulative mass computed when read."""
+        """The certified rank record of score ``s``; its cumulative mass computed when read.
+
+        ``method='certified'`` always (the regime that answered); ``exact=True`` only when both
+        brackets are single values: both ends are certified bounds of the truth, so equal ends are
+        the truth itself (the rank an integer, the mass a real between equal floats)."""
         r = self._cert_count(cc, math.nextafter(s, math.inf))  # s(x) > s: s(x) >= the next float
         if not r.exact:  # the mass DPs are built only when the cumulative mass is read
             return DensityRankResult.lazy_cumulative(
@@ -378,7 +382,7 @@ class Answers:
         m = self._cert_mass(cc, s)
         exact = r.exact and m.exact
         return DensityRankResult(
-            rank=r.lo, cumulative=m.mid, log_prob=s, exact=exact, method="exact" if exact else "certified",
+            rank=r.lo, cumulative=m.mid, log_prob=s, exact=exact, method="certified",
             rank_lo=r.lo, rank_hi=r.hi, cumulative_lo=m.lo, cumulative_hi=m.hi, truncated=trunc,
             extra=self._cert_extra(cc))
 

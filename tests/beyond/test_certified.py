@@ -288,6 +288,31 @@ def test_certified_counter_errors():
 
 
 # -------------------------------------------------------------------- the automatic regime
+def test_a_certified_single_value_says_certified_and_is_the_truth():
+    """Past the cap, a certified bracket whose ends meet is ``exact`` (both ends bound the truth) but
+    keeps ``method='certified'``: the exact index did not answer it. Wider ones are never exact."""
+    m = _fit(3, "kn")
+    sup = Support.terminating(m.eos, m.eos, 6)
+    sc = _support_scores(m, sup)
+    e = m.enumerable(max_len=6, max_prefixes=1)  # every query past the root is past the cap
+    cc = CertifiedCounter(m.finite_state(), sup)
+    seen = {True: 0, False: 0}
+    for t in [sc.max() / 2, sc.max() * 0.999, *np.quantile(sc, [0.999, 0.9, 0.5]).tolist()]:
+        c, mb, r = e.count(t), e.mass_above(t), e.answers.rank(t)
+        mass = float(np.exp(sc[sc >= t]).sum())
+        for x, lo, hi, truth in ((c, c.ci_lo, c.ci_hi, int((sc >= t).sum())), (mb, mb.lo, mb.hi, mass),
+                                 (r, r.rank_lo, r.rank_hi, int((sc > t).sum()))):
+            assert x.method == "certified" and lo <= truth * (1 + 1e-12) and truth <= hi * (1 + 1e-12)
+            if x.exact:
+                assert lo == hi and (lo == truth or x is mb)  # a mass: float sums, within rounding of it
+            seen[x.exact] += 1
+        assert c.exact == (c.ci_lo == c.ci_hi) and mb.exact == (mb.lo == mb.hi)
+        assert r.exact == (r.rank_lo == r.rank_hi and r.cumulative_lo == r.cumulative_hi)
+        d = cc.mass_bracket(t)
+        assert d.method == "certified" and d.exact == (d.lo == d.hi)
+    assert seen[True] >= 3 and seen[False] >= 6  # both kinds met
+
+
 def test_answers_exact_where_the_budget_reaches_certified_past_it():
     m = _fit(3, "kn")
     sup_scores = _support_scores(m, Support.terminating(m.eos, m.eos, 6))
@@ -299,10 +324,10 @@ def test_answers_exact_where_the_budget_reaches_certified_past_it():
         assert r.exact and r.method == "exact"
         c = capped.rank(seq)
         assert c.rank_lo <= r.rank <= c.rank_hi
-        if c.method == "exact":
-            assert c.rank == r.rank
+        if c.exact:  # exact past the cap only as the exact index's answer or a certified single value
+            assert c.rank == r.rank and c.rank_lo == c.rank_hi
         else:
-            assert c.method == "certified" and not c.exact
+            assert c.method == "certified"
             assert c.cumulative_lo <= r.cumulative * (1 + 1e-12) and r.cumulative <= c.cumulative_hi * (1 + 1e-12)
     assert capped.rank(m.encode("ddddd")).method == "certified"
     # a threshold in the exact head stays exact; a deep one is certified and holds the truth

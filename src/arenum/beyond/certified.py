@@ -9,6 +9,9 @@ Same as brute force over the whole support, bracketed: for a model with
 - ``mass_bracket(t)``: ``lo <= P(s(X) >= t) <= hi``,
 
 for every ``t`` and ``k``, at any depth, with zero model forwards (the tables are the model).
+Every answer is ``method='certified'``; it says ``exact`` only when its two ends meet: both are
+certified bounds of the truth, so equal ends are the truth (e.g. a count or mass of 0 where no
+sequence can reach ``t``).
 
 How: every step's cost ``-log p`` (nats) is put on a grid of cell ``delta`` (a power of two, so
 ``cost / delta`` is exact), rounded UP for the lower DP and DOWN for the upper DP.  ``N[K, s]`` is
@@ -574,11 +577,12 @@ class CertifiedCounter:
         return self.count_bracket(float(np.nextafter(s, math.inf)))
 
     def mass_bracket(self, t: float) -> MassBracket:
-        """Certified ``lo <= P(s(X) >= t) <= hi`` over the support (``method='certified'``, never
-        ``exact``: the grid's rounding widens it beyond float rounding)."""
+        """Certified ``lo <= P(s(X) >= t) <= hi`` over the support (``method='certified'``; ``exact``
+        only when ``lo == hi``, e.g. ``0.0`` where no sequence can score ``>= t``: both ends bound the
+        truth, so equal ends are it)."""
         t = finite_float("t", t, allow_neg_inf=True)
         if t > 0:
-            return MassBracket(0.0, 0.0)
+            return _certified_mass(0.0, 0.0)
         if t == -math.inf:
             return _certified_mass(max(0.0, self._value(True, True, self.max_cells)), 1.0)
         k_lo, k_hi = self._cells(t)
@@ -627,5 +631,6 @@ class CertifiedCounter:
 
 
 def _certified_mass(lo: float, hi: float) -> MassBracket:
-    """A certified mass bracket of the DP: ``exact`` only when it is a single value."""
-    return MassBracket(lo, hi, exact=lo == hi, method="exact" if lo == hi else "certified")
+    """A certified mass bracket of the DP (``method='certified'``): ``exact`` only when it is a single
+    value, which both ends, certified bounds of the truth, then prove."""
+    return MassBracket(lo, hi, exact=lo == hi, method="certified")
