@@ -65,6 +65,10 @@ class Composition:
     def n_states(self) -> int:
         return len(self._states)
 
+    def accepting(self) -> np.ndarray:
+        """Whether each interned state (by id) accepts."""
+        return np.array(self._acc, bool)
+
     def _intern(self, q: Any) -> int:
         s = self._sid.get(q)
         if s is None:
@@ -178,7 +182,7 @@ class Composition:
                 word = tid != eos
                 nxt[word] = self.next_sids(s, tid[word])
             groups.append((s, m, tid, nxt))
-        acc = np.array(self._acc, bool)  # once, after every state the batch reached is interned
+        acc = self.accepting()  # once, after every state the batch reached is interned
         need = np.array(self._need, np.int64)
         for s, m, tid, nxt in groups:
             ok = nxt >= 0
@@ -253,37 +257,22 @@ def constrained_tables(fs: FiniteStateTables, constraint: Any, *, terminating: b
     toks, lp, ns, end = fs.step_tables(True)
     V = len(toks)
     tok_list = toks.tolist()
-    # the automaton's states reachable over these tokens, and its transition table (Q, V)
-    states: list = []
-    sid: dict = {}
-    rows: list[np.ndarray] = []
-
-    def intern(q: Any) -> int:
-        if q not in sid:
-            sid[q] = len(states)
-            states.append(q)
-        return sid[q]
-
-    q0 = constraint.start
-    live = getattr(constraint, "live", None)
-    if live is not None and not live(q0):
+    pos = {t: j for j, t in enumerate(tok_list)}
+    # the automaton over the tables' columns: the same transitions (interned states, rejections,
+    # dead states) as the step oracle's, filled state by state
+    comp = Composition(constraint, tok_list.__getitem__, eos_id=None, cap=max_states,
+                       token_id=pos.__getitem__, token_ids=lambda ts: np.array([pos[t] for t in ts], np.int64))
+    if comp.start < 0:
         return None
-    intern(q0)
-    i = 0
-    while i < len(states):
-        q = states[i]
-        row = np.full(V, -1, np.int64)
-        for j, t in enumerate(tok_list):
-            r = advance(constraint, q, t)
-            if r is not None:
-                row[j] = intern(r)
-        rows.append(row)
-        i += 1
-        if len(states) * max(1, fs.n_states) > max_states * 64:
+    cols = np.arange(V, dtype=np.int64)
+    rows: list[np.ndarray] = []
+    while len(rows) < comp.n_states:
+        rows.append(comp.next_sids(len(rows), cols).astype(np.int64))
+        if comp.n_states * max(1, fs.n_states) > max_states * 64:
             return None
     nq = np.stack(rows)
-    Q = len(states)
-    acc = np.array([bool(constraint.accepts(q)) for q in states])
+    Q = comp.n_states
+    acc = comp.accepting()
     # the product, breadth first over keys m * Q + q
     start = int(fs.start) * Q  # the automaton's start is its state 0
     seen = {start}
