@@ -56,6 +56,34 @@ def test_compiled_sweep_equals_numpy_bit_for_bit(monkeypatch, seed):
     assert max(hi for _, hi in res["numpy"] if math.isfinite(hi)) > 2**53  # the scaled cells were compared too
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_compiled_sweep_rings_per_state_hold_what_they_are_read_for(monkeypatch, seed):
+    """Each state's ring is as long as the costliest step into it reads back (issue 27 target 5: a
+    5-gram's rings took 2 GB per DP at one width for all): rings of different sizes, each longer
+    than its farthest read plus a block, less in all than one width for every state, and the
+    values the numpy sweep's bit for bit, deep enough that every ring wrapped many times."""
+    rng = random.Random(seed)
+    words = _words(80, seed, alphabet="abcde") + ["z"]  # a rare letter: steps into its states cost much
+    m = NGramModel.fit(words, order=3, smoothing=rng.choice(["kn", "wb"]))
+    sup = Support.terminating(m.eos, m.eos, 400)
+    ts = [-x for x in np.linspace(0.5, 150.0, 30)]
+    res = {}
+    for name, jit in (("numpy", lambda: None), ("numba", certified._compiled_sweep)):
+        monkeypatch.setattr(certified, "_compiled_sweep", jit)
+        cc = CertifiedCounter(m.finite_state(), sup, resolution_bits=1 / 16)
+        res[name] = _answers(cc, ts)
+    assert res["numba"] == res["numpy"]
+    for (lower, _, _), sw in cc._sweeps.items():
+        e = sw.e
+        src, col = np.nonzero(e.possible & (e.cost > 0))
+        far = np.zeros(e.S, np.int64)
+        np.maximum.at(far, e.nxt[src, col], e.cost[src, col])
+        size = sw._rmask + 1
+        assert np.all(size > far + sw.B) and np.all((size & sw._rmask) == 0)  # powers of two past each reach
+        assert len(set(size.tolist())) > 1 and sw.ring.size == size.sum() < e.S * size.max()
+        assert sw.K > 4 * size.max()  # every ring wrapped
+
+
 def test_compiled_sweep_merged_steps_and_interrupt(monkeypatch):
     """Merged steps (weights: many tokens of one cell and next state) through the compiled sweep,
     and an interrupt between its calls leaves the ring and the row in step."""

@@ -197,7 +197,7 @@ class _Sweep:
         self.seconds = 0.0
         self.on_grow: Any = None
         self._jit: Any = False  # the compiled one-pass sweep's module, None: numpy (decided at the first build)
-        self.ring: np.ndarray | None = None  # the compiled sweep's (S, R) ring of the last R cells
+        self.ring: np.ndarray | None = None  # the compiled sweep's rings of each state's last cells, flat
         #: ``progress(dict)`` after every block of cells (``phase='certified'``, ``cells_done``, ``cells_todo``)
         self.progress: Any = None
 
@@ -299,14 +299,14 @@ class _Sweep:
 
     def _fill_jit(self, K: int) -> None:
         """Cells up to ``K`` by the compiled sweep (:mod:`arenum.beyond.sweepjit`: the numpy sweep's
-        values bit for bit) into a ring buffer of the states' last ``R >= span + B`` cells; the ring
-        and :attr:`row` advance together, a call of about :attr:`JIT_UPDATES` cell updates at a time
+        values bit for bit) into a ring per state of its last cells (more than the costliest step into
+        it reads back: :func:`~arenum.beyond.sweepjit.ring_layout`); the rings and :attr:`row` advance together, a call of about :attr:`JIT_UPDATES` cell updates at a time
         (an interrupt between calls leaves them in step)."""
         e, P, S = self.e, self.B, self.S
         if self.ring is None:
-            R = 1 << max(6, int(self.span + P - 1).bit_length())
-            self.ring = np.zeros((S, R))
             self._csr = self._jit.csr_steps(e, self.mass)
+            self._roff, self._rmask = self._jit.ring_layout(S, self._csr, P)  # a ring per state, as far as it is read
+            self.ring = np.zeros(int(self._roff[-1] + self._rmask[-1] + 1) if S else 0)
             self._order = np.lexsort(np.where(e.bulk, e.nxt, -1).T[::-1]).astype(np.int64)  # by next states
         step = P * max(1, self.JIT_UPDATES // max(1, P * int(len(e.src))))
         end_cost, end_val = (self.end_cost, (self.end_prob if self.mass else np.ones(S))) if self.end_cost is not None \
@@ -316,7 +316,7 @@ class _Sweep:
             kb = min(K, k + step - 1)
             out = np.empty(kb - k + 1)
             with deferred_interrupts():  # the ring and the row advance together
-                self._jit.fill(self.ring, self.ring.shape[1] - 1, k, kb, P, *self._csr, e.zero_depth, end_cost, end_val,
+                self._jit.fill(self.ring, self._roff, self._rmask, k, kb, P, *self._csr, e.zero_depth, end_cost, end_val,
                                self.end_cost is not None, self.mass or e.weight is not None, self.mass, self.factor,
                                self.start, self._order, out)
                 self.row = np.concatenate([self.row, out])

@@ -1,7 +1,7 @@
 """The compiled one-pass sweep of the certified DP (numba; imported only when numba is in use).
 
-:func:`fill` computes cells ``k0..k1`` of one unbounded sweep of :mod:`arenum.beyond.certified` into a
-ring buffer of the states' last ``R`` cells, with the same float operations in the same order as
+:func:`fill` computes cells ``k0..k1`` of one unbounded sweep of :mod:`arenum.beyond.certified` into
+ring buffers of each state's last cells (:func:`ring_layout`: as many as the costliest step into it reads back), with the same float operations in the same order as
 the numpy path (``_Sweep._block`` and ``_Sweep._finish_cell``), so both give the same values bit for
 bit (``tests/beyond/test_certified_fast.py`` compares them):
 
@@ -41,6 +41,26 @@ def csr_steps(e: Any, mass: bool) -> tuple[np.ndarray, ...]:
             ptr(e.c_src[z]), e.c_nxt[z].astype(np.int64), np.ascontiguousarray(cw[z], np.float64))
 
 
+def ring_layout(S: int, csr: tuple[np.ndarray, ...], B: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(roff, rmask)``: each state's ring of the last ``rmask[s] + 1`` cells at ``roff[s]`` of one
+    flat buffer, ``rmask[s] + 1`` the power of two (at least ``B``) above the costliest bulk or cheap
+    step into ``s`` plus ``B`` (the farthest any read of ``s`` reaches back from a block of ``B``
+    cells). A state that only cheap steps reach keeps a short ring: for an n-gram most do, so the
+    rings hold about a tenth of what one width for every state (the costliest step) would."""
+    far = np.zeros(S, np.int64)
+    np.maximum.at(far, csr[1], csr[2])  # bulk steps: (next, cost)
+    np.maximum.at(far, csr[5], csr[6])  # cheap steps
+    bits = np.maximum(int(B - 1).bit_length(), np.ceil(np.log2(far + B + 1)).astype(np.int64))
+    size = np.left_shift(np.int64(1), bits)
+    while True:  # log2 in floats: make sure each ring is above its reach, and the next power of two
+        short = size <= far + B
+        if not short.any():
+            break
+        size[short] *= 2
+    roff = np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64)
+    return roff, (size - 1).astype(np.int64)
+
+
 @njit(cache=True, nogil=True, boundscheck=False)
 def _slack(v: np.ndarray, mass: bool, factor: float) -> None:
     for s in range(v.shape[0]):
@@ -49,21 +69,23 @@ def _slack(v: np.ndarray, mass: bool, factor: float) -> None:
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def fill(ring: np.ndarray, mask: int, k0: int, k1: int, B: int,
+def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int, B: int,
          b_ptr: np.ndarray, b_nxt: np.ndarray, b_cost: np.ndarray, b_w: np.ndarray,
          c_ptr: np.ndarray, c_nxt: np.ndarray, c_cost: np.ndarray, c_w: np.ndarray,
          z_ptr: np.ndarray, z_nxt: np.ndarray, z_w: np.ndarray, zero_depth: int,
          end_cost: np.ndarray, end_val: np.ndarray, has_end: bool, weighted: bool, mass: bool,
          factor: float, start: int, order: np.ndarray, out: np.ndarray) -> None:
-    """Cells ``k0..k1`` of every state into ``ring[s, k & mask]`` (cells before ``k0`` already there,
-    negative cells read as 0); ``out[k - k0]``: the start state's value at cell ``k``.
+    """Cells ``k0..k1`` of every state into ``ring[roff[s] + (k & rmask[s])]`` (cells before ``k0``
+    already there, negative cells read as 0); ``out[k - k0]``: the start state's value at cell ``k``.
+    Each state has its own ring of ``rmask[s] + 1`` cells (a power of two, more than the costliest
+    step into it plus ``B``): the values read of it lie that far back at most.
 
     ``b_*``/``c_*``/``z_*``: the bulk, cheap and zero-cost steps of each state in column order (CSR:
     ``ptr[s]..ptr[s+1]``), with their next state, cost (cells) and weight (``weighted``: multiply
     the read value by it; else the value itself). ``order``: the states in the order their bulk sums
     are made (any order gives the same values; states that read the same rows close together keep
     those rows in cache)."""
-    S, R = ring.shape
+    S = roff.shape[0]
     acc = np.empty((S, B))
     v = np.empty(S)
     base = np.empty(S)
@@ -75,24 +97,26 @@ def fill(ring: np.ndarray, mask: int, k0: int, k1: int, B: int,
             for i in range(nb):
                 a[i] = 0.0
             for e in range(b_ptr[s], b_ptr[s + 1]):
-                row = ring[b_nxt[e]]
+                n = b_nxt[e]
+                o = roff[n]
+                m = rmask[n]
                 c0 = k - b_cost[e]
                 w = b_w[e]
                 if c0 + nb - 1 < 0:
                     continue  # wholly before cell 0: adds 0.0
-                st = c0 & mask
-                if c0 >= 0 and st + nb <= R:  # one contiguous window
+                st = c0 & m
+                if c0 >= 0 and st + nb <= m + 1:  # one contiguous window
                     if weighted:
                         for i in range(nb):
-                            a[i] += row[st + i] * w
+                            a[i] += ring[o + st + i] * w
                     else:
                         for i in range(nb):
-                            a[i] += row[st + i]
+                            a[i] += ring[o + st + i]
                 else:
                     for i in range(nb):
                         c = c0 + i
                         if c >= 0:
-                            x = row[c & mask]
+                            x = ring[o + (c & m)]
                             a[i] += x * w if weighted else x
         for i in range(nb):  # cell by cell: the cheap steps may read this block
             kk = k + i
@@ -100,7 +124,8 @@ def fill(ring: np.ndarray, mask: int, k0: int, k1: int, B: int,
                 tmp = 0.0
                 for e in range(c_ptr[s], c_ptr[s + 1]):
                     c = kk - c_cost[e]
-                    x = ring[c_nxt[e], c & mask] if c >= 0 else 0.0
+                    n = c_nxt[e]
+                    x = ring[roff[n] + (c & rmask[n])] if c >= 0 else 0.0
                     tmp += x * c_w[e] if weighted else x
                 val = acc[s, i] + tmp
                 if has_end:
@@ -119,8 +144,7 @@ def fill(ring: np.ndarray, mask: int, k0: int, k1: int, B: int,
                         nv[s] = base[s] + tmp
                     _slack(nv, mass, factor)
                     v[:] = nv
-            col = kk & mask
             for s in range(S):
-                ring[s, col] = v[s]
+                ring[roff[s] + (kk & rmask[s])] = v[s]
             out[kk - k0] = v[start]
         k += nb
