@@ -588,3 +588,58 @@ def test_threads_building_one_store_leave_it_exact(tmp_path):
     assert ar2.stats["store_forwards"] == saved
     assert ar2.slice(0, 200) == bf[:200] and ar2.stats["forwards"] <= 1 + PROBES  # the root and the probes
     ar2.close()
+
+
+def test_replay_applies_each_record_as_it_is_read_and_refuses_damage_in_one_line(tmp_path, monkeypatch):
+    """Opening reads the journal a record at a time: record ``i`` is applied before record ``i + 2``
+    is read or decoded (memory bounded by two records, not by the journal), with the same answers;
+    a record damaged before the end is refused in one line, a torn last one cut off."""
+    from arenum.exact import store as store_mod
+    from arenum.exact.tree import PrefixTree
+
+    m = _model(True)
+    p = tmp_path / "s"
+    ar = _open(m, True, p, fingerprint="m")
+    ar.count(-9.0)
+    want = ar.slice(0, 40)
+    del ar  # no snapshot: everything is in the journal
+    j = p / f"journal-{json.loads((p / 'manifest.json').read_text())['generation']}.bin"
+    full = j.read_bytes()
+    events: list[tuple[str, int]] = []
+    real_decode, real_apply = store_mod.decode_record, PrefixTree.apply
+
+    def decode(payload):
+        out = real_decode(payload)
+        events.append(("read", out[2]))
+        return out
+
+    def apply(self, kind, rec, seq):
+        events.append(("apply", seq))
+        return real_apply(self, kind, rec, seq)
+
+    monkeypatch.setattr(store_mod, "decode_record", decode)
+    monkeypatch.setattr(PrefixTree, "apply", apply)
+    ar2 = _open(m, True, p, fingerprint="m")
+    reads = [i for i, (e, _) in enumerate(events) if e == "read"]
+    applies = [i for i, (e, _) in enumerate(events) if e == "apply"]
+    assert len(reads) == len(applies) == ar2.store.replayed > 5
+    assert all(applies[i] < reads[i + 2] for i in range(len(reads) - 2))  # never three records held
+    assert ar2.stats["forwards"] == 0 and ar2.slice(0, 40) == want
+    ar2._check()
+    del ar2
+    # the last record torn at a random byte: cut off, the rest applied; one damaged earlier: refused
+    rng = np.random.default_rng(11)
+    last = max(i for i in range(len(full)) if full[i : i + 4] == b"ARJ2")
+    for trial in range(6):
+        j.write_bytes(full[: int(rng.integers(last + 1, len(full)))])
+        ar3 = _open(m, True, p, fingerprint="m")
+        assert ar3.store.torn == 1 and ar3.store.replayed == len(reads) - 1
+        ar3._check()
+        assert ar3.slice(0, 40) == want
+        del ar3
+        bad = bytearray(full)
+        bad[int(rng.integers(20, last))] ^= 0xFF
+        j.write_bytes(bytes(bad))
+        with pytest.raises(StoreError, match="journal-") as e:
+            _open(m, True, p, fingerprint="m")
+        assert "\n" not in str(e.value) and ("damaged" in str(e.value) or "cannot be" in str(e.value))

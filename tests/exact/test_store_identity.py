@@ -89,7 +89,7 @@ def test_superseded_records_are_skipped_and_a_gap_in_sequence_is_refused(tmp_pat
     jpath = p / f"journal-{ar.store.generation}.bin"
     del ar
     data = jpath.read_bytes()
-    from arenum.exact.store import _HDR
+    from arenum.exact.storefiles import JOURNAL_HEADER as _HDR
 
     recs, pos = [], 0
     while pos < len(data):

@@ -217,3 +217,36 @@ def test_a_damaged_encoding_is_refused_in_one_line(tmp_path):
         with pytest.raises(StoreError, match="manifest.json") as e:
             AutoregressiveEnumerable(m, max_len=L, store=p, fingerprint="m")
         assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("per_byte, cut", [(1.0, True), (0.0, False)])
+def test_close_packs_the_snapshot_once_whether_it_cuts_or_not(tmp_path, monkeypatch, per_byte, cut):
+    """``close()`` measures the cut alone (each level's heads once), then packs the snapshot once:
+    the one it writes, cut or not."""
+    m = RandomModel(list(range(8)), seed=5)
+    monkeypatch.setattr(snapshot_mod, "SECONDS_PER_BYTE", per_byte)
+    calls = {"pack": 0, "cut": 0}
+    real_pack, real_cut = snapshot_mod.pack_state, snapshot_mod._cut
+
+    def pack(*a, **kw):
+        calls["pack"] += 1
+        return real_pack(*a, **kw)
+
+    def cutf(*a, **kw):
+        calls["cut"] += 1
+        return real_cut(*a, **kw)
+
+    p = tmp_path / "s"
+    with _open(m, p, False) as ar:
+        ar.count(-8.0)
+        want = ar.slice(0, 30)
+        levels = ar._tree.n_levels
+        monkeypatch.setattr(snapshot_mod, "pack_state", pack)
+        monkeypatch.setattr(snapshot_mod, "_cut", cutf)
+    assert ar.store.cut == cut
+    assert calls == {"pack": 1, "cut": levels}  # one chunk a level here: the cut computed once
+    monkeypatch.undo()
+    ar2 = _open(m, p, False)
+    assert ar2.slice(0, 30) == want and ar2.stats["forwards"] == 0
+    ar2._check()
+    ar2.close()

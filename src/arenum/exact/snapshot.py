@@ -30,7 +30,7 @@ import numpy as np
 from .levels import COLUMNS
 from .._validate import LN2
 
-__all__ = ["pack_state", "unpack_state", "choose_pack", "DERIVED", "SECONDS_PER_BYTE"]
+__all__ = ["pack_state", "unpack_state", "choose_pack", "measure_cut", "DERIVED", "SECONDS_PER_BYTE"]
 
 DERIVED = ("tok", "score", "off", "eos_j", "eos_lp")
 """Level columns a version-3 snapshot does not write (module docstring)."""
@@ -71,13 +71,45 @@ def _floats(name: str, a: np.ndarray, files: dict, enc: dict) -> None:
         files[name] = a
 
 
+def measure_cut(scalars: dict, arrays: dict[str, np.ndarray], cut: float) -> tuple[list, dict]:
+    """What cutting at ``cut`` keeps (:func:`pack_state`), without packing anything: per level the
+    kept entries per node and the new floors, and ``cut_nodes``, ``dropped_entries`` and
+    ``dropped_bytes`` (each dropped entry at the width its level's column is written in when
+    uncut: the decision's estimate, see :func:`choose_pack`)."""
+    per, info = [], {"cut_nodes": 0, "dropped_entries": 0, "dropped_bytes": 0}
+    for d in range(int(scalars["n_levels"])):
+        p = f"L{d}."
+        score, off, tlen = arrays[p + "score"], arrays[p + "off"].astype(np.int64), arrays[p + "tlen"].astype(np.int64)
+        floor = np.array(arrays[p + "floor"], np.float64)
+        made = arrays[p + "made"].astype(np.int64)
+        pool_lp = arrays[p + "pool_lp"]
+        keep = tlen.copy()
+        for a in range(0, score.shape[0], _CHUNK):
+            sl = slice(a, a + _CHUNK)
+            keep[sl], floor[sl] = _cut(pool_lp, score[sl], off[sl], tlen[sl], made[sl], floor[sl], cut)
+        per.append((keep, floor))
+        dropped = int(tlen.sum() - keep.sum())
+        info["cut_nodes"] += int((keep < tlen).sum())
+        info["dropped_entries"] += dropped
+        if dropped:
+            info["dropped_bytes"] += dropped * _entry_bytes(pool_lp, arrays[p + "pool_tok"])
+    return per, info
+
+
+def _entry_bytes(pool_lp: np.ndarray, pool_tok: np.ndarray) -> int:
+    """Bytes of one entry as a level's whole pool would be written (:func:`_floats`, :func:`_narrow`)."""
+    f32 = np.array_equal(pool_lp.astype(np.float32).astype(np.float64), pool_lp)
+    return (4 if f32 else 8) + _narrow(np.array([pool_tok.min(), pool_tok.max()])).itemsize
+
+
 def pack_state(scalars: dict, arrays: dict[str, np.ndarray], *, eos_id: int | None,
-               cut: float | None) -> tuple[dict, dict[str, np.ndarray], dict[str, str], dict]:
+               cut: float | None, measured: list | None = None) -> tuple[dict, dict[str, np.ndarray], dict[str, str], dict]:
     """``(scalars, files, encodings, cut)`` of a tree's exported state (module docstring); ``cut`` says
     how many nodes had entries cut (``cut_nodes``), and the entries and bytes cut. ``cut``: keep
     only head entries with ``score + lp >= cut`` (per node at most the score of its last made child,
-    so every child keeps its entry); ``None`` keeps every stored entry. Heads superseded by a later
-    fetch of their prefix are dropped either way."""
+    so every child keeps its entry); ``None`` keeps every stored entry. ``measured``: the per-level
+    cut :func:`measure_cut` already computed for this ``cut`` (not computed again). Heads superseded
+    by a later fetch of their prefix are dropped either way."""
     n = int(scalars["n_levels"])
     files: dict[str, np.ndarray] = {}
     enc: dict[str, str] = {}
@@ -86,17 +118,17 @@ def pack_state(scalars: dict, arrays: dict[str, np.ndarray], *, eos_id: int | No
     info = {"cut_nodes": 0, "dropped_entries": 0, "dropped_bytes": 0}
     for k in ("h_comp", "h_pref"):
         files[k] = _narrow(arrays[k])
+    if cut is not None and measured is None:
+        measured = measure_cut(scalars, arrays, cut)[0]
     for d in range(n):
         p = f"L{d}."
         score, off, tlen = arrays[p + "score"], arrays[p + "off"].astype(np.int64), arrays[p + "tlen"].astype(np.int64)
-        floor = np.array(arrays[p + "floor"], np.float64)
         made = arrays[p + "made"].astype(np.int64)
         pool_lp, pool_tok = arrays[p + "pool_lp"], arrays[p + "pool_tok"]
-        keep = tlen.copy()
         if cut is not None:
-            for a in range(0, score.shape[0], _CHUNK):
-                sl = slice(a, a + _CHUNK)
-                keep[sl], floor[sl] = _cut(pool_lp, score[sl], off[sl], tlen[sl], made[sl], floor[sl], cut)
+            keep, floor = measured[d]
+        else:
+            keep, floor = tlen, np.asarray(arrays[p + "floor"], np.float64)
         total = int(keep.sum())
         dropped = int(tlen.sum()) - total
         idx = np.repeat(off - (np.cumsum(keep) - keep), keep) + np.arange(total, dtype=np.int64)
@@ -232,14 +264,15 @@ def choose_pack(tree, cost: tuple[float, int] | None, keep_tables: bool | None) 
     """``(scalars, files, encodings, cut)``: the snapshot of ``tree``, its tables cut below the built
     budget less the tree's margin when ``keep_tables`` is False or, None, when scoring the cut
     prefixes again (``cost``: measured model seconds and forwards) costs less than the bytes cut
-    (:data:`SECONDS_PER_BYTE`). ``cost=None``: never cut (a snapshot taken mid-build)."""
+    (:data:`SECONDS_PER_BYTE`; the bytes cut as :func:`measure_cut` estimates them, before anything is
+    packed). ``cost=None``: never cut (a snapshot taken mid-build). The snapshot is packed once."""
     scalars, arrays = tree.export_state()
     eos = tree.eos_id
     at = tree.built - tree.keep_margin_bits * LN2
     if cost is not None and keep_tables is not True and math.isfinite(at):
-        out = pack_state(scalars, arrays, eos_id=eos, cut=at)
-        nodes, saved = out[3]["cut_nodes"], out[3]["dropped_bytes"]
+        per, info = measure_cut(scalars, arrays, at)  # the cut alone: the snapshot is packed once
+        nodes, saved = info["cut_nodes"], info["dropped_bytes"]
         sec, fw = cost
         if nodes and (keep_tables is False or (fw and nodes * sec / fw < saved * SECONDS_PER_BYTE)):
-            return out[0], out[1], out[2], True
+            return pack_state(scalars, arrays, eos_id=eos, cut=at, measured=per)[:3] + (True,)
     return pack_state(scalars, arrays, eos_id=eos, cut=None)[:3] + (False,)

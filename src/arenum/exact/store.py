@@ -62,8 +62,8 @@ from ..errors import StoreError
 from ..step import StepOracle, decode_token
 from .records import decode_record, encode_record
 from .snapshot import choose_pack, unpack_state
-from .storefiles import (MANIFEST, STORE_FORMAT, STORE_VERSION, CrcWriter, crc_file, encode_tokens,
-                         fsync_dir, manifest_crc, read_manifest)
+from .storefiles import (JOURNAL_MAGIC, MANIFEST, STORE_FORMAT, STORE_VERSION, CrcWriter, crc_file, encode_tokens,
+                         fsync_dir, manifest_crc, read_manifest, read_record)
 from .tree import PrefixTree
 
 __all__ = ["TreeStore", "root_fingerprint", "open_store", "PROBES", "cluster_workers"]
@@ -71,8 +71,6 @@ __all__ = ["TreeStore", "root_fingerprint", "open_store", "PROBES", "cluster_wor
 LOCK = "lock"
 PROBES = 32
 """Stored prefixes re-scored on opening a store without ``fingerprint=`` (module docstring)."""
-_MAGIC = b"ARJ2"
-_HDR = struct.Struct("<4sQII")  # magic, payload length, CRC-32 of the payload, CRC-32 of the 16 bytes before
 _CHECKPOINT_MIN = 1 << 30
 """A build snapshots when its journal passes this and four times the snapshot (bounded replay,
 amortized writes)."""
@@ -338,66 +336,42 @@ class TreeStore:
             self._check_probes()
 
     def _replay(self, jpath: str) -> None:
+        """Apply the journal's records to the tree one at a time, as they are read (memory: the record
+        applied and the next one, read ahead to see whether it supersedes it). A torn last record is
+        cut off (not read-only); a record damaged before the end, unreadable or out of sequence is
+        refused in one line (:class:`StoreError`; the tree, half replayed, is then dropped with the
+        store that failed to open)."""
         rel = os.path.relpath(jpath, self.path)
         try:
-            with open(jpath, "rb") as f:
-                data = f.read()
+            f = open(jpath, "rb")
         except FileNotFoundError:
             if self.readonly:
                 return
             raise StoreError(f"store {self.path}: {rel} is missing") from None
-        pos = 0
-        n = len(data)
-        recs: list[tuple[int, int, bytes]] = []  # (start, seq, payload)
-        while pos < n:
-            if n - pos < _HDR.size:
-                break  # a torn header at the end
-            magic, length, crc, hcrc = _HDR.unpack_from(data, pos)
-            if magic != _MAGIC or zlib.crc32(data[pos : pos + _HDR.size - 4]) != hcrc:
-                raise StoreError(f"store {self.path}: {rel} is damaged at byte {pos} (bad record header)")
-            end = pos + _HDR.size + length
-            if end > n:
-                break  # torn at the end
-            payload = data[pos + _HDR.size : end]
-            if zlib.crc32(payload) != crc:
-                if end == n:
-                    break  # the last record, torn
-                raise StoreError(f"store {self.path}: {rel} is damaged at byte {pos} (checksum mismatch)")
-            recs.append((pos, payload))
-            pos = end
         tree = self.tree
         stats = tree.oracle.stats
         refetches = stats.refetches
-        decoded = []
-        for start, payload in recs:
-            try:
-                decoded.append((start,) + decode_record(payload))
-            except (ValueError, KeyError, TypeError) as e:
-                raise StoreError(f"store {self.path}: {rel} record at byte {start} cannot be read ({e})") from None
-        prev = tree.commits
-        for i, (start, kind, rec, seq, int_mode, toks, tok0) in enumerate(decoded):
-            if seq != prev:
-                raise StoreError(f"store {self.path}: {rel} record at byte {start} is out of sequence "
-                                 f"({seq} after {prev})")
-            prev = seq
-            try:
-                vocab = tree.vocab
-                if int_mode is not None and vocab.int_mode is None:  # decided after the snapshot
-                    vocab.restore(int_mode, vocab.state()[1])
-                toks = [decode_token(t) for t in toks]
-                have = len(vocab)
-                if tok0 > have or vocab.since(tok0) != toks[: have - tok0]:
-                    raise ValueError(f"its tokens start at id {tok0}, the store holds {have}")
-                vocab.append(toks[have - tok0 :])
-                if i + 1 < len(decoded) and decoded[i + 1][3] == seq:
-                    continue  # superseded: its commit did not complete in memory (module docstring)
-                tree.apply(kind, rec, seq)
-                prev = seq + 1
-            except (ValueError, KeyError, TypeError, IndexError) as e:
-                raise StoreError(f"store {self.path}: {rel} record at byte {start} cannot be applied ({e})") from None
-            if kind == "fetch":
-                self.forwards += int(rec["ns"].shape[0])
-            self.replayed += 1
+        with f:
+            n = os.fstat(f.fileno()).st_size
+            pos = 0
+            prev = tree.commits
+            pending: tuple | None = None  # (start, decoded record) read, not yet applied
+            while True:
+                got = read_record(f, pos, n, f"store {self.path}: {rel}")
+                if got is None:
+                    break
+                payload, end = got
+                try:
+                    dec = (pos,) + decode_record(payload)
+                except (ValueError, KeyError, TypeError) as e:
+                    raise StoreError(f"store {self.path}: {rel} record at byte {pos} cannot be read ({e})") from None
+                del payload, got
+                if pending is not None:
+                    prev = self._apply_replayed(pending, prev, superseded=dec[3] == pending[3], rel=rel)
+                pending, pos = dec, end
+            if pending is not None:
+                self._apply_replayed(pending, prev, superseded=False, rel=rel)
+                pending = None
         stats.refetches = refetches  # replayed commits are not this process's forwards
         if pos < n:
             self.torn += 1
@@ -407,6 +381,33 @@ class TreeStore:
                     f.flush()
                     os.fsync(f.fileno())
         self._journal_bytes = pos
+
+    def _apply_replayed(self, dec: tuple, prev: int, *, superseded: bool, rel: str) -> int:
+        """Apply one decoded journal record (``superseded``: the next record has its number, so only
+        its tokens are taken: module docstring); returns the sequence number expected next."""
+        start, kind, rec, seq, int_mode, toks, tok0 = dec
+        tree = self.tree
+        if seq != prev:
+            raise StoreError(f"store {self.path}: {rel} record at byte {start} is out of sequence "
+                             f"({seq} after {prev})")
+        try:
+            vocab = tree.vocab
+            if int_mode is not None and vocab.int_mode is None:  # decided after the snapshot
+                vocab.restore(int_mode, vocab.state()[1])
+            toks = [decode_token(t) for t in toks]
+            have = len(vocab)
+            if tok0 > have or vocab.since(tok0) != toks[: have - tok0]:
+                raise ValueError(f"its tokens start at id {tok0}, the store holds {have}")
+            vocab.append(toks[have - tok0 :])
+            if superseded:
+                return seq  # its commit did not complete in memory (module docstring)
+            tree.apply(kind, rec, seq)
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            raise StoreError(f"store {self.path}: {rel} record at byte {start} cannot be applied ({e})") from None
+        if kind == "fetch":
+            self.forwards += int(rec["ns"].shape[0])
+        self.replayed += 1
+        return seq + 1
 
     def _check_probes(self) -> None:
         """Re-score up to :data:`PROBES` stored prefixes drawn at random and compare their stored heads
@@ -512,7 +513,7 @@ class TreeStore:
         vocab = self.tree.vocab
         new = vocab.since(self._ntok)
         payload = encode_record(kind, rec, seq, vocab.int_mode, encode_tokens(new), self._ntok)
-        hdr = struct.pack("<4sQI", _MAGIC, len(payload), zlib.crc32(payload))
+        hdr = struct.pack("<4sQI", JOURNAL_MAGIC, len(payload), zlib.crc32(payload))
         buf = hdr + struct.pack("<I", zlib.crc32(hdr)) + payload
         fd = self._jfd
         if fd is None:

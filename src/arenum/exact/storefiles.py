@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import zlib
 from typing import Any
 
@@ -22,7 +23,8 @@ from ..errors import StoreError
 from ..step import encode_token
 
 __all__ = ["StoreError", "encode_tokens", "crc_file", "CrcWriter", "fsync_dir", "manifest_crc",
-           "read_manifest", "describe_store", "STORE_FORMAT", "STORE_VERSION", "MANIFEST"]
+           "read_manifest", "describe_store", "STORE_FORMAT", "STORE_VERSION", "MANIFEST", "JOURNAL_MAGIC",
+           "JOURNAL_HEADER", "read_record"]
 
 STORE_FORMAT = "arenum-store"
 STORE_VERSION = 3
@@ -30,6 +32,9 @@ STORE_VERSION = 3
 version 2 (every column as the tree holds it) is still read, and written again as 3 by ``close()``."""
 READ_VERSIONS = (2, 3)
 MANIFEST = "manifest.json"
+JOURNAL_MAGIC = b"ARJ2"
+JOURNAL_HEADER = struct.Struct("<4sQII")
+"""A journal record's header: magic, payload length, CRC-32 of the payload, CRC-32 of the 16 bytes before."""
 
 
 def encode_tokens(toks: list) -> list:
@@ -120,6 +125,33 @@ def read_manifest(path: str) -> dict:
         if k not in m:
             raise StoreError(f"store {path}: {MANIFEST} lacks {k!r}")
     return m
+
+
+def read_record(f: Any, pos: int, n: int, where: str) -> tuple[bytes, int] | None:
+    """The payload of the journal record at byte ``pos`` of the open file ``f`` (``n`` bytes long,
+    read from ``pos`` on) and the byte where it ends; ``None`` at the end or at a torn last record
+    (a torn header, a payload past the end, or a bad checksum of the last record); a
+    :class:`StoreError` (``where``, then what) if a record is damaged before the end."""
+    hs = JOURNAL_HEADER.size
+    if n - pos < hs:
+        return None  # the end, or a torn header at the end
+    hdr = f.read(hs)
+    if len(hdr) < hs:
+        return None
+    magic, length, crc, hcrc = JOURNAL_HEADER.unpack(hdr)
+    if magic != JOURNAL_MAGIC or zlib.crc32(hdr[: hs - 4]) != hcrc:
+        raise StoreError(f"{where} is damaged at byte {pos} (bad record header)")
+    end = pos + hs + length
+    if end > n:
+        return None  # torn at the end
+    payload = f.read(length)
+    if len(payload) < length:
+        return None
+    if zlib.crc32(payload) != crc:
+        if end == n:
+            return None  # the last record, torn
+        raise StoreError(f"{where} is damaged at byte {pos} (checksum mismatch)")
+    return payload, end
 
 
 def describe_store(path: str | os.PathLike) -> dict:
