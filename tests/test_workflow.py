@@ -61,7 +61,7 @@ def test_top_k_obeys_max_prefixes_at_once():
     t0 = time.perf_counter()
     with pytest.raises(BudgetExceeded, match="max_prefixes=50"):
         e.top_k(10**12)
-    assert time.perf_counter() - t0 < 5 and e.stats["forwards"] <= 200
+    assert time.perf_counter() - t0 < 30 and e.stats["forwards"] <= 200  # refused early: no long build first
     assert e.top_k(3) == m.enumerable().slice(0, 3)  # small K still answers, through the same index
 
 

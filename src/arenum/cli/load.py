@@ -22,6 +22,11 @@ class Loaded:
     info: dict = field(default_factory=dict)
 
     def forwards(self) -> int:
+        """The model's forwards so far: the oracle's counter (what ``stats["forwards"]`` reads, without
+        the walk over the tree that ``stats`` makes for its memory figures); a cluster sums its workers'."""
+        oracle = getattr(self.enum, "oracle", None)
+        if oracle is not None:
+            return int(oracle.stats.forwards)
         return int(self.enum.stats["forwards"])
 
 
