@@ -9,6 +9,7 @@ must be exactly numpy's comparison, the special values (NaN, ``+inf``, ``-inf``,
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -282,3 +283,27 @@ def test_draws_identical_on_both_backends():
         out[b] = (s.score, s.log_q, s.length, s.keys)
     for x, y in zip(out["numba"], out["numpy"]):
         assert np.array_equal(x, y)
+
+
+def test_a_short_run_does_not_load_the_kernels_and_answers_the_same():
+    """Under the default choice the first WARM_ENTRIES entries take the numpy path (the same values):
+    a fresh process scoring a few strings never imports numba; past the warm-up the kernels load."""
+    code = (
+        "import sys, json, numpy as np\n"
+        "from arenum.models import NGramModel\nfrom arenum.step import kernels\n"
+        "m = NGramModel.fit(['password', 'dragon', 'monkey', 'letmein', 'abc123'] * 3, order=3)\n"
+        "e = m.enumerable(max_len=12)\n"
+        "a = [e.log_density(m.encode(w)) for w in ('dragon', 'passmonkey', 'mod')]\n"
+        "loaded = [kernels._state['kernels'] is not None, 'numba' in sys.modules]\n"
+        "t = e.threshold(3000); c = e.count(t)\n"  # enough rows to pass the warm-up
+        "loaded += [kernels._state['kernels'] is not None]\n"
+        "print(json.dumps({'a': [float(x).hex() for x in a], 'c': [int(c), float(t).hex()], 'loaded': loaded}))\n")
+    env = {k: v for k, v in os.environ.items() if k != kernels.ENV}
+    outs = {}
+    for choice in ("auto", "numpy"):
+        env[kernels.ENV] = choice
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        outs[choice] = json.loads(out.stdout)
+    assert outs["auto"]["loaded"] == [False, False, True]
+    assert outs["numpy"]["loaded"] == [False, False, False]
+    assert outs["auto"]["a"] == outs["numpy"]["a"] and outs["auto"]["c"] == outs["numpy"]["c"]

@@ -6,8 +6,9 @@ normalization check) and, for the heads, marks the entries ``>= floors[i]`` and 
 positions and values (the head cut): the ``exp``, the sum, the comparison and the cut fused, the row
 read once. The numpy path (:func:`arenum.step.dense.sweep`) does the same in several passes per block
 and stays the reference: every caller falls back to it when numba is not installed, when
-``ARENUM_KERNELS=numpy`` is set, or for a batch the kernel does not take (not float64, rows wider
-than :data:`MAX_V`).
+``ARENUM_KERNELS=numpy`` is set, for a batch the kernel does not take (not float64, rows wider
+than :data:`MAX_V`), and, under the default choice, for the first :data:`WARM_ENTRIES` entries a
+process passes (a short run never pays for loading numba).
 
 **Precision.** The callers use ``s`` for one decision only: a row with ``|s - 1| <= 1e-13`` is
 normalized to float64 precision and used verbatim (:mod:`arenum.step.tables`); any other row gets the
@@ -59,8 +60,14 @@ EXP_REL_ERR = 4e-15
 ENV = "ARENUM_KERNELS"
 """``numpy`` forces the numpy path; ``auto`` (default) uses numba when it is installed."""
 
+WARM_ENTRIES = 1 << 16
+"""Under the default choice, batches go to the numpy path until the process has passed this many
+entries through them (the same values: see above): loading the kernels (numba's import and its
+on-disk cache, about half a second of CPU) costs more than the few small batches of a short run,
+such as scoring one string (26 rows of 51 entries). Past it, or once loaded, the kernels are used."""
+
 _lock = threading.Lock()
-_state: dict[str, Any] = {"choice": None, "kernels": None, "error": None}
+_state: dict[str, Any] = {"choice": None, "kernels": None, "error": None, "seen": 0}
 
 
 def set_backend(name: str | None) -> None:
@@ -93,6 +100,17 @@ def _active() -> dict[str, Callable] | None:
         if choice == "numba":
             raise
         return None
+
+
+def _active_for(arr: np.ndarray) -> dict[str, Callable] | None:
+    """:func:`_active` for a batch of ``arr.size`` entries, with the warm-up of :data:`WARM_ENTRIES`
+    (only under the default choice while the kernels are not loaded yet)."""
+    if (_state["kernels"] is None and _state["choice"] is None and _state["error"] is None
+            and os.environ.get(ENV, "auto").strip().lower() != "numba"):
+        _state["seen"] += int(arr.size)  # under the GIL; an approximate count is enough
+        if _state["seen"] <= WARM_ENTRIES:
+            return None
+    return _active()
 
 
 def _compiled() -> dict[str, Callable]:
@@ -145,7 +163,7 @@ def heads_sweep(arr: np.ndarray, floors: np.ndarray, guess: int = 64
     positions and values of exactly the entries ``>= floors[row]``, row-major, in pieces of about
     16k entries at row boundaries), or ``None`` when the numpy path must do it (no numba, or
     ``not takes(arr)``). ``guess``: entries expected per row (the buffers start at that)."""
-    k = _active()
+    k = _active_for(arr)
     if k is None or not takes(arr):
         return None
     n, V = arr.shape
@@ -214,7 +232,7 @@ def _pieces(arr: np.ndarray, a: int, b: int, pos: np.ndarray, vals: np.ndarray, 
 def rows_sum(arr: np.ndarray) -> np.ndarray | None:
     """``s[i] = sum(exp(row i))``, NaN for a row holding an entry ``> 0`` (or NaN or ``+inf``); or
     ``None`` when the numpy path must do it."""
-    k = _active()
+    k = _active_for(arr)
     if k is None or not takes(arr):
         return None
     s = np.empty(arr.shape[0])
@@ -226,7 +244,7 @@ def quantized_cum(p: np.ndarray, tot: np.ndarray, one: float) -> np.ndarray | No
     """``np.cumsum(quantize_rows(p), axis=1)`` of :mod:`arenum.beyond.draws` in one fused pass per row, bit
     for bit (``tot = p.sum(axis=1)``, all ``> 0``, computed by the caller); ``None`` when the numpy
     path must do it."""
-    k = _active()
+    k = _active_for(p)
     if k is None or not takes(p):
         return None
     cum = np.empty(p.shape)
