@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import pickle
 import random
 
@@ -205,7 +206,8 @@ with warnings.catch_warnings(record=True) as w:
     r = e.rank(m.encode(sys.argv[3]))
 cc = e.certified()
 print(json.dumps({"lo": r.rank_lo, "hi": r.rank_hi, "method": r.method, "forwards": e.stats["forwards"],
-                  "dp_seconds": sum(s.seconds for s in cc._sweeps.values()),
+                  "dp_seconds": sum(s.seconds for s in cc._sweeps.values()), "tables": sorted(cc._edges),
+                  "numba": "numba" in sys.modules,
                   "warnings": [str(x.message) for x in w if "certified tables" in str(x.message)]}))
 """
 
@@ -238,6 +240,9 @@ def test_certified_tables_kept_in_the_store_for_a_fresh_process(tmp_path):
     again = _in_process(path, store, "ddddcc")
     assert (again["lo"], again["hi"]) == (first["lo"], first["hi"]) and again["dp_seconds"] == 0
     assert again["forwards"] <= len(m.encode("ddddcc")) and not again["warnings"]
+    # the kept rows answer alone: no step tables made, no compiled code loaded (scoring one string)
+    assert first["tables"] == [False, True] and again["tables"] == []
+    assert not again["numba"] or os.environ.get("ARENUM_KERNELS", "").strip().lower() == "numba"
     # damaged: one flipped byte of the payload
     data = bytearray(files[0].read_bytes())
     data[-7] ^= 0xFF

@@ -44,14 +44,16 @@ with the exact index).  Memory: ``8 S (K + 1)`` bytes per built DP (``stats["byt
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from .._validate import exact_int, finite_float
+from .certified_steps import LazySteps, StepEdges
 from .estimate import mass_count_bound
 from .._guard import deferred_interrupts
 from ..step import FiniteStateTables, kernels
@@ -77,44 +79,6 @@ def _ceil_int(v: float) -> int | float:
     return int(math.ceil(v)) if math.isfinite(v) else math.inf
 
 
-def _merged(nx: np.ndarray, cost: np.ndarray, prob: np.ndarray, possible: np.ndarray, lower: bool
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """``(next, cost, prob, possible, weight)`` of one rounding, with the steps of a state that share
-    their next state and their cell merged into one step of integer ``weight`` (their number) and
-    probability (their sum, widened by ``(m + 4) u`` for ``m`` summed): the same DP values, each a sum
-    of fewer terms.  Done only when it shrinks the tables four times or more (a PCFG's groups of
-    thousands of strings, a few hundred distinct cells), else the tables are kept (``weight`` None)
-    with ``prob`` widened by ``4 u``."""
-    pad = 1 - 4 * _U if lower else 1 + 4 * _U
-    S, V = nx.shape
-    if not possible.any():
-        return nx, cost, prob * pad, possible, None
-    base = int(cost[possible].max()) + 1
-    key = np.where(possible, nx * base + cost, -1)  # (next state, cell) of each step; -1: impossible
-    order = np.argsort(key, axis=1, kind="stable")  # per state: impossible steps first, then by key
-    ks = np.take_along_axis(key, order, axis=1)
-    new = ks >= 0
-    new[:, 1:] &= ks[:, 1:] != ks[:, :-1]  # the first step of each distinct (next, cell)
-    per_state = new.sum(axis=1)
-    width = int(per_state.max())
-    if 4 * width > V:  # an n-gram: its steps lead to distinct states
-        return nx, cost, prob * pad, possible, None
-    valid = (ks >= 0).ravel()
-    g = (np.cumsum(new.ravel()) - 1)[valid]  # the merged step of each possible step
-    n_new = int(per_state.sum())
-    m = np.bincount(g, minlength=n_new)  # steps merged into each
-    psum = np.bincount(g, weights=np.take_along_axis(prob, order, axis=1).ravel()[valid], minlength=n_new)
-    psum *= (1 - (m + 4) * _U) if lower else (1 + (m + 4) * _U)
-    ms = np.nonzero(new)[0]
-    slot = (np.cumsum(new, axis=1) - 1)[new]  # position within its state
-    kk = ks[new]
-    out_n, out_c = np.zeros((S, width), np.int64), np.zeros((S, width), np.int64)
-    out_p, out_w = np.zeros((S, width)), np.zeros((S, width))
-    out_ok = np.zeros((S, width), np.bool_)
-    out_n[ms, slot], out_c[ms, slot], out_p[ms, slot], out_w[ms, slot], out_ok[ms, slot] = kk // base, kk % base, psum, m, True
-    return out_n, out_c, out_p, out_ok, out_w
-
-
 def _compiled_sweep() -> Any:
     """The module of the compiled sweep when the step kernels use numba (:mod:`arenum.step.kernels`:
     ``ARENUM_KERNELS=numpy`` or no numba gives the numpy path, the same values), else ``None``."""
@@ -123,46 +87,6 @@ def _compiled_sweep() -> Any:
     from . import sweepjit
 
     return sweepjit
-
-
-class _Edges:
-    """The transitions of one rounding as dense ``(S, V)`` tables: next state, cell cost, probability.
-
-    Impossible steps have probability 0 and next state 0 (never read: they are never ``bulk`` and
-    never ``cheap``). ``cheap`` lists the possible steps of cost ``< B`` cells (at most a few per state).
-    """
-
-    def __init__(self, nxt: np.ndarray, cost: np.ndarray, prob: np.ndarray, possible: np.ndarray,
-                 weight: np.ndarray | None, B: int) -> None:
-        self.S = nxt.shape[0]
-        self.nxt, self.cost, self.prob, self.possible = nxt, cost, prob, possible  # (S, V) each
-        self.weight = weight  # (S, V) float64 integer multiplicities of merged steps (count DPs), or None
-        self.degree = int(possible.sum(axis=1).max()) if possible.size else 0
-        self.bulk = possible & (cost >= B)  # (S, V) bool
-        cs, cj = np.nonzero(possible & (cost < B))
-        self.c_src, self.c_nxt, self.c_cost, self.c_prob = cs, nxt[cs, cj], cost[cs, cj], prob[cs, cj]
-        self.c_weight = None if weight is None else weight[cs, cj]
-        self.c_zero = self.c_cost == 0
-        src, col = np.nonzero(possible)
-        fn, fc = nxt[src, col], cost[src, col]  # (E,) each: the possible steps, for the min-plus DP
-        o = np.argsort(fn, kind="stable")  # grouped by next state: one reduceat per min-plus step
-        first = np.flatnonzero(np.r_[True, fn[o][1:] != fn[o][:-1]]) if len(o) else np.zeros(0, np.int64)
-        self.src = src
-        self.by_target = (src[o], fc[o], first, fn[o][first])
-        self.zero_depth = self._zero_depth(cs[self.c_zero], self.c_nxt[self.c_zero]) if self.c_zero.any() else 0
-
-    def _zero_depth(self, src: np.ndarray, nxt: np.ndarray) -> int:
-        """Longest path of zero-cost edges (they are resolved within one cell); cycles are refused."""
-        S = self.S
-        depth = np.zeros(S, dtype=np.int64)
-        for it in range(S + 1):
-            new = np.zeros(S, dtype=np.int64)
-            np.maximum.at(new, src, depth[nxt] + 1)
-            if np.array_equal(new, depth):
-                return it
-            depth = new
-        raise ValueError("the model has a cycle of steps that each round down to zero cells (p close to 1): "
-                         "use a finer resolution_bits")
 
 
 class _Sweep:
@@ -182,24 +106,43 @@ class _Sweep:
     GROW = 512
     JIT_UPDATES = 1 << 24
 
-    def __init__(self, edges: _Edges, end_cost: np.ndarray | None, end_prob: np.ndarray | None, S: int,
-                 start: int, *, lower: bool, mass: bool, levels: int | None, fixed: bool) -> None:
-        self.e, self.end_cost, self.end_prob, self.S, self.start = edges, end_cost, end_prob, S, start
+    def __init__(self, edges: StepEdges | Callable[[], StepEdges], end_cost: np.ndarray | None,
+                 end_prob: np.ndarray | None, S: int, start: int, *, lower: bool, mass: bool, levels: int | None,
+                 fixed: bool) -> None:
+        # edges: the tables, or a callable making them when a cell is first built (a row restored
+        # from a store answers within it without them)
+        self._e, self.end_cost, self.end_prob, self.S, self.start = edges, end_cost, end_prob, S, start
         self.lower, self.mass, self.levels, self.fixed = lower, mass, levels, fixed
-        n = edges.degree + 4 + (edges.degree + 4) * 2 * edges.zero_depth
-        eps = (n + 8) * _U * (1.0 if not mass and edges.weight is None else 2.0)  # weights: a product per term
-        self.factor = 1.0 - eps if lower else 1.0 + eps
         self.row = np.zeros(0)  # (K + 1,) float64: the start state's cumulative values
         self.N: np.ndarray | None = None  # unbounded mode: (S + 1, columns) float64, see above
         self.o = 0  # the cell in column PAD of N
-        costs = edges.cost[edges.possible]
-        self.span = int(costs.max()) + 1 if costs.size else 1  # the farthest read back, in cells
         self.seconds = 0.0
         self.on_grow: Any = None
         self._jit: Any = False  # the compiled one-pass sweep's module, None: numpy (decided at the first build)
         self.ring: np.ndarray | None = None  # the compiled sweep's rings of each state's last cells, flat
         #: ``progress(dict)`` after every block of cells (``phase='certified'``, ``cells_done``, ``cells_todo``)
         self.progress: Any = None
+
+    @property
+    def e(self) -> StepEdges:
+        """The tables of this rounding (made on first use)."""
+        if not isinstance(self._e, StepEdges):
+            self._e = self._e()
+        return self._e
+
+    @functools.cached_property
+    def factor(self) -> float:
+        """The slack of a cell: ``1 -/+ (n + 8) u`` for ``n`` terms summed into it (doubled with weights)."""
+        e = self.e
+        n = e.degree + 4 + (e.degree + 4) * 2 * e.zero_depth
+        eps = (n + 8) * _U * (1.0 if not self.mass and e.weight is None else 2.0)  # weights: a product per term
+        return 1.0 - eps if self.lower else 1.0 + eps
+
+    @functools.cached_property
+    def span(self) -> int:
+        """The farthest read back, in cells (the costliest step, plus one)."""
+        costs = self.e.cost[self.e.possible]
+        return int(costs.max()) + 1 if costs.size else 1
 
     def _report(self, done: int, todo: int) -> None:
         if self.progress is not None:
@@ -440,16 +383,9 @@ class CertifiedCounter:
         t0 = time.perf_counter()
         _, lp, nxt, end = tables.step_tables(self.terminating)
         S = self.S = tables.n_states
-        possible = lp > -math.inf  # (S, V)
-        cost = np.where(possible, -lp, 0.0) / self.delta  # exact: delta is a power of two
-        prob = np.where(possible, np.exp(lp), 0.0)
-        nx = np.where(possible, nxt, 0).astype(np.int64)
-        B = _Sweep.B
-        self._edges = {
-            lower: _Edges(*_merged(nx, rnd(cost).astype(np.int64), prob, possible, lower), B)
-            for lower, rnd in ((True, np.ceil), (False, np.floor))
-        }
-        del cost, prob, nx, possible
+        #: the step tables of each rounding (``True``: lower), made the first time a DP is swept or a
+        #: min-plus step taken: a counter whose rows come from a store answers within them without
+        self._edges = LazySteps(tables, self.terminating, self.delta, _Sweep.B)
         big = np.iinfo(np.int64).max // 4
         ec = -end / self.delta
         fin = np.isfinite(ec)
@@ -472,12 +408,11 @@ class CertifiedCounter:
     def _uncapped(self, lower: bool, K: int) -> bool:
         """Whether no path of ``cap`` tokens has rounded cost ``<= K`` (a min-plus DP, extended on
         demand): then the unbounded sweep counts exactly the completions the cap allows."""
-        e = self._edges[lower]
         m, r = self._minplus[lower]
 
         big = np.iinfo(np.int64).max // 4
-        src, cost, first, target = e.by_target
         while r < self.cap and int(m.min()) <= K:
+            src, cost, first, target = self._edges[lower].by_target
             new = np.full(self.S, big, dtype=np.int64)
             new[target] = np.minimum.reduceat(np.minimum(m[src] + cost, big), first)
             m, r = new, r + 1
@@ -503,7 +438,8 @@ class CertifiedCounter:
     def _new_sweep(self, key: tuple) -> _Sweep:
         lower, mass, levels = key
         end_cost, end_prob = self._end[lower] if self.terminating else (None, None)
-        sw = self._sweeps[key] = _Sweep(self._edges[lower], end_cost, end_prob, self.S, self.tables.start,
+        edges = functools.partial(self._edges.__getitem__, lower)  # made when the sweep first builds a cell
+        sw = self._sweeps[key] = _Sweep(edges, end_cost, end_prob, self.S, self.tables.start,
                                         lower=lower, mass=mass, levels=levels, fixed=not self.terminating)
         sw.on_grow = self.on_grow
         return sw
@@ -625,7 +561,7 @@ class CertifiedCounter:
             "resolution_bits": self.resolution_bits,
             "cells": {f"{'lo' if k[0] else 'hi'}_{'mass' if k[1] else 'count'}_"
                       f"{'unbounded' if k[2] is None else 'levels'}": sw.K for k, sw in self._sweeps.items()},
-            "seconds": self.setup_seconds + sum(sw.seconds for sw in self._sweeps.values()),
+            "seconds": self.setup_seconds + self._edges.seconds + sum(sw.seconds for sw in self._sweeps.values()),
             "bytes": sum(sw.nbytes for sw in self._sweeps.values()),
         }
 

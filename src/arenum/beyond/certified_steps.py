@@ -1,0 +1,120 @@
+"""The step tables of the certified DP (:mod:`arenum.beyond.certified`): each step's next state, cost
+in cells and probability, for one rounding of the costs (up: the lower DP; down: the upper DP).
+
+:func:`merged_steps` merges the steps of a state that share their next state and cell (a PCFG's
+groups of thousands of strings) when that shrinks the tables four times or more; :class:`StepEdges`
+splits them into the bulk steps (cost ``>= B`` cells, read a block at a time), the cheap ones and
+the zero-cost ones, and groups them by next state for the min-plus DP; :class:`LazySteps` makes
+each rounding the first time it is read (a counter whose rows come from a store never does).
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..step import FiniteStateTables
+
+__all__ = ["merged_steps", "StepEdges", "LazySteps"]
+
+_U = 2.0**-53  # unit roundoff of float64
+
+
+def merged_steps(nx: np.ndarray, cost: np.ndarray, prob: np.ndarray, possible: np.ndarray, lower: bool
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(next, cost, prob, possible, weight)`` of one rounding, with the steps of a state that share
+    their next state and their cell merged into one step of integer ``weight`` (their number) and
+    probability (their sum, widened by ``(m + 4) u`` for ``m`` summed): the same DP values, each a sum
+    of fewer terms.  Done only when it shrinks the tables four times or more (a PCFG's groups of
+    thousands of strings, a few hundred distinct cells), else the tables are kept (``weight`` None)
+    with ``prob`` widened by ``4 u``."""
+    pad = 1 - 4 * _U if lower else 1 + 4 * _U
+    S, V = nx.shape
+    if not possible.any():
+        return nx, cost, prob * pad, possible, None
+    base = int(cost[possible].max()) + 1
+    key = np.where(possible, nx * base + cost, -1)  # (next state, cell) of each step; -1: impossible
+    order = np.argsort(key, axis=1, kind="stable")  # per state: impossible steps first, then by key
+    ks = np.take_along_axis(key, order, axis=1)
+    new = ks >= 0
+    new[:, 1:] &= ks[:, 1:] != ks[:, :-1]  # the first step of each distinct (next, cell)
+    per_state = new.sum(axis=1)
+    width = int(per_state.max())
+    if 4 * width > V:  # an n-gram: its steps lead to distinct states
+        return nx, cost, prob * pad, possible, None
+    valid = (ks >= 0).ravel()
+    g = (np.cumsum(new.ravel()) - 1)[valid]  # the merged step of each possible step
+    n_new = int(per_state.sum())
+    m = np.bincount(g, minlength=n_new)  # steps merged into each
+    psum = np.bincount(g, weights=np.take_along_axis(prob, order, axis=1).ravel()[valid], minlength=n_new)
+    psum *= (1 - (m + 4) * _U) if lower else (1 + (m + 4) * _U)
+    ms = np.nonzero(new)[0]
+    slot = (np.cumsum(new, axis=1) - 1)[new]  # position within its state
+    kk = ks[new]
+    out_n, out_c = np.zeros((S, width), np.int64), np.zeros((S, width), np.int64)
+    out_p, out_w = np.zeros((S, width)), np.zeros((S, width))
+    out_ok = np.zeros((S, width), np.bool_)
+    out_n[ms, slot], out_c[ms, slot], out_p[ms, slot], out_w[ms, slot], out_ok[ms, slot] = kk // base, kk % base, psum, m, True
+    return out_n, out_c, out_p, out_ok, out_w
+
+
+class StepEdges:
+    """The transitions of one rounding as dense ``(S, V)`` tables: next state, cell cost, probability.
+
+    Impossible steps have probability 0 and next state 0 (never read: they are never ``bulk`` and
+    never ``cheap``). ``cheap`` lists the possible steps of cost ``< B`` cells (at most a few per state).
+    """
+
+    def __init__(self, nxt: np.ndarray, cost: np.ndarray, prob: np.ndarray, possible: np.ndarray,
+                 weight: np.ndarray | None, B: int) -> None:
+        self.S = nxt.shape[0]
+        self.nxt, self.cost, self.prob, self.possible = nxt, cost, prob, possible  # (S, V) each
+        self.weight = weight  # (S, V) float64 integer multiplicities of merged steps (count DPs), or None
+        self.degree = int(possible.sum(axis=1).max()) if possible.size else 0
+        self.bulk = possible & (cost >= B)  # (S, V) bool
+        cs, cj = np.nonzero(possible & (cost < B))
+        self.c_src, self.c_nxt, self.c_cost, self.c_prob = cs, nxt[cs, cj], cost[cs, cj], prob[cs, cj]
+        self.c_weight = None if weight is None else weight[cs, cj]
+        self.c_zero = self.c_cost == 0
+        src, col = np.nonzero(possible)
+        fn, fc = nxt[src, col], cost[src, col]  # (E,) each: the possible steps, for the min-plus DP
+        o = np.argsort(fn, kind="stable")  # grouped by next state: one reduceat per min-plus step
+        first = np.flatnonzero(np.r_[True, fn[o][1:] != fn[o][:-1]]) if len(o) else np.zeros(0, np.int64)
+        self.src = src
+        self.by_target = (src[o], fc[o], first, fn[o][first])
+        self.zero_depth = self._zero_depth(cs[self.c_zero], self.c_nxt[self.c_zero]) if self.c_zero.any() else 0
+
+    def _zero_depth(self, src: np.ndarray, nxt: np.ndarray) -> int:
+        """Longest path of zero-cost edges (they are resolved within one cell); cycles are refused."""
+        S = self.S
+        depth = np.zeros(S, dtype=np.int64)
+        for it in range(S + 1):
+            new = np.zeros(S, dtype=np.int64)
+            np.maximum.at(new, src, depth[nxt] + 1)
+            if np.array_equal(new, depth):
+                return it
+            depth = new
+        raise ValueError("the model has a cycle of steps that each round down to zero cells (p close to 1): "
+                         "use a finer resolution_bits")
+
+
+class LazySteps(dict):
+    """``{lower: StepEdges}`` of a counter's tables, each rounding made the first time it is read
+    (``lower``: costs rounded up); ``seconds``: the time spent making them."""
+
+    def __init__(self, tables: FiniteStateTables, terminating: bool, delta: float, B: int) -> None:
+        super().__init__()
+        self.tables, self.terminating, self.delta, self.B, self.seconds = tables, terminating, delta, B, 0.0
+
+    def __missing__(self, lower: bool) -> "StepEdges":
+        t0 = time.perf_counter()
+        _, lp, nxt, _ = self.tables.step_tables(self.terminating)
+        possible = lp > -math.inf  # (S, V)
+        cost = np.where(possible, -lp, 0.0) / self.delta  # exact: delta is a power of two
+        cost = (np.ceil if lower else np.floor)(cost).astype(np.int64)
+        prob = np.where(possible, np.exp(lp), 0.0)
+        nx = np.where(possible, nxt, 0).astype(np.int64)
+        e = self[lower] = StepEdges(*merged_steps(nx, cost, prob, possible, lower), self.B)
+        self.seconds += time.perf_counter() - t0
+        return e
