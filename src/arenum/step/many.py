@@ -17,14 +17,18 @@ by the reference formula.
 from __future__ import annotations
 
 import math
+import warnings
 from itertools import chain
 from operator import attrgetter, itemgetter
+from typing import Any
 
 import numpy as np
 
+from . import kernels
+from ..errors import KernelUnavailable
 from .tables import RENORM_TOL, Parser, normalize, parse_table
 
-__all__ = ["parse_tables"]
+__all__ = ["JIT_ROWS", "load_compiled", "parse_rows", "parse_rows_numpy", "parse_tables"]
 
 _WIDE = 4096  # rows wider than this are checked by the reference formula (summation error margin)
 _PAIR_TYPES = {tuple, list}
@@ -121,6 +125,31 @@ def _distinct(ids: np.ndarray, row: np.ndarray, n: int) -> bool:
     return not (key[1:] == key[:-1]).any()
 
 
+def _bulk(raws: list, ps: Parser) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(ids, lps, lens)`` of a chunk the bulk path takes (one form, non-empty rows of at most
+    ``_WIDE`` entries, the default tolerance), else ``None``."""
+    got = _from_lists(raws, ps)
+    if got is None:
+        got = _from_arrays(raws, ps)
+    if got is None or ps.norm_tol < 2 * RENORM_TOL:
+        return None
+    lens = got[2]
+    if not lens.all() or int(lens.max()) > _WIDE:
+        return None
+    return got
+
+
+def _renormalize(rows: np.ndarray, ids: np.ndarray, lps: np.ndarray, starts: np.ndarray, lens: np.ndarray,
+                 prefixes: list[tuple], ps: Parser) -> None:
+    """The reference formula on ``rows`` (not cleared by a fast check), in order: renormalized in
+    place, or the first one's error."""
+    for i in rows.tolist():
+        a, b = int(starts[i]), int(starts[i] + lens[i])
+        seg = lps[a:b]
+        fin = seg > -math.inf
+        _, seg[fin] = normalize(ids[a:b], seg.copy(), prefixes[i], ps)
+
+
 def parse_tables(raws: list, prefixes: list[tuple], ps: Parser
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Validate many single-prefix results: ``(row, ids, lps, widths)``, every finite entry (rows in
@@ -128,16 +157,10 @@ def parse_tables(raws: list, prefixes: list[tuple], ps: Parser
     entries of row ``i``. Exactly :func:`arenum.step.tables.parse_table` row by row (module
     docstring), errors included."""
     n = len(raws)
-    if not n:
-        return _one_by_one(raws, prefixes, ps)
-    got = _from_lists(raws, ps)
+    got = _bulk(raws, ps) if n else None
     if got is None:
-        got = _from_arrays(raws, ps)
-    if got is None or ps.norm_tol < 2 * RENORM_TOL:
         return _one_by_one(raws, prefixes, ps)
     ids, lps, lens = got
-    if not lens.all() or int(lens.max()) > _WIDE:
-        return _one_by_one(raws, prefixes, ps)
     row = np.repeat(np.arange(n, dtype=np.int64), lens)
     if not _distinct(ids, row, n):
         return _one_by_one(raws, prefixes, ps)
@@ -151,13 +174,121 @@ def parse_tables(raws: list, prefixes: list[tuple], ps: Parser
     # summation in another order than the reference's: off by at most (len + 2) ulps, relatively
     odd = np.flatnonzero(~(np.abs(lse) + (lens + 2) * 2.0**-52 <= RENORM_TOL))
     if odd.size:
-        for i in odd.tolist():  # the reference formula: renormalized, or the row's error
-            a, b = int(starts[i]), int(starts[i] + lens[i])
-            seg = lps[a:b]
-            fin = seg > -math.inf
-            _, seg[fin] = normalize(ids[a:b], seg.copy(), prefixes[i], ps)
+        _renormalize(odd, ids, lps, starts, lens, prefixes, ps)
     fin = lps > -math.inf
     if not fin.all():
         row, ids, lps = row[fin], ids[fin], lps[fin]
         lens = np.bincount(row, minlength=n).astype(np.int64)
     return row, ids, lps, lens
+
+
+# ---------------------------------------------------------------------- the compiled pass
+JIT_ROWS = 50_000
+"""Rows parsed in this process by the numpy path before the compiled pass is loaded (``auto``
+backend): numba's import and the kernels' load cost about half a second once, which a short run
+never pays. ``0``: at the first chunk. The forced ``numba`` backend loads it at once."""
+_jit: dict = {"rows": 0, "mod": None, "error": None}
+
+
+def _compiled(n: int, now: bool = False) -> Any:
+    """The kernel module (:mod:`arenum.step._numba_rows`) when the compiled pass is in use for a
+    chunk of ``n`` rows, else ``None`` (``ARENUM_KERNELS=numpy``, numba missing or failing, or fewer
+    than :data:`JIT_ROWS` rows parsed so far under ``auto``, unless ``now``)."""
+    mod = _jit["mod"]
+    c = kernels.choice()
+    if c == "numpy":
+        return None
+    if mod is not None:
+        return mod
+    if _jit["error"] is not None:
+        if c == "numba":
+            raise KernelUnavailable(_jit["error"])
+        return None
+    if c == "auto" and not now and _jit["rows"] < JIT_ROWS:
+        _jit["rows"] += n
+        return None
+    try:
+        from . import _numba_rows as mod
+
+        _self_check(mod)
+    except Exception as e:  # noqa: BLE001  (numba missing, too old, not compiling)
+        _jit["error"] = f"the compiled row pass is unavailable: {type(e).__name__}: {e}"
+        if not isinstance(e, ImportError):
+            warnings.warn(_jit["error"] + " (using numpy)", RuntimeWarning, stacklevel=3)
+        if c == "numba":
+            raise KernelUnavailable(_jit["error"]) from e
+        return None
+    _jit["mod"] = mod
+    return mod
+
+
+def load_compiled() -> bool:
+    """Load the compiled row pass now (numba's import, the kernels from numba's cache; the first
+    run ever compiles them, seconds) instead of after :data:`JIT_ROWS` rows: ``True`` when it is in
+    use (``False``: ``ARENUM_KERNELS=numpy``, or numba missing or failing; under a forced ``numba``
+    backend a failure raises :class:`~arenum.errors.KernelUnavailable`)."""
+    return _compiled(0, now=True) is not None
+
+
+def _self_check(mod: Any) -> None:
+    """Run both kernels once on a tiny chunk (compiles, or loads numba's cache) and check them."""
+    ids = np.array([3, 1, 2, 0], np.int64)
+    lps = np.log(np.array([0.25, 0.5, 0.25, 1.0]))
+    lens = np.array([3, 1], np.int64)
+    odd, widths = np.zeros(2, np.bool_), np.zeros(2, np.int64)
+    if mod.check(ids, lps, lens, 0, np.zeros(4, np.int64), True, RENORM_TOL, odd, widths) != -1 or odd.any():
+        raise RuntimeError("the check kernel failed its self-check")
+    oi, ol, heads = np.empty(4, np.int64), np.empty(4), np.empty(2, np.int64)
+    m = mod.cut_sort(ids, lps, lens, np.full(2, _LOWEST), oi, ol, heads, np.empty(3), np.empty(3, np.int64),
+                     np.empty(3, np.int64))
+    if m != 4 or oi.tolist() != [1, 3, 2, 0] or heads.tolist() != [3, 1]:
+        raise RuntimeError("the sort kernel failed its self-check")
+
+
+_LOWEST = float(np.finfo(np.float64).min)
+_STAMP_MAX = 1 << 22  # token spans up to this (or 8 per entry) are checked for duplicates in the kernel
+
+
+def parse_rows(raws: list, prefixes: list[tuple], ps: Parser, floors: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+    """:func:`parse_tables` then each row's entries ``>= floors[i]`` (``None``: whole rows):
+    ``(row, ids, lps, widths, sorted)``, ``sorted`` when each row's entries are in table order
+    (descending log-prob, ties in the model's order). The compiled pass (:func:`_compiled`) checks,
+    cuts and sorts each row in one go; the numpy path parses, cuts and tells whether the model gave
+    its rows sorted. Same values, same errors, either way."""
+    n = len(raws)
+    k = _compiled(n) if n else None
+    got = _bulk(raws, ps) if k is not None else None
+    if got is None:
+        return parse_rows_numpy(raws, prefixes, ps, floors)
+    ids, lps, lens = got
+    M = ids.shape[0]
+    lo, hi = int(ids.min()), int(ids.max())
+    span = hi - lo + 1
+    dup = span <= max(8 * M, _STAMP_MAX)
+    if not dup and not _distinct(ids, np.repeat(np.arange(n, dtype=np.int64), lens), n):
+        return parse_rows_numpy(raws, prefixes, ps, floors)
+    odd, widths = np.zeros(n, np.bool_), np.empty(n, np.int64)
+    stamp = np.zeros(span if dup else 1, np.int64)
+    if k.check(ids, lps, lens, lo, stamp, dup, RENORM_TOL, odd, widths) >= 0:
+        return parse_rows_numpy(raws, prefixes, ps, floors)  # a bad row: the row-by-row error
+    if odd.any():
+        _renormalize(np.flatnonzero(odd), ids, lps, np.cumsum(lens) - lens, lens, prefixes, ps)
+    fl = np.full(n, _LOWEST) if floors is None else np.maximum(floors, _LOWEST)
+    out_ids, out_lps, heads = np.empty(M, np.int64), np.empty(M), np.empty(n, np.int64)
+    w = int(lens.max())
+    m = k.cut_sort(ids, lps, lens, fl, out_ids, out_lps, heads, np.empty(w), np.empty(w, np.int64),
+                   np.empty(w, np.int64))
+    row = np.repeat(np.arange(n, dtype=np.int64), heads)
+    return row, out_ids[:m], out_lps[:m], widths, True
+
+
+def parse_rows_numpy(raws: list, prefixes: list[tuple], ps: Parser, floors: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+    """:func:`parse_rows` by the numpy path (the reference of the compiled pass)."""
+    row, ids, lps, widths = parse_tables(raws, prefixes, ps)
+    if floors is not None:
+        keep = lps >= floors[row]
+        row, ids, lps = row[keep], ids[keep], lps[keep]
+    down = lps[1:] > lps[:-1]
+    return row, ids, lps, widths, not (down & (row[1:] == row[:-1])).any()

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._validate import short_repr
-from .many import parse_tables
+from .many import parse_rows, parse_tables
 from .vocab import Vocab
 from .tables import (
     NORM_TOL,
@@ -183,11 +183,12 @@ class StepOracle:
         self.stats.parse_seconds += time.perf_counter() - t1
         return out
 
-    def _call_many(self, prefixes: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``next_logprobs`` of each prefix, one call each, parsed together
-        (:func:`arenum.step.many.parse_tables`): ``(row, ids, lps, widths)``, unsorted. Counts a
-        forward per row parsed; a row's parse error comes before a later call's failure, as when
-        each row is parsed after its call."""
+    def _call_many(self, prefixes: list[tuple], floors: np.ndarray | None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+        """``next_logprobs`` of each prefix, one call each, parsed together and cut at ``floors``
+        (``None``: whole rows; :func:`arenum.step.many.parse_heads`): ``(row, ids, lps, widths,
+        sorted)``. Counts a forward per row parsed; a row's parse error comes before a later call's
+        failure, as when each row is parsed after its call."""
         st = self.stats
         raws: list = []
         nxt = self._next
@@ -208,7 +209,7 @@ class StepOracle:
         t1 = clock()
         st.model_seconds += t1 - t0
         st.calls += len(raws)
-        out = parse_tables(raws, prefixes, self._parser)
+        out = parse_rows(raws, prefixes, self._parser, floors)
         st.forwards += len(raws)
         st.parse_seconds += clock() - t1
         return out
@@ -299,13 +300,10 @@ class StepOracle:
             whole = not todo or float(floors[todo].max()) <= _LOWEST  # no cut: whole rows
             for a in range(0, len(todo), bs):
                 chunk = np.array(todo[a : a + bs], np.int64)
-                r, ids, lps, widths = self._call_many([prefixes[i] for i in chunk])
-                if not whole:
-                    keep = lps >= floors[chunk][r]
-                    r, ids, lps = r[keep], ids[keep], lps[keep]
-                # rows the model gave sorted (descending, one pass over the chunk) are not sorted again
-                down = lps[1:] > lps[:-1]
-                presorted = presorted and not (down & (r[1:] == r[:-1])).any()
+                # each row cut at its floor; rows already sorted (by the model, or the compiled pass)
+                # are not sorted again
+                r, ids, lps, widths, done = self._call_many([prefixes[i] for i in chunk], None if whole else floors[chunk])
+                presorted = presorted and done
                 parts_row.append(chunk[r])
                 parts_ids.append(ids)
                 parts_lp.append(lps)
