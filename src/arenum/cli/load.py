@@ -225,7 +225,9 @@ def _distributed(args: argparse.Namespace, m: Loaded, workers: int, store: str |
     from ..distributed import DistributedEnumerable, ModelSpec  # Ray itself is imported by the workers' backend
 
     path = os.path.abspath(args.model[3:] if args.model.startswith("hf:") else args.model)
-    c = m.enum.support.constraint
+    # the constraint as the flags build it, reading no model's tokens: each worker's own model binds
+    # its tokens' text (no tokenizer travels with the spec; the name, the store's identity, is the same)
+    c = None if m.enum.support.constraint is None else constraint_of(args)
     more = {} if c is None else {"constraint": c}
     if args.model.startswith("hf:"):
         spec = ModelSpec.hf(path, prompt=args.prompt, max_len=args.max_len, eos=args.eos,
