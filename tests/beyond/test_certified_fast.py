@@ -80,7 +80,8 @@ def test_compiled_sweep_rings_per_state_hold_what_they_are_read_for(monkeypatch,
         far = np.zeros(e.S, np.int64)
         np.maximum.at(far, e.nxt[src, col], e.cost[src, col])
         size = sw._rmask + 1
-        assert np.all(size > far + sw.B) and np.all((size & sw._rmask) == 0)  # powers of two past each reach
+        assert np.all(size > far) and np.all(size >= sw.B) and np.all((size & sw._rmask) == 0)  # powers of two past each reach
+        assert np.all((size == sw.B) | (size <= 2 * far))  # the smallest
         assert len(set(size.tolist())) > 1 and sw.ring.size == size.sum() < e.S * size.max()
         assert sw.K > 4 * size.max()  # every ring wrapped
 

@@ -26,39 +26,48 @@ _EXACT = 2.0**53
 
 def csr_steps(e: Any, mass: bool) -> tuple[np.ndarray, ...]:
     """The bulk, cheap (nonzero) and zero-cost steps of ``e`` per state in column order, as CSR
-    arrays ``(ptr, next, cost, weight)`` (zero-cost: ``(ptr, next, weight)``) for :mod:`sweepjit`."""
+    arrays ``(ptr, next, cost, weight)`` (zero-cost: ``(ptr, next, weight)``) for :mod:`sweepjit`.
+    Next states and costs are int32 where they fit; the weights are empty for a count DP without
+    merged steps (:func:`fill` reads them only when ``weighted``)."""
     S = e.S
-    w = e.prob if mass else (e.weight if e.weight is not None else np.ones_like(e.prob))
+    weighted = mass or e.weight is not None
+    w = e.prob if mass else e.weight
+    small = S < 2**31 and (int(e.cost[e.possible].max()) if e.possible.any() else 0) < 2**31
+    it = np.int32 if small else np.int64
 
     def ptr(src: np.ndarray) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(np.bincount(src, minlength=S))]).astype(np.int64)
 
+    def weights(v: Any, sel: Any) -> np.ndarray:
+        return np.ascontiguousarray(v[sel], np.float64) if weighted else np.zeros(0)
+
     bs, bj = np.nonzero(e.bulk)
-    cw = e.c_prob if mass else (e.c_weight if e.c_weight is not None else np.ones(len(e.c_src)))
+    cw = e.c_prob if mass else e.c_weight
     nz, z = ~e.c_zero, e.c_zero
-    return (ptr(bs), e.nxt[bs, bj].astype(np.int64), e.cost[bs, bj].astype(np.int64), np.ascontiguousarray(w[bs, bj], np.float64),
-            ptr(e.c_src[nz]), e.c_nxt[nz].astype(np.int64), e.c_cost[nz].astype(np.int64), np.ascontiguousarray(cw[nz], np.float64),
-            ptr(e.c_src[z]), e.c_nxt[z].astype(np.int64), np.ascontiguousarray(cw[z], np.float64))
+    return (ptr(bs), e.nxt[bs, bj].astype(it), e.cost[bs, bj].astype(it), weights(w, (bs, bj)),
+            ptr(e.c_src[nz]), e.c_nxt[nz].astype(it), e.c_cost[nz].astype(it), weights(cw, nz),
+            ptr(e.c_src[z]), e.c_nxt[z].astype(it), weights(cw, z))
 
 
 def ring_layout(S: int, csr: tuple[np.ndarray, ...], B: int) -> tuple[np.ndarray, np.ndarray]:
     """``(roff, rmask)``: each state's ring of the last ``rmask[s] + 1`` cells at ``roff[s]`` of one
-    flat buffer, ``rmask[s] + 1`` the power of two (at least ``B``) above the costliest bulk or cheap
-    step into ``s`` plus ``B`` (the farthest any read of ``s`` reaches back from a block of ``B``
-    cells). A state that only cheap steps reach keeps a short ring: for an n-gram most do, so the
-    rings hold about a tenth of what one width for every state (the costliest step) would."""
+    flat buffer, ``rmask[s] + 1`` the smallest power of two (at least ``B``) above the costliest
+    bulk or cheap step into ``s``: a read of ``s`` at cell ``k`` reaches back at most that far, and
+    the cells ``k - rmask[s] - 1 .. k - 1`` are the ones its ring holds then (a bulk step's block of
+    ``B`` cells ends before ``k``: its cost is at least ``B``). A state that only likely steps reach
+    keeps a short ring: for a 5-gram of passwords the rings hold a tenth of what one width for every
+    state (the costliest step) would."""
     far = np.zeros(S, np.int64)
     np.maximum.at(far, csr[1], csr[2])  # bulk steps: (next, cost)
     np.maximum.at(far, csr[5], csr[6])  # cheap steps
-    bits = np.maximum(int(B - 1).bit_length(), np.ceil(np.log2(far + B + 1)).astype(np.int64))
-    size = np.left_shift(np.int64(1), bits)
-    while True:  # log2 in floats: make sure each ring is above its reach, and the next power of two
-        short = size <= far + B
+    size = np.full(S, B, np.int64)
+    while True:
+        short = size <= far
         if not short.any():
             break
         size[short] *= 2
     roff = np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64)
-    return roff, (size - 1).astype(np.int64)
+    return roff, size - 1
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -101,7 +110,7 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
                 o = roff[n]
                 m = rmask[n]
                 c0 = k - b_cost[e]
-                w = b_w[e]
+                w = b_w[e] if weighted else 1.0
                 if c0 + nb - 1 < 0:
                     continue  # wholly before cell 0: adds 0.0
                 st = c0 & m
