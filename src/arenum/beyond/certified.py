@@ -177,7 +177,7 @@ class _Sweep:
         step = max(1, (1 << 22) // max(1, V * B))  # states per chunk: ~32 MB of windows
         for a in range(0, S, step):
             sl = slice(a, a + step)
-            idx = e.nxt[sl] * W + (np.maximum(K - e.cost[sl], -P) + P - o)  # window starts
+            idx = e.nxt[sl].astype(np.int64) * W + (np.maximum(K - e.cost[sl], -P) + P - o)  # window starts
             idx[~bulk[sl]] = S * W  # the zero row
             G = win[idx]  # (chunk, V, B) copies of contiguous windows
             if self.mass:
@@ -251,7 +251,7 @@ class _Sweep:
             self._roff, self._rmask = self._jit.ring_layout(S, self._csr, P)  # a ring per state, as far as it is read
             self.ring = np.zeros(int(self._roff[-1] + self._rmask[-1] + 1) if S else 0)
             self._order = np.lexsort(np.where(e.bulk, e.nxt, -1).T[::-1]).astype(np.int64)  # by next states
-        step = P * max(1, self.JIT_UPDATES // max(1, P * int(len(e.src))))
+        step = P * max(1, self.JIT_UPDATES // max(1, P * int(e.n_edges)))
         end_cost, end_val = (self.end_cost, (self.end_prob if self.mass else np.ones(S))) if self.end_cost is not None \
             else (np.zeros(S, np.int64), np.zeros(S))
         k0 = k = self.K + 1
@@ -557,7 +557,7 @@ class CertifiedCounter:
         """States, edges, cells built per DP, build seconds and bytes held."""
         return {
             "states": self.S,
-            "edges": int(len(self._edges[True].src)),
+            "edges": int(self._edges[True].n_edges),
             "resolution_bits": self.resolution_bits,
             "cells": {f"{'lo' if k[0] else 'hi'}_{'mass' if k[1] else 'count'}_"
                       f"{'unbounded' if k[2] is None else 'levels'}": sw.K for k, sw in self._sweeps.items()},

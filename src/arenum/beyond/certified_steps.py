@@ -34,7 +34,7 @@ def merged_steps(nx: np.ndarray, cost: np.ndarray, prob: np.ndarray, possible: n
     if not possible.any():
         return nx, cost, prob * pad, possible, None
     base = int(cost[possible].max()) + 1
-    key = np.where(possible, nx * base + cost, -1)  # (next state, cell) of each step; -1: impossible
+    key = np.where(possible, nx.astype(np.int64) * base + cost, -1)  # (next state, cell) of each step; -1: impossible
     order = np.argsort(key, axis=1, kind="stable")  # per state: impossible steps first, then by key
     ks = np.take_along_axis(key, order, axis=1)
     new = ks >= 0
@@ -64,6 +64,8 @@ class StepEdges:
 
     Impossible steps have probability 0 and next state 0 (never read: they are never ``bulk`` and
     never ``cheap``). ``cheap`` lists the possible steps of cost ``< B`` cells (at most a few per state).
+    ``by_target``: the steps grouped by next state for the min-plus DP (source state and cost, int32
+    where they fit: a 5-gram's steps number millions). Memory: about 60 bytes a possible step.
     """
 
     def __init__(self, nxt: np.ndarray, cost: np.ndarray, prob: np.ndarray, possible: np.ndarray,
@@ -78,11 +80,15 @@ class StepEdges:
         self.c_weight = None if weight is None else weight[cs, cj]
         self.c_zero = self.c_cost == 0
         src, col = np.nonzero(possible)
+        self.n_edges = len(src)
         fn, fc = nxt[src, col], cost[src, col]  # (E,) each: the possible steps, for the min-plus DP
+        del col
         o = np.argsort(fn, kind="stable")  # grouped by next state: one reduceat per min-plus step
-        first = np.flatnonzero(np.r_[True, fn[o][1:] != fn[o][:-1]]) if len(o) else np.zeros(0, np.int64)
-        self.src = src
-        self.by_target = (src[o], fc[o], first, fn[o][first])
+        fn = fn[o]
+        first = np.flatnonzero(np.r_[True, fn[1:] != fn[:-1]]) if len(o) else np.zeros(0, np.int64)
+        narrow = self.S < 2**31 and (not len(fc) or int(fc.max()) < 2**31)
+        it = np.int32 if narrow else np.int64
+        self.by_target = (src[o].astype(it), fc[o].astype(it), first, fn[first])
         self.zero_depth = self._zero_depth(cs[self.c_zero], self.c_nxt[self.c_zero]) if self.c_zero.any() else 0
 
     def _zero_depth(self, src: np.ndarray, nxt: np.ndarray) -> int:
@@ -114,7 +120,7 @@ class LazySteps(dict):
         cost = np.where(possible, -lp, 0.0) / self.delta  # exact: delta is a power of two
         cost = (np.ceil if lower else np.floor)(cost).astype(np.int64)
         prob = np.where(possible, np.exp(lp), 0.0)
-        nx = np.where(possible, nxt, 0).astype(np.int64)
+        nx = np.where(possible, nxt, 0).astype(np.int32 if self.tables.n_states < 2**31 else np.int64)
         e = self[lower] = StepEdges(*merged_steps(nx, cost, prob, possible, lower), self.B)
         self.seconds += time.perf_counter() - t0
         return e
