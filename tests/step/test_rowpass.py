@@ -102,9 +102,10 @@ def _answer(fn, raws, pre, floors):
     vocab, seen = Vocab(), []
     ps = tables_mod.Parser(vocab, 1e-3, seen.append)
     try:
-        r, ids, lps, widths, done = fn(raws, pre, ps, floors)
+        lens, ids, lps, widths, done = fn(raws, pre, ps, floors)
     except (TypeError, ValueError) as e:
         return ("error", type(e), str(e))
+    r = np.repeat(np.arange(len(raws)), lens)
     ids_l, lps_l = ids.tolist(), lps.tolist()
     if not done:  # the numpy path's rows as the model gave them: sort them for the comparison
         o = np.lexsort((-lps, r))
@@ -205,9 +206,9 @@ def test_auto_loads_the_kernels_only_past_jit_rows(monkeypatch, jit_state):
     many.parse_rows([row] * 6, [()] * 6, ps)
     many.parse_rows([row] * 6, [()] * 6, ps)
     assert jit_state["mod"] is None and jit_state["rows"] == 12
-    r, ids, lps, widths, done = many.parse_rows([row] * 3, [()] * 3, ps)
-    assert jit_state["mod"] is not None and done
+    lens, ids, lps, widths, done = many.parse_rows([row] * 3, [()] * 3, ps)
+    assert jit_state["mod"] is not None and done and lens.tolist() == [2, 2, 2]
     assert ids.tolist() == [1, 0] * 3 and widths.tolist() == [2, 2, 2]
     kernels.set_backend("numpy")
-    r, ids, lps, widths, done = many.parse_rows([row] * 3, [()] * 3, ps)
-    assert ids.tolist() == [0, 1] * 3 and not done  # numpy: the rows as given, to be sorted later
+    lens, ids, lps, widths, done = many.parse_rows([row] * 3, [()] * 3, ps)
+    assert ids.tolist() == [0, 1] * 3 and not done and lens.tolist() == [2, 2, 2]  # numpy: the rows as given, to be sorted later

@@ -35,6 +35,7 @@ _PAIR_TYPES = {tuple, list}
 _ARRAY = {np.ndarray}
 _F64 = {np.dtype(np.float64)}
 _first = itemgetter(0)
+_second = itemgetter(1)
 _shape = attrgetter("shape")
 _dtype = attrgetter("dtype")
 
@@ -59,20 +60,18 @@ def _from_lists(raws: list, ps: Parser) -> tuple[np.ndarray, np.ndarray, np.ndar
     if not lens.all() or any(issubclass(t, np.ndarray) for t in set(map(type, map(_first, raws)))):
         return None  # an empty row, or the (tokens, log_probs) pair given as a list: not this form
     flat = list(chain.from_iterable(raws))
+    M = len(flat)
     try:
         toks = [t for t, _ in flat]  # unpacking checks that every item is a pair
-        vals = [v for _, v in flat]
-        lps = np.array(vals, np.float64)
+        lps = np.fromiter(map(_second, flat), np.float64, M)  # converted as np.array(values, float64)
     except (TypeError, ValueError):
-        return None
-    if lps.ndim != 1:
         return None
     vocab = ps.vocab
     if vocab.int_mode is not False and set(map(type, toks)) == {int}:
         if vocab.int_mode is None:
             vocab.int_mode = True
         try:
-            ids = np.array(toks, np.int64)
+            ids = np.fromiter(toks, np.int64, M)
         except OverflowError:
             return None
     else:
@@ -250,12 +249,13 @@ _STAMP_MAX = 1 << 22  # token spans up to this (or 8 per entry) are checked for 
 
 
 def parse_rows(raws: list, prefixes: list[tuple], ps: Parser, floors: np.ndarray | None = None
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
     """:func:`parse_tables` then each row's entries ``>= floors[i]`` (``None``: whole rows):
-    ``(row, ids, lps, widths, sorted)``, ``sorted`` when each row's entries are in table order
-    (descending log-prob, ties in the model's order). The compiled pass (:func:`_compiled`) checks,
-    cuts and sorts each row in one go; the numpy path parses, cuts and tells whether the model gave
-    its rows sorted. Same values, same errors, either way."""
+    ``(lens, ids, lps, widths, sorted)``, row ``i`` the next ``lens[i]`` entries (rows in order),
+    ``sorted`` when each row's entries are in table order (descending log-prob, ties in the model's
+    order). The compiled pass (:func:`_compiled`) checks, cuts and sorts each row in one go; the
+    numpy path parses, cuts and tells whether the model gave its rows sorted. Same values, same
+    errors, either way."""
     n = len(raws)
     k = _compiled(n) if n else None
     got = _bulk(raws, ps) if k is not None else None
@@ -279,16 +279,19 @@ def parse_rows(raws: list, prefixes: list[tuple], ps: Parser, floors: np.ndarray
     w = int(lens.max())
     m = k.cut_sort(ids, lps, lens, fl, out_ids, out_lps, heads, np.empty(w), np.empty(w, np.int64),
                    np.empty(w, np.int64))
-    row = np.repeat(np.arange(n, dtype=np.int64), heads)
-    return row, out_ids[:m], out_lps[:m], widths, True
+    return heads, out_ids[:m], out_lps[:m], widths, True
 
 
 def parse_rows_numpy(raws: list, prefixes: list[tuple], ps: Parser, floors: np.ndarray | None = None
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
     """:func:`parse_rows` by the numpy path (the reference of the compiled pass)."""
+    n = len(raws)
     row, ids, lps, widths = parse_tables(raws, prefixes, ps)
+    lens = widths
     if floors is not None:
         keep = lps >= floors[row]
-        row, ids, lps = row[keep], ids[keep], lps[keep]
+        if not keep.all():
+            row, ids, lps = row[keep], ids[keep], lps[keep]
+            lens = np.bincount(row, minlength=n).astype(np.int64)
     down = lps[1:] > lps[:-1]
-    return row, ids, lps, widths, not (down & (row[1:] == row[:-1])).any()
+    return lens, ids, lps, widths, not (down & (row[1:] == row[:-1])).any()

@@ -41,6 +41,7 @@ from .tables import (
     build_heads,
     check_cardinality,
     collect_rows,
+    heads_in_order,
     parse_dense_batch,
     parse_dense_heads,
     parse_heads,
@@ -186,8 +187,8 @@ class StepOracle:
     def _call_many(self, prefixes: list[tuple], floors: np.ndarray | None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
         """``next_logprobs`` of each prefix, one call each, parsed together and cut at ``floors``
-        (``None``: whole rows; :func:`arenum.step.many.parse_heads`): ``(row, ids, lps, widths,
-        sorted)``. Counts a forward per row parsed; a row's parse error comes before a later call's
+        (``None``: whole rows; :func:`arenum.step.many.parse_rows`): ``(lens, ids, lps, widths,
+        sorted)``, row ``i`` the next ``lens[i]`` entries. Counts a forward per row parsed; a row's parse error comes before a later call's
         failure, as when each row is parsed after its call."""
         st = self.stats
         raws: list = []
@@ -298,16 +299,26 @@ class StepOracle:
         else:
             bs = self.batch_size
             whole = not todo or float(floors[todo].max()) <= _LOWEST  # no cut: whole rows
+            direct = len(todo) == n  # nothing cached: the chunks are the rows, in order
+            parts_lens: list[np.ndarray] = []
             for a in range(0, len(todo), bs):
                 chunk = np.array(todo[a : a + bs], np.int64)
                 # each row cut at its floor; rows already sorted (by the model, or the compiled pass)
                 # are not sorted again
-                r, ids, lps, widths, done = self._call_many([prefixes[i] for i in chunk], None if whole else floors[chunk])
+                lens, ids, lps, widths, done = self._call_many([prefixes[i] for i in chunk], None if whole else floors[chunk])
                 presorted = presorted and done
-                parts_row.append(chunk[r])
+                if direct:
+                    parts_lens.append(lens)
+                else:
+                    parts_row.append(np.repeat(chunk, lens))
                 parts_ids.append(ids)
                 parts_lp.append(lps)
                 full[chunk] = widths
+            if direct:
+                t0 = time.perf_counter()
+                heads = heads_in_order(parts_lens, parts_ids, parts_lp, full, presorted)
+                self.stats.parse_seconds += time.perf_counter() - t0
+                return heads
         t0 = time.perf_counter()
         heads = build_heads(parts_row, parts_ids, parts_lp, full, n, presorted)
         self.stats.parse_seconds += t_parse + time.perf_counter() - t0

@@ -55,6 +55,7 @@ __all__ = [
     "collect_rows",
     "parse_heads",
     "build_heads",
+    "heads_in_order",
     "head_order",
     "sort_table",
     "check_cardinality",
@@ -565,6 +566,21 @@ def build_heads(parts_row: list, parts_ids: list, parts_lp: list, full: np.ndarr
         ids, lps = ids[order], lps[order]
     elif row.shape[0] > 1 and (row[1:] < row[:-1]).any():
         order = np.argsort(row, kind="stable")  # sorted rows, interleaved: group them
+        ids, lps = ids[order], lps[order]
+    return Heads(ids, lps, lens, full)
+
+
+def heads_in_order(parts_lens: list, parts_ids: list, parts_lp: list, full: np.ndarray, presorted: bool) -> Heads:
+    """:class:`Heads` of rows given in order, in parts (row ``i`` of a part is the next ``lens[i]``
+    entries of its ``ids``/``lps``); ``presorted``: each row already in table order."""
+    def cat(parts: list, dtype: type) -> np.ndarray:
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+    lens, ids, lps = cat(parts_lens, np.int64), cat(parts_ids, np.int64), cat(parts_lp, np.float64)
+    if not presorted:
+        order = desc_order(lps, lens)
         ids, lps = ids[order], lps[order]
     return Heads(ids, lps, lens, full)
 
