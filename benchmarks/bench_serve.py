@@ -15,10 +15,16 @@ expected.
 Besides latency and throughput, each row gives the CPU time per request of the server's processes
 (read from ``/proc``) and of the client, which hold on a machine shared with other work where
 wall-clock figures do not; the server's overhead per request is its CPU per request minus the CPU
-of the same call in-process. Prints a table; writes ``benchmarks/results/serve.json``.
+of the same call in-process; with ``--workers N`` the CPU split between the processes shows how
+evenly the connections spread. Prints a table; writes ``benchmarks/results/serve.json``.
+``--quiet-check`` runs the goal's rows (1 and 2 processes, 1, 16 and 64 clients, 3,000 requests a
+row) and ends with PASS or FAIL per goal (p99 under 20 ms for in-budget ranks at 64 clients, under
+50 ms for certified ones, no error), for a quiet 2-core machine (``taskset -c 0,1`` or ``--cpus 0,1``
+pins the benchmark, its client and the server it starts to the same two cores).
 
     python benchmarks/bench_serve.py --store /tmp/pw4.store          # --build 100000 --certify-bits 32
     python benchmarks/bench_serve.py --store /tmp/pw4.store --workers 1 2
+    taskset -c 0,1 python benchmarks/bench_serve.py --quiet-check   # the goals, on a quiet 2-core machine
 """
 from __future__ import annotations
 
@@ -74,6 +80,11 @@ def pct(xs: list[float], q: float) -> float:
 
 def cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system) of process ``pid`` and its children (``--workers`` processes)."""
+    return sum(cpu_by_process(pid).values())
+
+
+def cpu_by_process(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) of process ``pid`` and of each of its children, by pid."""
     pids = {pid}
     for p in os.listdir("/proc"):
         if p.isdigit():
@@ -83,15 +94,15 @@ def cpu_seconds(pid: int) -> float:
                         pids.add(int(p))
             except (OSError, IndexError, ValueError):
                 pass
-    total = 0.0
+    out = {}
     for p in pids:
         try:
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / TICK
+            out[p] = (int(fields[11]) + int(fields[12])) / TICK
         except (OSError, IndexError, ValueError):
             pass
-    return total
+    return out
 
 
 def row(batch: list[str], wall: float, lat: list[float], errors: int, server_cpu: float, client_cpu: float) -> dict:
@@ -154,9 +165,14 @@ async def library(port: int, batch: list[str], clients: int, method: str) -> tup
 
 
 def measure(client, port: int, pid: int, batch: list[str], clients: int, method: str) -> dict:
-    s0, c0 = cpu_seconds(pid), time.process_time()
+    s0, c0 = cpu_by_process(pid), time.process_time()
     wall, lat, errors = (uvloop.run if uvloop is not None else asyncio.run)(client(port, batch, clients, method))
-    return row(batch, wall, lat, errors, cpu_seconds(pid) - s0, time.process_time() - c0)
+    s1, c1 = cpu_by_process(pid), time.process_time()
+    used = {p: s1[p] - s0.get(p, 0.0) for p in s1}
+    r = row(batch, wall, lat, errors, sum(used.values()), c1 - c0)
+    busy = sorted((v for p, v in used.items() if p != pid), reverse=True)  # the --workers processes
+    r["split"] = "/".join(f"{100 * v / max(sum(busy), 1e-9):.0f}" for v in busy) if len(busy) > 1 else "-"
+    return r
 
 
 def in_process(svc: Service, batch: list[str], method: str) -> dict:
@@ -204,17 +220,46 @@ def ready(port: int, workers: int) -> bool:
     return len(seen) >= workers  # each process reports its own start-up time
 
 
+GOALS = {"in-budget": 20.0, "certified": 50.0}  # p99 ms at 64 clients (issue 29 item 5)
+
+
+def goals(rows: list[dict]) -> list[str]:
+    """One verdict line per load row at 64 clients: the p99 against its goal, and no error."""
+    out = []
+    for r in rows:
+        if r["client"] == "lean" and r["clients"] == 64:
+            ok = r["p99_ms"] < GOALS[r["kind"]] and r["errors"] == 0
+            out.append(f"{'PASS' if ok else 'FAIL'}: {r['kind']}, {r['workers']} process(es), 64 clients: p99 "
+                       f"{r['p99_ms']:.1f} ms (goal < {GOALS[r['kind']]:g} ms), {r['errors']} errors")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", default=os.path.join(tempfile.gettempdir(), "arenum-bench-serve.store"))
-    ap.add_argument("--build", type=int, default=100_000)
+    ap.add_argument("--build", type=int, default=100_000,
+                    help="extend the store to this many sequences first (the shipped model, no network; default "
+                    "100,000; a store that holds them already is reused)")
     ap.add_argument("--certify-bits", type=float, default=32.0)
     ap.add_argument("--certify-resolution", type=float, default=0.25)
     ap.add_argument("--requests", type=int, default=1200, help="requests per run (default 1,200)")
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64])
     ap.add_argument("--workers", type=int, nargs="+", default=[1], help="server processes, one run each (default 1)")
     ap.add_argument("--httpx", action="store_true", help="also load from httpx.AsyncClient (its own cost shows)")
+    ap.add_argument("--cpus", metavar="LIST", help="pin this process, the server and the client to these CPUs "
+                    "(e.g. 0,1: the goal's 2-core machine), as taskset -c LIST would")
+    ap.add_argument("--quiet-check", action="store_true",
+                    help="the goal check for a quiet machine: --workers 1 2, --clients 1 16 64, --requests 3000, "
+                    "then PASS/FAIL per goal; writes benchmarks/results/serve-check.json")
+    ap.add_argument("--out", help="JSON file (default benchmarks/results/serve.json, serve-check.json with --quiet-check)")
     args = ap.parse_args()
+    if args.quiet_check:
+        args.workers, args.clients, args.requests = [1, 2], [1, 16, 64], max(args.requests, 3000)
+    if args.cpus:
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})  # the server inherits it
+    out = args.out or os.path.join("benchmarks", "results", "serve-check.json" if args.quiet_check else "serve.json")
+    cpus = sorted(os.sched_getaffinity(0))
+    print(f"CPUs {','.join(map(str, cpus))} ({len(cpus)} of {os.cpu_count()}); load average {os.getloadavg()[0]:.1f}")
     cfg = ServeConfig(model=demo_model_path(), store=args.store, build=args.build,
                       certify_bits=args.certify_bits, certify_resolution=args.certify_resolution)
     t0 = time.perf_counter()
@@ -225,10 +270,11 @@ def main() -> None:
           f"({time.perf_counter() - t0:.1f} s)")
     kinds = (("in-budget", inb, "exact"), ("certified", cert, "certified"))
     rows = []
+    loads = [os.getloadavg()[0]]
     try:
         for kind, batch, method in kinds:
             in_process(svc, batch[:200], method)  # warm
-            rows.append({"kind": kind, "workers": "-", "client": "in-process", "clients": 1,
+            rows.append({"kind": kind, "workers": "-", "client": "in-process", "clients": 1, "split": "-",
                          **in_process(svc, batch, method)})
             print(rows[-1], flush=True)
     finally:
@@ -243,17 +289,18 @@ def main() -> None:
                     for n in args.clients:
                         rows.append({"kind": kind, "workers": workers, "client": name, "clients": n,
                                      **measure(fn, port, proc.pid, batch, n, method)})
+                        loads.append(os.getloadavg()[0])
                         print(rows[-1], flush=True)
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=60)
     print()
     print(f"{'strings':<10} {'workers':>7} {'client':<10} {'clients':>7} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
-          f"{'errors':>6} {'server CPU ms/req':>17} {'client CPU ms/req':>17}")
+          f"{'errors':>6} {'server CPU ms/req':>17} {'client CPU ms/req':>17} {'CPU split %':>11}")
     for r in rows:
         print(f"{r['kind']:<10} {str(r['workers']):>7} {r['client']:<10} {r['clients']:>7} {r['rps']:>7.0f} "
               f"{r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} {r['errors']:>6} {r['server_cpu_ms']:>17.3f} "
-              f"{r['client_cpu_ms']:>17.3f}")
+              f"{r['client_cpu_ms']:>17.3f} {r['split']:>11}")
     for kind, _, _ in kinds:
         ip = next(r for r in rows if r["kind"] == kind and r["client"] == "in-process")
         for r in rows:
@@ -261,10 +308,16 @@ def main() -> None:
                 print(f"server overhead per request ({kind}, {r['workers']} process(es), {r['clients']} clients): "
                       f"{r['server_cpu_ms'] - ip['server_cpu_ms']:.3f} ms of CPU beyond the in-process call's "
                       f"{ip['server_cpu_ms']:.3f} ms")
-    print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    os.makedirs("benchmarks/results", exist_ok=True)
-    with open("benchmarks/results/serve.json", "w") as f:
-        json.dump({"args": vars(args), "built_bits": built, "rows": rows, "loadavg": os.getloadavg()}, f, indent=1)
+    print(f"load average during the run: {min(loads):.1f} to {max(loads):.1f} (1-minute) on {len(cpus)} CPUs "
+          f"of {os.cpu_count()}")
+    verdicts = goals(rows)
+    for v in verdicts:
+        print(v)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump({"args": vars(args), "cpus": cpus, "built_bits": built, "rows": rows, "loadavg": loads,
+                   "goals": verdicts}, f, indent=1)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

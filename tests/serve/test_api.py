@@ -353,3 +353,53 @@ def test_under_a_policy_answers_equal_the_librarys_and_the_clis(policy_server, p
     skip = VOLATILE | set(policy_server.service.m.info)
     for cl, d in zip(cli, got):
         assert {k: v for k, v in cl.items() if k not in skip} == {k: v for k, v in d.items() if k not in skip}
+
+
+def test_the_front_and_the_starlette_route_answer_rank_alike(demo_server):
+    """``POST /api/rank`` is answered by the plain ASGI front; the Starlette route behind it (which a
+    request reaches only past the front) gives the same status, body and headers."""
+    app = demo_server.server.config.app
+    bodies = [b'{"strings": ["dragon", "monkey"], "steps": true}', b'{"strings": ["pas\\u20ac"]}', b"{not json",
+              b'{"strings": ["abc"], "steps": "yes"}', json.dumps({"strings": ["abc"] * 9}).encode()]
+
+    async def ask(target, body):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=target), base_url="http://t") as c:
+            return await c.post("/api/rank", content=body, headers={"content-type": "application/json"})
+
+    async def both():
+        return [(await ask(app, b), await ask(app.app, b)) for b in bodies]
+
+    for front, inner in asyncio.run(both()):
+        assert front.status_code == inner.status_code
+        a, b = front.json(), inner.json()
+        if isinstance(a, list):
+            a = [{k: v for k, v in d.items() if k not in VOLATILE - {"steps"}} for d in a]
+            b = [{k: v for k, v in d.items() if k not in VOLATILE - {"steps"}} for d in b]
+        assert a == b
+        for h in ("content-type", "content-security-policy", "cache-control", "x-content-type-options",
+                  "content-length"):
+            assert h in front.headers and (h == "content-length" or front.headers[h] == inner.headers[h])
+    over = httpx.post(demo_server.url + "/api/rank", content=b'{"strings": ["' + b"a" * (70 * 1024) + b'"]}')
+    assert over.status_code == 413 and over.headers["cache-control"] == "no-store"
+
+
+def test_json_is_encoded_once_with_non_finite_floats_as_null_and_numpy_scalars_as_numbers():
+    from arenum.serve.app import json_bytes
+    from arenum.serve.service import json_safe
+
+    doc = {"a": math.inf, "b": [np.int64(3), np.float64(-math.inf), 1.5], "c": {"d": math.nan}, "e": "Infinity"}
+    assert json.loads(json_bytes(doc)) == {"a": None, "b": [3, None, 1.5], "c": {"d": None}, "e": "Infinity"}
+    rec = json_safe({"rank_hi": math.inf, "bits": 3.0, "n": 2, "s": "NaN", "x": None, "t": [1, 2]})
+    assert rec == {"rank_hi": None, "bits": 3.0, "n": 2, "s": "NaN", "x": None, "t": [1, 2]}
+    assert json_bytes(rec, safe=True) == b'{"rank_hi":null,"bits":3.0,"n":2,"s":"NaN","x":null,"t":[1,2]}'
+    with pytest.raises(ValueError):  # safe=True trusts the caller: a non-finite float is refused, never written
+        json_bytes({"x": math.inf}, safe=True)
+
+
+def test_one_certify_default_for_the_library_and_the_command_line():
+    from arenum.cli import build_parser
+    from arenum.serve import ServeConfig
+    from arenum.serve.service import DEFAULT_CERTIFY_BITS
+
+    args = build_parser().parse_args(["serve", demo_model_path()])
+    assert ServeConfig(model="m").certify_bits == args.certify_bits == DEFAULT_CERTIFY_BITS == 64.0

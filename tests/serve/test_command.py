@@ -85,9 +85,37 @@ def test_two_worker_processes_share_one_read_only_store(model_path, tmp_path):
             with httpx.Client() as c:
                 got = [c.get(f"{url}/api/unrank?i={i}").json()["log_prob"] for i in range(0, 300, 7)]
             assert got == want
+        port = int(url.rsplit(":", 1)[1])
+        deadline = time.monotonic() + 60
+        while _listening(port) < 2 and time.monotonic() < deadline:  # bounded: the second may start later
+            time.sleep(0.1)
+        assert _listening(port) == 2  # SO_REUSEPORT: a listening socket per process, the kernel spreads connections
     finally:
         code, err = stop(p)
     assert code == 0, err
+    assert _listening(port) == 0  # both processes stopped
+
+
+def _listening(port: int) -> int:
+    """How many sockets listen on 127.0.0.1:``port`` (``/proc/net/tcp``: state 0A is LISTEN)."""
+    with open("/proc/net/tcp") as f:
+        rows = [line.split() for line in f.readlines()[1:]]
+    return sum(1 for r in rows if r[1] == f"0100007F:{port:04X}" and r[3] == "0A")
+
+
+def test_workers_on_a_port_in_use_is_a_one_line_error(model_path, tmp_path, capsys):
+    import socket
+
+    store = str(tmp_path / "m.store")
+    assert main(["build", "-m", model_path, "--max-len", "10", "--budget", "50", "--store", store, "-q"]) == 0
+    with socket.socket() as s:  # an ordinary listener (no SO_REUSEPORT) holds the port
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert main(["serve", model_path, "--store", store, "--max-len", "10", "--workers", "2", "--port", str(port),
+                     "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in err
 
 
 def test_bad_options_are_one_line_errors(model_path, tmp_path, capsys):

@@ -114,12 +114,12 @@ def checked_atomic_write(path: str, write: Callable[[str], None]) -> int:
     return atomic_write(path, write)
 
 
-def _jsonable(x: Any) -> Any:
+def jsonable(x: Any) -> Any:
     """JSON-safe copy: non-finite floats become ``null``, tuples lists, numpy scalars Python ones."""
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if isinstance(x, bool) or x is None or isinstance(x, str):
         return x
     if hasattr(x, "item") and not isinstance(x, (int, float)):
@@ -130,7 +130,7 @@ def _jsonable(x: Any) -> Any:
 
 
 def dumps(doc: Any) -> str:
-    return json.dumps(_jsonable(doc), ensure_ascii=False, allow_nan=False)
+    return json.dumps(jsonable(doc), ensure_ascii=False, allow_nan=False)
 
 
 def fmt_count(n: Any) -> str:

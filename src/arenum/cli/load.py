@@ -275,12 +275,16 @@ def _load_model(args: argparse.Namespace) -> Loaded:
                 extra=extra, lowercase=bool(getattr(args, "lowercase", False)))
 
 
-def score_strings(m: Loaded, strings: Sequence[str]) -> tuple[list[tuple], list[float], list[str | None]]:
+def score_strings(m: Loaded, strings: Sequence[str],
+                  encoded: Sequence[tuple] | None = None) -> tuple[list[tuple], list[float], list[str | None]]:
     """Encode and score every string (one batched scoring call): ``(token ids, log-probs, errors)``,
-    where ``errors[j]`` says why string ``j`` cannot be produced (``None`` when it can)."""
+    where ``errors[j]`` says why string ``j`` cannot be produced (``None`` when it can). ``encoded``:
+    the strings' token ids, already ``m.encode``-d by the caller (not encoded again)."""
     enc: list[tuple] = []
     errors: list[str | None] = []
-    for s in strings:
+    if encoded is not None:
+        enc, errors = list(encoded), [None] * len(strings)
+    for s in strings if encoded is None else ():
         try:
             enc.append(m.encode(s))
             errors.append(None)

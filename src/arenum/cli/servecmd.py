@@ -5,12 +5,14 @@ import argparse
 import json
 import os
 import shutil
+import signal
+import socket
 import sys
 from typing import Any, Callable
 
 from .common import CLIError, Output, add_constraint_args
 
-__all__ = ["add_serve_parser", "cmd_serve", "DEFAULT_CERTIFY_BITS"]
+__all__ = ["add_serve_parser", "cmd_serve", "DEFAULT_CERTIFY_BITS", "supervise", "reuse_port_supported"]
 
 # the certified DP to 64 bits covers most human-chosen passwords (a string past it gets the plain
 # bracket, where the command line would sweep deeper); for the password 4-gram it takes about 17 s of
@@ -87,7 +89,8 @@ def cmd_serve(args: argparse.Namespace) -> Output:
         raise CLIError(f"arenum serve needs the serve extra (pip install 'arenum[serve]'): {exc}") from None
     say = (lambda s: None) if args.quiet else (lambda s: sys.stderr.write(f"arenum: {s}\n"))
     cfg, temporary = prepare(config_of(args), say)
-    common = dict(host=args.host, port=args.port, access_log=False, log_level="warning", server_header=False)
+    common = dict(host=args.host, port=args.port, access_log=False, log_level="warning", server_header=False,
+                  proxy_headers=False)  # no proxy in front: no X-Forwarded-* parsing on every request
     try:
         if args.workers == 1:
             if cfg.certify_bits:
@@ -107,8 +110,94 @@ def cmd_serve(args: argparse.Namespace) -> Output:
             os.environ[ENV_CONFIG] = json.dumps(cfg.as_json())
             say(f"serving {cfg.model} at http://{args.host}:{args.port}/ from {args.workers} processes "
                 f"(each opens {cfg.store} read-only; Ctrl-C stops)")
-            uvicorn.run("arenum.serve.app:app_from_env", factory=True, workers=args.workers, **common)
+            if reuse_port_supported():
+                supervise(args.workers, args.host, args.port, common)
+            else:  # one listening socket shared by the processes (uvicorn's supervisor)
+                uvicorn.run("arenum.serve.app:app_from_env", factory=True, workers=args.workers, **common)
     finally:
         if temporary:
             shutil.rmtree(cfg.store, ignore_errors=True)
     return Output(None, [])
+
+
+# ---------------------------------------------------------------- --workers N: one socket each (SO_REUSEPORT)
+def reuse_port_supported() -> bool:
+    """Whether the kernel spreads new connections over sockets bound to one port (Linux SO_REUSEPORT)."""
+    return sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _serve_process(host: str, port: int, common: dict, ready: Any) -> None:
+    """One server process: its own listening socket on the shared port (SO_REUSEPORT), the app of
+    ``$ARENUM_SERVE_CONFIG`` (:func:`arenum.serve.app.app_from_env`) on uvicorn; sets ``ready`` once
+    it listens."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if not self.should_exit:
+                ready.set()
+
+    sock = _bind(host, port)
+    Server(uvicorn.Config("arenum.serve.app:app_from_env", factory=True, **common)).run(sockets=[sock])
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def supervise(n: int, host: str, port: int, common: dict) -> None:
+    """Run ``n`` server processes, each with its own listening socket on ``host:port`` (SO_REUSEPORT:
+    the kernel spreads new connections evenly over the processes, where one shared socket lets
+    whichever process wakes first take a burst of them). A process that exits once it served is
+    restarted; one that exits before it listens (it could not start) stops them all with a one-line
+    error. SIGINT or SIGTERM stops them (each finishes its requests), then returns."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    try:
+        holder = _bind(host, port)  # holds the port (bound, never listening: it takes no connection)
+    except OSError as exc:
+        raise CLIError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    port = holder.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    procs: list[tuple[Any, Any]] = []
+
+    def spawn() -> tuple[Any, Any]:
+        ready = ctx.Event()
+        p = ctx.Process(target=_serve_process, args=(host, port, common, ready), name="arenum-serve")
+        p.start()
+        return p, ready
+
+    old = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        procs = [spawn() for _ in range(n)]
+        while True:
+            wait([p.sentinel for p, _ in procs])
+            for j, (p, ready) in enumerate(procs):
+                if p.exitcode is not None:
+                    if not ready.is_set():
+                        raise CLIError(f"a server process exited with status {p.exitcode} before it listened")
+                    procs[j] = spawn()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for p, _ in procs:
+            if p.is_alive():
+                os.kill(p.pid, signal.SIGTERM)
+        for p, _ in procs:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        holder.close()
+        for sig, handler in old.items():
+            signal.signal(sig, handler)

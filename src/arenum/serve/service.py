@@ -33,8 +33,10 @@ from ..errors import BudgetExceeded
 from ..cli.common import CLIError, constraint_name, one_line
 from ..cli.commands import count_answer, item, mass_record, rank_record, threshold_record
 from ..cli.load import Loaded, load_model, score_strings
+from ..cli.servecmd import DEFAULT_CERTIFY_BITS
 
-__all__ = ["Limits", "RequestError", "ServeConfig", "Service", "prepare", "describe_error", "int_param", "float_param"]
+__all__ = ["Limits", "RequestError", "ServeConfig", "Service", "prepare", "describe_error", "int_param", "float_param",
+           "json_safe", "DEFAULT_CERTIFY_BITS"]
 
 
 class RequestError(ValueError):
@@ -63,7 +65,8 @@ class ServeConfig:
     built to ``build`` sequences and removed on :meth:`Service.close`). build: extend the store to
     this many sequences first (a writer, holding the store's lock only while it builds).
     max_forwards: cap on that build. certify_bits / certify_resolution: depth (bits) and grid cell
-    of the certified DP computed at start-up (finite-state models; 0: none). policy, min_length,
+    of the certified DP computed at start-up (finite-state models; 0: none; the default,
+    ``DEFAULT_CERTIFY_BITS`` = 64, is the command line's ``--certify-bits`` default). policy, min_length,
     max_length, classes, require, regex, blocklist: the constraint flags of the other commands
     (``docs/constraints.md``): every answer counts only the sequences the constraint accepts.
     """
@@ -75,7 +78,7 @@ class ServeConfig:
     eos: Any = "auto"
     prompt: str | None = None
     max_forwards: int = 5_000_000
-    certify_bits: float = 0.0
+    certify_bits: float = DEFAULT_CERTIFY_BITS
     certify_resolution: float | None = None
     limits: Limits = Limits()
     policy: str | None = None
@@ -326,7 +329,8 @@ class Service:
                     except RequestError as exc:
                         checked[i] = exc
             flat = [s for c in checked if not isinstance(c, Exception) for s in c[0]]
-            _, scores, errors = score_strings(self.m, flat) if flat else ([], [], [])
+            enc = [e for c in checked if not isinstance(c, Exception) for e in c[2]]  # encoded once, above
+            _, scores, errors = score_strings(self.m, flat, enc) if flat else ([], [], [])
             out: list[list[dict] | Exception] = []
             at = 0
             for c in checked:
@@ -356,8 +360,8 @@ class Service:
             d = {"string": s, "tokens": list(enc[j]), **rank_record(r), "forwards": f - before,
                  "forwards_total": f, "seconds": round(time.perf_counter() - t0, 4)}
             if steps:
-                d["steps"] = self._steps(enc[j])
-            out.append(self._tag(d))
+                d["steps"] = [json_safe(st) for st in self._steps(enc[j])]
+            out.append(self._tag(json_safe(d)))
         return out
 
     def threshold(self, k: Any) -> dict:
@@ -482,6 +486,19 @@ class Service:
         """Assert the enumerable's invariants (tests)."""
         with self._lock:
             self.enum._check()
+
+
+def json_safe(d: dict) -> dict:
+    """``d`` (a flat record: its values str, int, bool, None, lists of ints, or Python floats) with each
+    non-finite float replaced by ``None`` in place, as the command line's JSON writes it: a rank record
+    then goes through the C JSON encoder once, with no walk over it first (a few microseconds)."""
+    for k, v in d.items():
+        if v.__class__ not in _PLAIN and isinstance(v, float) and v - v != 0.0:  # inf - inf, nan - nan: nan
+            d[k] = None
+    return d
+
+
+_PLAIN = frozenset({int, str, bool, list, type(None)})  # never a non-finite float: no isinstance call
 
 
 def describe_error(exc: BaseException) -> tuple[int, str]:
