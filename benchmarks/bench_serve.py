@@ -170,7 +170,8 @@ def measure(client, port: int, pid: int, batch: list[str], clients: int, method:
     s1, c1 = cpu_by_process(pid), time.process_time()
     used = {p: s1[p] - s0.get(p, 0.0) for p in s1}
     r = row(batch, wall, lat, errors, sum(used.values()), c1 - c0)
-    busy = sorted((v for p, v in used.items() if p != pid), reverse=True)  # the --workers processes
+    total = sum(used.values())
+    busy = sorted((v for p, v in used.items() if p != pid and v > 0.02 * total), reverse=True)  # --workers processes
     r["split"] = "/".join(f"{100 * v / max(sum(busy), 1e-9):.0f}" for v in busy) if len(busy) > 1 else "-"
     return r
 

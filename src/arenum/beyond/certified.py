@@ -397,6 +397,7 @@ class CertifiedCounter:
         m0 = np.full(S, big, dtype=np.int64)
         m0[tables.start] = 0
         self._minplus = {True: (m0, 0), False: (m0, 0)}  # cheapest rounded cost of r-token paths, r
+        self._least: dict[bool, tuple[np.ndarray, int]] = {}  # each rounding's min-plus row and its minimum
         self.setup_seconds = time.perf_counter() - t0
         #: ``on_grow()`` after a DP grows (a store keeps the tables: :mod:`arenum.beyond.certstore`); ``None``: nothing
         self.on_grow: Any = None
@@ -409,7 +410,11 @@ class CertifiedCounter:
         """Whether no path of ``cap`` tokens has rounded cost ``<= K`` (a min-plus DP, extended on
         demand): then the unbounded sweep counts exactly the completions the cap allows."""
         m, r = self._minplus[lower]
-
+        least = self._least.get(lower)
+        if least is None or least[0] is not m:  # a row is never changed in place: its minimum, once (a query
+            least = self._least[lower] = (m, int(m.min()))  # asks this several times: a read, not a pass)
+        if r >= self.cap or least[1] > K:
+            return least[1] > K
         big = np.iinfo(np.int64).max // 4
         while r < self.cap and int(m.min()) <= K:
             src, cost, first, target = self._edges[lower].by_target
@@ -417,7 +422,8 @@ class CertifiedCounter:
             new[target] = np.minimum.reduceat(np.minimum(m[src] + cost, big), first)
             m, r = new, r + 1
         self._minplus[lower] = (m, r)
-        return int(m.min()) > K
+        self._least[lower] = (m, int(m.min()))
+        return self._least[lower][1] > K
 
     def _sweep(self, lower: bool, mass: bool, K: int) -> _Sweep:
         levels = None if self.terminating and self._uncapped(lower, K) else self.cap
