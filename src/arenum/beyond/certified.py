@@ -326,6 +326,15 @@ class _Sweep:
             self.row = prev[self.start, P : P + K + 1].copy()
         self.seconds += time.perf_counter() - t0
 
+    def release(self, edges: Any) -> None:
+        """Drop what grows this DP (its rings or buffer, its steps, its step tables: ``edges`` makes
+        them again) and keep :attr:`row`: cells up to :attr:`K` still answer; a deeper one rebuilds
+        from cell 0, as a row restored from a store does."""
+        self.ring = self.N = None
+        self._csr = self._order = self._roff = self._rmask = None
+        self.o = 0
+        self._e = edges
+
     def at(self, K: int) -> float:
         """The start state's value at cell ``K`` (``K < 0``: 0)."""
         if K < 0:
@@ -394,6 +403,7 @@ class CertifiedCounter:
             False: (np.where(fin, np.floor(np.where(fin, ec, 0)), big).astype(np.int64), np.exp(end) * (1 + 4 * _U)),
         }
         self._sweeps: dict[tuple, _Sweep] = {}
+        self._n_edges: int | None = None  # the possible steps, once counted (stats)
         m0 = np.full(S, big, dtype=np.int64)
         m0[tables.start] = 0
         self._minplus = {True: (m0, 0), False: (m0, 0)}  # cheapest rounded cost of r-token paths, r
@@ -500,6 +510,33 @@ class CertifiedCounter:
         hi = min(hi, mass_count_bound(t))  # each has mass >= e**t
         return CountBracket(lo, max(lo, hi))
 
+    def prepare_counts(self, t: float) -> None:
+        """Build both count DPs down to score ``t`` (``count_bracket``, ``rank_bracket`` and
+        ``count_lower`` of any score ``>= t`` then answer from their rows: the same values), one
+        rounding after the other, each one's step tables and rings released once its row reaches
+        ``t``: the peak holds one rounding's, not both (a 5-gram of passwords: 0.31 GB, not 0.62).
+        A later count deeper than ``t`` rebuilds its DP from cell 0 (the sweep's time again), so
+        give the deepest score asked for (``arenum eval``: its least probable test line)."""
+        t = finite_float("t", t)
+        if t > 0:
+            return
+        for lower, K in zip((True, False), self._cells(t)):
+            K = min(K, self.max_cells)
+            if K < 0:
+                continue
+            self._sweep(lower, False, K).ensure(K)
+            self._n_edges = self._edges[lower].n_edges  # for stats, once the tables go
+            for key, sw in self._sweeps.items():
+                if key[0] == lower:
+                    sw.release(functools.partial(self._edges.__getitem__, lower))
+            self._edges.pop(lower, None)
+
+    def _edge_count(self) -> int:
+        """The possible steps (one rounding's tables are made to count them, once)."""
+        if self._n_edges is None:
+            self._n_edges = int(self._edges[True].n_edges)
+        return self._n_edges
+
     def count_lower(self, t: float) -> int:
         """The lower end of :meth:`count_bracket` alone (``lo <= #{x : s(x) >= t}``), building only
         the lower count DP (to ``t``; the deepest cell is ``max_cells``)."""
@@ -563,7 +600,7 @@ class CertifiedCounter:
         """States, edges, cells built per DP, build seconds and bytes held."""
         return {
             "states": self.S,
-            "edges": int(self._edges[True].n_edges),
+            "edges": self._edge_count(),
             "resolution_bits": self.resolution_bits,
             "cells": {f"{'lo' if k[0] else 'hi'}_{'mass' if k[1] else 'count'}_"
                       f"{'unbounded' if k[2] is None else 'levels'}": sw.K for k, sw in self._sweeps.items()},

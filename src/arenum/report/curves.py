@@ -255,6 +255,17 @@ def predeepen(enum: Any, scores: Sequence[float], pad_bits: float = 1.0) -> floa
     return built
 
 
+def _prepare_certified(enum: Any, deepest: float) -> None:
+    """Lines past the caps of a finite-state model get certified brackets: its count DPs are built to
+    the least probable line (plus a bit) at once, one rounding after the other
+    (:meth:`~arenum.beyond.certified.CertifiedCounter.prepare_counts`: half the peak memory of
+    growing both with the ranks, and one sweep each instead of one per deepening)."""
+    certified = getattr(enum, "certified", None)
+    cc = certified() if callable(certified) else None
+    if cc is not None and callable(getattr(cc, "prepare_counts", None)):
+        cc.prepare_counts(deepest - LN2)
+
+
 def guessing_curve(
     enum: Any,
     sequences: Iterable[Sequence[Any] | None],
@@ -309,7 +320,9 @@ def guessing_curve(
             items[i] = RankedItem(labs[j], counts[i], -math.inf, math.inf, math.inf, math.inf, math.inf, math.inf,
                                   "unrankable", True, why)
     ranked = sorted((i for i in good if scores[i] > -math.inf), key=lambda i: -scores[i])
-    predeepen(enum, [scores[i] for i in ranked])
+    built = predeepen(enum, [scores[i] for i in ranked])
+    if ranked and scores[ranked[-1]] < built:
+        _prepare_certified(enum, scores[ranked[-1]])
     loose: list[int] = []
     for i in ranked:
         j, s = keys[i]
