@@ -15,10 +15,11 @@ bit (``tests/beyond/test_certified_fast.py`` compares them):
 No fused multiply-add (numba does not contract without ``fastmath``), no reordering.
 
 Memory order (the same values): the bulk sums are made state-major (a window of ``B`` cells per
-step), then transposed to cell-major in tiles of 8 states for the cell-by-cell pass; a block's new
-cells are kept cell-major (the cheap steps read the block's earlier cells there) and written into
-the rings once the block is done, state by state. Written cell by cell, every cell touched a cache
-line of each of the ``S`` rings: that pass took more than half the sweep's time, now about a third less in all.
+step). A state without cheap steps then has its block's cells from them alone (``+ 0.0``, the end,
+the slack), state by state; the few with cheap steps (every state, with zero-cost steps) are summed
+cell by cell, reading the block's done cells in place; the block goes into the rings state by state
+once done. Cell by cell for every state, each cell touched a cache line of each of ``S`` rows: that
+pass took more than half the sweep's time.
 """
 from __future__ import annotations
 
@@ -102,10 +103,15 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
     those rows in cache)."""
     S = roff.shape[0]
     acc = np.empty((S, B))
-    accT = np.empty((B, S))
-    blk = np.empty((B, S))
     v = np.empty(S)
     base = np.empty(S)
+    zero = z_ptr[S] > 0
+    n_cx = 0  # the states summed cell by cell: those with cheap steps (every state with zero-cost steps)
+    cx = np.empty(S, np.int64)
+    for s in range(S):
+        if zero or c_ptr[s + 1] > c_ptr[s]:
+            cx[n_cx] = s
+            n_cx += 1
     k = k0
     while k <= k1:
         nb = min(B, k1 - k + 1)
@@ -136,31 +142,40 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
                         if c >= 0:
                             x = ring[o + (c & m)]
                             a[i] += x * w if weighted else x
-        for s0 in range(0, S, 8):  # cell-major for the cells below, in tiles of 8 states
-            s1 = min(S, s0 + 8)
-            for i in range(nb):
-                for s in range(s0, s1):
-                    accT[i, s] = acc[s, i]
-        for i in range(nb):  # cell by cell: the cheap steps may read this block
-            kk = k + i
+        if not zero:  # a state without cheap steps: its cells from its bulk sums alone, state by state
             for s in range(S):
+                if c_ptr[s + 1] > c_ptr[s]:
+                    continue
+                a = acc[s]
+                for i in range(nb):
+                    val = a[i] + 0.0
+                    if has_end:
+                        val += end_val[s] if end_cost[s] <= k + i else 0.0
+                    if mass or val >= _EXACT:
+                        val *= factor
+                    a[i] = val
+        for i in range(nb):  # cell by cell, the others: their cheap steps may read this block
+            kk = k + i
+            for j in range(n_cx):
+                s = cx[j]
                 tmp = 0.0
                 for e in range(c_ptr[s], c_ptr[s + 1]):
                     c = kk - c_cost[e]
                     n = c_nxt[e]
                     if c >= k:
-                        x = blk[c - k, n]
+                        x = acc[n, c - k]  # a cell of this block, done
                     elif c >= 0:
                         x = ring[roff[n] + (c & rmask[n])]
                     else:
                         x = 0.0
                     tmp += x * c_w[e] if weighted else x
-                val = accT[i, s] + tmp
+                val = acc[s, i] + tmp
                 if has_end:
                     val += end_val[s] if end_cost[s] <= kk else 0.0
+                if mass or val >= _EXACT:
+                    val *= factor
                 v[s] = val
-            _slack(v, mass, factor)
-            if z_ptr[S] > 0:
+            if zero:  # every state is in cx
                 base[:] = v
                 for _ in range(zero_depth + 1):
                     nv = np.empty(S)
@@ -172,13 +187,14 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
                         nv[s] = base[s] + tmp
                     _slack(nv, mass, factor)
                     v[:] = nv
-            blk[i, :] = v
-            out[kk - k0] = v[start]
-        for s0 in range(0, S, 8):  # the block into the rings, state-major in tiles of 8 states
-            s1 = min(S, s0 + 8)
-            for s in range(s0, s1):
-                o = roff[s]
-                m = rmask[s]
-                for i in range(nb):
-                    ring[o + ((k + i) & m)] = blk[i, s]
+            for j in range(n_cx):
+                s = cx[j]
+                acc[s, i] = v[s]
+            out[kk - k0] = acc[start, i]
+        for s in range(S):  # the block into the rings, state by state
+            o = roff[s]
+            m = rmask[s]
+            a = acc[s]
+            for i in range(nb):
+                ring[o + ((k + i) & m)] = a[i]
         k += nb
