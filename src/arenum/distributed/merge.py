@@ -64,6 +64,7 @@ class MergedTree:
             hc[: len(s["h_comp"])] += s["h_comp"]
             hp[: len(s["h_pref"])] += s["h_pref"]
         self.h_comp, self.h_pref = hc, hp
+        self.hist_top = max(max(len(s["h_comp"]), len(s["h_pref"])) for s in sums)  # zero from here on
 
     def refresh(self) -> None:
         self._set(self.backend.map("summary", [()] * self.backend.n))
@@ -233,7 +234,7 @@ class MergedIndex:
         """Scores likely to bracket position ``goal - 1``, read off the merged completion histogram
         (1/64-bit bins, exact above the built threshold), one bin of slack each side; only a guess:
         the selection checks it like any other candidate."""
-        cum = np.cumsum(self.tree.completions_hist)
+        cum = np.cumsum(self.tree.completions_hist[: max(1, self.tree.hist_top)])  # bins past it are zero
         if cum.size == 0 or cum[-1] < goal:
             return None
         b = int(np.searchsorted(cum, goal))

@@ -179,6 +179,8 @@ def apply_fetch(tree: Any, d: int, ns: np.ndarray, kid: np.ndarray, klp: np.ndar
     tree._widest = widest
     for h, b in adds:
         _addbins(h, b)
+        if b.size:  # bins from hist_top on stay zero (arenum.exact.frontier.hist_cum)
+            tree.hist_top = max(tree.hist_top, int(b.max()) + 1)
     lev.pool_lp.extend(klp)
     lev.pool_tok.extend(kid)
     tree._used_bytes += klp.shape[0] * (8 + lev.pool_tok.a.itemsize)

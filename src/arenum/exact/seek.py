@@ -29,6 +29,7 @@ from .index import ExactIndex
 from .quantize import Quantizer
 from ._arrays import seg_first_below
 from .budget import BUDGET_HINT, position_beyond_message, position_floor
+from .frontier import hist_cum
 from ..errors import BudgetExceeded
 from .tree import HIST_BINS_PER_BIT, PrefixTree
 
@@ -328,7 +329,7 @@ class SeekIndex:
                 if floor > lim:
                     raise BudgetExceeded(position_beyond_message(n, floor, lim))
             cur = self.built_bits
-            cum = np.cumsum(tree.completions_hist)
+            cum = hist_cum(tree, tree.completions_hist)  # the populated bins only (later ones repeat the last)
             at_built = int(cum[max(0, min(len(cum) - 1, int(round(cur * HIST_BINS_PER_BIT)) - 1))])
             floor_hit = tree.built <= self.depth_floor
             if at_built >= n or floor_hit or tree.support.branch_cap is not None:
@@ -348,11 +349,11 @@ class SeekIndex:
                 # few completions seen: at most double the forwards (by the prefixes already
                 # seen), grow the budget by at most a quarter, and never pass the extrapolation
                 want = 2 * tree.fetched_nodes + tree.oracle.batch_size
-                known_total = 1 + int(tree.prefixes_hist.sum())
+                known_total = tree.known_prefixes(math.inf)
                 b_cap = tree.bits_for(tree.prefixes_hist, min(want, known_total) - 1) if known_total > 1 else None
                 if b_cap is not None and b_cap <= cur:
                     i0 = int(cur * HIST_BINS_PER_BIT) + 1
-                    nxt = np.flatnonzero(tree.prefixes_hist[i0:])
+                    nxt = np.flatnonzero(tree.prefixes_hist[i0 : tree.hist_top])
                     b_cap = (i0 + int(nxt[0]) + 1) / HIST_BINS_PER_BIT if nxt.size else None
                 b_next = b_cap if b_cap is not None else self.limits.max_depth_bits
                 b_next = min(b_next, cur + max(1.0, 0.25 * cur), est + step)
@@ -386,7 +387,7 @@ class SeekIndex:
         c1 = int(cum[min(i1, len(cum) - 1)])
         # the local growth over the last half bit: log-count is not linear in the budget
         i0 = max(0, i1 - HIST_BINS_PER_BIT // 2)
-        c0 = int(cum[i0])
+        c0 = int(cum[min(i0, len(cum) - 1)])
         if c1 < 64 or c0 < 8 or c1 <= c0:
             return cur + max(2.0, cur)
         rate = math.log2(c1 / c0) / ((i1 - i0) / HIST_BINS_PER_BIT)  # bits of count per bit of budget

@@ -38,6 +38,7 @@ import numpy as np
 from .budget import BUDGET_HINT, EXPAND_CHILD_BYTES, ROUND_ENTRY_BYTES, fetch_round
 from ._arrays import seg_first_below
 from .._guard import deferred_interrupts, held
+from .frontier import Frontier, hist_cum
 from .levels import Level, LevelView, read_only
 from ..step import StepOracle
 from ..errors import BudgetExceeded
@@ -87,6 +88,8 @@ class PrefixTree:
         self.depth_truncated = False  # a leaf-level prefix had non-eos children within budget
         self.h_comp = np.zeros(HIST_LEN, np.int64)  # completions seen, by 1/64-bit bin
         self.h_pref = np.zeros(HIST_LEN, np.int64)  # next-level prefixes seen, by bin
+        self.hist_top = 0  # every bin from here on is zero in both (arenum.exact.frontier)
+        self.frontier = Frontier()  # each node's next unmade entry's score, kept with the commits
         self.fetched_nodes = 0
         self._pool_entries = 0
         self._widest = 0  # the widest whole table seen (entries)
@@ -280,6 +283,7 @@ class PrefixTree:
                 written.append(True)
             self._save_scalars(undo)
             RECORDS[kind].apply(self, **rec, **extra, undo=undo)
+            self.frontier.committed(self, kind, rec)
             self.commits = before + 1  # the publish: a commit counts once this is done
             self._pending = None
         except BaseException:
@@ -303,8 +307,7 @@ class PrefixTree:
             elif self.commits == before:
                 for u in reversed(undo):
                     u()
-                self._key_cache.clear()
-                self._tuples.clear()
+                self._key_cache.clear(), self._tuples.clear(), self.frontier.clear()
                 j = self.journal
                 if j is not None and hasattr(j, "rollback"):
                     j.rollback(before)
@@ -325,29 +328,25 @@ class PrefixTree:
     def _expand(self, d: int, T: float, max_bytes: int | None = None) -> None:
         """Turn the stored heads of level ``d`` into child nodes of level ``d+1`` down to ``T``."""
         lev = self.levels[d]
-        n = len(lev)
-        if n == 0:
+        if len(lev) == 0:
             return
-        lim = lev.tlen.astype(np.int64)
+        # the nodes whose next unmade entry scores >= T, from the frontier's column (no level scan)
+        cand = np.flatnonzero(self.frontier.next_scores(self, d) >= T)
+        lim = lev.tlen[cand].astype(np.int64)
         if self.support.branch_cap is not None:
             lim = np.minimum(lim, self.support.branch_cap)
-        made = lev.made.astype(np.int64)
-        score = lev.score
-        cand = np.flatnonzero(lev.fetched & (made < lim) & (score >= T))
-        if cand.size == 0:
-            return
-        off = lev.off[cand]
-        pool = lev.pool_lp.v
-        ok = score[cand] + pool[off + made[cand]] >= T
-        cand = cand[ok]
+        made, score, pool = lev.made[cand].astype(np.int64), lev.score, lev.pool_lp.v
+        sel = lev.fetched[cand] & (made < lim) & (score[cand] >= T)
+        sel[sel] = score[cand[sel]] + pool[lev.off[cand[sel]] + made[sel]] >= T
+        cand, lim, made = cand[sel], lim[sel], made[sel]
         if cand.size == 0:
             return
         off = lev.off[cand]
         s = score[cand]
-        lo = made[cand] + 1
-        hi = lim[cand]
+        lo = made + 1
+        hi = lim
         h = seg_first_below(pool, off, s, lo, hi, T)
-        m0 = made[cand]
+        m0 = made
         counts = h - m0
         total = int(counts.sum())
         if max_bytes is not None and (held := self.memory_bytes()) + total * EXPAND_CHILD_BYTES > max_bytes:
@@ -460,7 +459,8 @@ class PrefixTree:
         self._widest = int(scalars["widest"])
         self._used_bytes = int(scalars["used_bytes"])
         self.commits = int(scalars["commits"])
-        self._key_cache.clear(), self._tuples.clear()
+        self._key_cache.clear(), self._tuples.clear(), self.frontier.clear()
+        self.hist_top = max(arrays["h_comp"].shape[0], arrays["h_pref"].shape[0])  # trailing zeros dropped
 
     # ------------------------------------------------------------------ read API
     @property
@@ -490,7 +490,7 @@ class PrefixTree:
 
     def completions_beyond(self, bits: float) -> bool:
         """Whether completions with more than ``bits`` bits have been seen in fetched tables."""
-        return bool(self.h_comp[int(bits * HIST_BINS_PER_BIT) :].any())
+        return bool(self.h_comp[int(bits * HIST_BINS_PER_BIT) : self.hist_top].any())
 
     def child_nodes(self, d: int, parent: int, positions: np.ndarray) -> np.ndarray:
         """Node ids at level ``d`` of the children of node ``parent`` (level ``d - 1``) at table
@@ -576,7 +576,7 @@ class PrefixTree:
     # ------------------------------------------------------------------ steering
     def bits_for(self, hist: np.ndarray, count: float) -> float | None:
         """Smallest budget (bits, at a bin edge) at which ``hist`` reaches ``count``; None if never."""
-        cum = np.cumsum(hist)
+        cum = hist_cum(self, hist)
         if cum[-1] < count:
             return None
         b = int(np.searchsorted(cum, count))
@@ -584,10 +584,8 @@ class PrefixTree:
 
     def known_prefixes(self, bits: float) -> int:
         """Prefixes with ``bits`` or fewer known so far (children seen in fetched tables, + root)."""
-        if bits == math.inf:
-            return 1 + int(self.h_pref.sum())
-        b = int(math.floor(bits * HIST_BINS_PER_BIT))
-        return 1 + int(self.h_pref[: max(0, min(b, HIST_LEN))].sum())
+        b = self.hist_top if bits == math.inf else int(math.floor(bits * HIST_BINS_PER_BIT))
+        return 1 + int(self.h_pref[: max(0, min(b, self.hist_top))].sum())
 
     @property
     def nbytes(self) -> int:
@@ -601,6 +599,7 @@ class PrefixTree:
         """Assert the tree's invariants (for tests; a commit an exception cut short is finished first)."""
         self.recover()
         assert self._pending is None
+        self.frontier.check(self)
         assert self._used_bytes == sum(lev.used_bytes for lev in self.levels)
         T = self.built
         for d, lev in enumerate(self.levels):

@@ -1,0 +1,96 @@
+"""What a deepening of the prefix tree reads, kept in step with its commits instead of rescanned.
+
+A deepening from the built threshold to a lower ``T`` turns into child nodes only the stored table
+entries whose score lies in ``[T, built)``: per level, the nodes whose next unmade entry scores
+``>= T``. Finding them by scanning every column of every level costs the whole tree each round,
+however little the round adds (a stream of growing slices deepens in many small rounds). The
+:class:`Frontier` keeps, per level, that next entry's score (``next_score``: ``score +
+pool_lp[off + made]`` for a fetched node with ``made < min(tlen, branch_cap)``, ``-inf`` otherwise), so
+that a round finds its candidates with one comparison per node, and updates it for the nodes each
+commit touches (a fetch: its nodes; an expand: its candidates; new nodes: ``-inf``).
+
+It is derived state, never journaled or stored: a level's column is built from the level's columns
+when first asked for, a commit rolled back (an exception, an interrupt) drops every column, and
+:meth:`Frontier.check` compares each kept column with one built afresh (the tree's ``_check``).
+The histograms' populated span (:func:`hist_cum`) is kept the same way: ``hist_top`` bounds the
+bins any commit has touched, so a cumulative sum covers those instead of all ``HIST_LEN`` bins.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Frontier", "hist_cum"]
+
+
+def hist_cum(tree: Any, hist: np.ndarray) -> np.ndarray:
+    """``np.cumsum(hist)`` for one of ``tree``'s histograms, over its first ``tree.hist_top`` bins (at
+    least one): every later bin is zero, so every later entry would repeat the last."""
+    return np.cumsum(hist[: max(1, int(tree.hist_top))])
+
+
+class Frontier:
+    """Per level of a :class:`~arenum.exact.tree.PrefixTree`, the score of each node's next unmade
+    table entry (module docstring). Only the tree calls it, under its lock."""
+
+    def __init__(self) -> None:
+        self._next: dict[int, np.ndarray] = {}
+
+    def clear(self) -> None:
+        """Forget every column (a commit was rolled back, or the tree's levels were replaced)."""
+        self._next.clear()
+
+    @staticmethod
+    def compute(tree: Any, d: int, nodes: np.ndarray | None = None) -> np.ndarray:
+        """The next-entry scores of ``nodes`` of level ``d`` (all its nodes when ``None``), from the
+        level's columns."""
+        lev = tree.levels[d]
+        fetched, made, tlen, score, off = lev.fetched, lev.made, lev.tlen, lev.score, lev.off
+        if nodes is not None:
+            fetched, made, tlen, score, off = fetched[nodes], made[nodes], tlen[nodes], score[nodes], off[nodes]
+        lim = tlen.astype(np.int64)
+        cap = tree.support.branch_cap
+        if cap is not None:
+            lim = np.minimum(lim, cap)
+        has = fetched & (made < lim)
+        out = np.full(score.shape[0], -math.inf)
+        out[has] = score[has] + lev.pool_lp.v[off[has] + made[has]]
+        return out
+
+    def next_scores(self, tree: Any, d: int) -> np.ndarray:
+        """Level ``d``'s next-entry scores, one per node (read it before the level changes)."""
+        n = len(tree.levels[d])
+        a = self._next.get(d)
+        if a is None:
+            a = self._next[d] = self.compute(tree, d)
+        elif a.shape[0] < n:  # new nodes: not fetched yet
+            a = self._next[d] = np.concatenate([a, np.full(n - a.shape[0], -math.inf)])
+        return a
+
+    def committed(self, tree: Any, kind: str, rec: dict) -> None:
+        """Bring the kept columns up to date with a commit just applied (``kind``, its record)."""
+        if kind == "fetch":
+            d, nodes = int(rec["d"]), rec["ns"]
+        elif kind == "expand":
+            d, nodes = int(rec["d"]), rec["cand"]
+        else:
+            return
+        a = self._next.get(d)
+        if a is None or not len(nodes):
+            return
+        a = self.next_scores(tree, d)
+        a[nodes] = self.compute(tree, d, np.asarray(nodes, np.int64))
+
+    def check(self, tree: Any) -> None:
+        """Assert that every kept column equals the one the level's columns give (for tests)."""
+        for d, a in self._next.items():
+            assert d < len(tree.levels), (d, len(tree.levels))
+            n = len(tree.levels[d])
+            assert a.shape[0] <= n, (d, a.shape[0], n)
+            want = self.compute(tree, d)
+            assert np.array_equal(a, want[: a.shape[0]]), f"next-entry scores of level {d} are stale"
+            assert (want[a.shape[0]:] == -math.inf).all(), f"level {d}: new nodes already fetched"
+        top = int(tree.hist_top)
+        assert not tree.h_comp[top:].any() and not tree.h_pref[top:].any(), "histogram bins past hist_top"
