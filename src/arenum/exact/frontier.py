@@ -7,7 +7,11 @@ however little the round adds (a stream of growing slices deepens in many small 
 :class:`Frontier` keeps, per level, that next entry's score (``next_score``: ``score +
 pool_lp[off + made]`` for a fetched node with ``made < min(tlen, branch_cap)``, ``-inf`` otherwise), so
 that a round finds its candidates with one comparison per node, and updates it for the nodes each
-commit touches (a fetch: its nodes; an expand: its candidates; new nodes: ``-inf``).
+commit touches (a fetch: its nodes; an expand: its candidates; new nodes: ``-inf``). Likewise the
+nodes a round must fetch (``score >= T`` and not fetched, or fetched with a head cut above ``T``:
+``floor > T``) are those whose ``due`` exceeds ``T``: ``up(score)`` for a node not fetched,
+``min(up(score), floor)`` for one fetched, where ``up(x)`` is the next float above ``x`` (so
+``up(score) > T`` exactly when ``score >= T``).
 
 It is derived state, never journaled or stored: a level's column is built from the level's columns
 when first asked for, a commit rolled back (an exception, an interrupt) drops every column, and
@@ -21,6 +25,8 @@ import math
 from typing import Any
 
 import numpy as np
+
+from ._arrays import Grow
 
 __all__ = ["Frontier", "hist_cum"]
 
@@ -36,11 +42,35 @@ class Frontier:
     table entry (module docstring). Only the tree calls it, under its lock."""
 
     def __init__(self) -> None:
-        self._next: dict[int, np.ndarray] = {}
+        self._next: dict[int, Grow] = {}  # grown in place as the level grows (amortized, no copy a round)
+        self._due: dict[int, Grow] = {}
 
     def clear(self) -> None:
         """Forget every column (a commit was rolled back, or the tree's levels were replaced)."""
-        self._next.clear()
+        self._next.clear(), self._due.clear()
+
+    @staticmethod
+    def compute_due(tree: Any, d: int, nodes: np.ndarray | None = None) -> np.ndarray:
+        """``due`` of ``nodes`` of level ``d`` (all when ``None``): a fetch at ``T`` needs the nodes
+        with ``due > T`` (module docstring)."""
+        lev = tree.levels[d]
+        fetched, score, floor = lev.fetched, lev.score, lev.floor
+        if nodes is not None:
+            fetched, score, floor = fetched[nodes], score[nodes], floor[nodes]
+        up = np.nextafter(score, math.inf)
+        return np.where(fetched, np.minimum(up, floor), up)
+
+    def due(self, tree: Any, d: int) -> np.ndarray:
+        """Level ``d``'s ``due`` column, one per node (read it before the level changes)."""
+        n = len(tree.levels[d])
+        g = self._due.get(d)
+        if g is None:
+            g = Grow(np.float64, max(16, n))
+            g.extend(self.compute_due(tree, d))
+            self._due[d] = g
+        elif g.n < n:  # new nodes: not fetched yet
+            g.extend(np.nextafter(tree.levels[d].score[g.n : n], math.inf))
+        return g.v
 
     @staticmethod
     def compute(tree: Any, d: int, nodes: np.ndarray | None = None) -> np.ndarray:
@@ -62,17 +92,22 @@ class Frontier:
     def next_scores(self, tree: Any, d: int) -> np.ndarray:
         """Level ``d``'s next-entry scores, one per node (read it before the level changes)."""
         n = len(tree.levels[d])
-        a = self._next.get(d)
-        if a is None:
-            a = self._next[d] = self.compute(tree, d)
-        elif a.shape[0] < n:  # new nodes: not fetched yet
-            a = self._next[d] = np.concatenate([a, np.full(n - a.shape[0], -math.inf)])
-        return a
+        g = self._next.get(d)
+        if g is None:
+            g = Grow(np.float64, max(16, n))
+            g.extend(self.compute(tree, d))
+            self._next[d] = g
+        elif g.n < n:  # new nodes: not fetched yet
+            g.extend(np.full(n - g.n, -math.inf))
+        return g.v
 
     def committed(self, tree: Any, kind: str, rec: dict) -> None:
         """Bring the kept columns up to date with a commit just applied (``kind``, its record)."""
         if kind == "fetch":
             d, nodes = int(rec["d"]), rec["ns"]
+            if d in self._due and len(nodes):
+                a = self.due(tree, d)
+                a[nodes] = self.compute_due(tree, d, np.asarray(nodes, np.int64))
         elif kind == "expand":
             d, nodes = int(rec["d"]), rec["cand"]
         else:
@@ -85,12 +120,19 @@ class Frontier:
 
     def check(self, tree: Any) -> None:
         """Assert that every kept column equals the one the level's columns give (for tests)."""
-        for d, a in self._next.items():
+        for d, g in self._next.items():
+            a = g.v
             assert d < len(tree.levels), (d, len(tree.levels))
             n = len(tree.levels[d])
             assert a.shape[0] <= n, (d, a.shape[0], n)
             want = self.compute(tree, d)
             assert np.array_equal(a, want[: a.shape[0]]), f"next-entry scores of level {d} are stale"
             assert (want[a.shape[0]:] == -math.inf).all(), f"level {d}: new nodes already fetched"
+        for d, g in self._due.items():
+            a = g.v
+            assert d < len(tree.levels) and a.shape[0] <= len(tree.levels[d]), (d, a.shape[0])
+            want = self.compute_due(tree, d)
+            assert np.array_equal(a, want[: a.shape[0]]), f"due column of level {d} is stale"
+            assert not tree.levels[d].fetched[a.shape[0]:].any(), f"level {d}: new nodes already fetched"
         top = int(tree.hist_top)
         assert not tree.h_comp[top:].any() and not tree.h_pref[top:].any(), "histogram bins past hist_top"

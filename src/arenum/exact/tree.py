@@ -389,7 +389,7 @@ class PrefixTree:
             lev = self.levels[d]
             if len(lev) == 0:
                 break
-            need = np.flatnonzero((lev.score >= T) & (~lev.fetched | (lev.floor > T)))
+            need = np.flatnonzero(self.frontier.due(self, d) > T)  # (score >= T) & (~fetched | (floor > T))
             if max_prefixes is not None and self.fetched_nodes + need.size > max_prefixes:
                 raise BudgetExceeded(
                     f"an exact answer at {-T / LN2:.3f} bits needs more than max_prefixes={max_prefixes} "
