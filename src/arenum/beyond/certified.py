@@ -40,7 +40,11 @@ Two sweeps, chosen per query (``mode`` in :attr:`CertifiedCounter.stats`):
   built, if it adds more than ``LEVELS_WARN_WORK`` cell updates.
 
 What it does not do: it never calls the model, and it does not order sequences (``unrank`` stays
-with the exact index).  Memory: ``8 S (K + 1)`` bytes per built DP (``stats["bytes"]``).
+with the exact index).  Memory (``stats["bytes"]``: the rows and the rings): each rounding's step
+tables (about 30 bytes a (state, token) entry) and, while a DP grows, the compiled sweep's rings (8 bytes
+times, summed over the states, the power of two above the costliest step into each: a 5-gram of
+passwords, 60,352 states, 0.19 GB a DP) or the numpy sweep's buffer (``8 S`` bytes a cell of the
+costliest step); :meth:`CertifiedCounter.prepare_counts` holds one rounding's at a time.
 """
 from __future__ import annotations
 
