@@ -21,9 +21,11 @@ the ratios, not the absolute times):
   entries, each prefix's children pushed lazily in table order so that memory follows the pops:
   :func:`reference_top`) over the same callback, listing the same top ``k``.
 
-The compiled row pass (numba, :mod:`arenum.step.many`) is loaded before the timings (a run loads it
-after ``JIT_ROWS`` rows); its one-time cost per process (``import numba`` and the kernels' load,
-measured in a fresh process) is printed apart.
+The compiled row pass (numba, :mod:`arenum.step.many`) is loaded before the timings
+(:func:`arenum.step.many.load_compiled`; a run loads it by itself after ``JIT_ROWS`` rows, or
+``JIT_ROWS_WARM`` once numba is warm); its one-time cost per process (``import numba`` and the
+first load, measured in a fresh process) is printed apart. ``ARENUM_KERNELS=numpy`` times the numpy
+path instead.
 
 Both lists are checked to hold the same scores (the sequences too, where no tie straddles the
 ``k``-th score). Targets (issue 27, target 1): arenum at least 2x the reference's speed, at most

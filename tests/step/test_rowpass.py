@@ -181,13 +181,11 @@ def test_without_numba_the_numpy_path_answers(monkeypatch, jit_state):
     assert jit_state["mod"] is not None
     _no_numba(monkeypatch, jit_state)
     kernels.set_backend(None)
+    monkeypatch.setattr(many, "JIT_ROWS", 0)
+    monkeypatch.setattr(many, "JIT_ROWS_WARM", 0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        many.JIT_ROWS, saved = 0, many.JIT_ROWS
-        try:
-            slow = run()
-        finally:
-            many.JIT_ROWS = saved
+        slow = run()
     assert jit_state["mod"] is None and "ModuleNotFoundError" in jit_state["error"]
     assert slow == fast
     assert [s for _, s in slow[0]] == [s for _, s in bf[:60]]
@@ -196,10 +194,14 @@ def test_without_numba_the_numpy_path_answers(monkeypatch, jit_state):
         many.parse_rows([(np.array([0]), np.array([0.0]))], [()], tables_mod.Parser(Vocab()))
 
 
-def test_auto_loads_the_kernels_only_past_jit_rows(monkeypatch, jit_state):
-    """Under ``auto`` the first JIT_ROWS rows parse by numpy (no load: a short run never pays it)."""
+@pytest.mark.parametrize("warm", [False, True])
+def test_auto_loads_the_kernels_only_past_jit_rows(monkeypatch, jit_state, warm):
+    """Under ``auto`` the first JIT_ROWS rows parse by numpy (no load: a short run never pays it),
+    JIT_ROWS_WARM once numba is warm (the dense kernels loaded)."""
     jit_state.update(mod=None, error=None, rows=0)
-    monkeypatch.setattr(many, "JIT_ROWS", 10)
+    monkeypatch.setattr(many, "JIT_ROWS", 10 if not warm else 10**9)
+    monkeypatch.setattr(many, "JIT_ROWS_WARM", 10 if warm else 10**9)
+    monkeypatch.setattr(kernels, "loaded", lambda: warm)
     kernels.set_backend("auto")
     ps = tables_mod.Parser(Vocab())
     row = (np.array([0, 1]), np.log(np.array([0.25, 0.75])))
@@ -211,4 +213,12 @@ def test_auto_loads_the_kernels_only_past_jit_rows(monkeypatch, jit_state):
     assert ids.tolist() == [1, 0] * 3 and widths.tolist() == [2, 2, 2]
     kernels.set_backend("numpy")
     lens, ids, lps, widths, done = many.parse_rows([row] * 3, [()] * 3, ps)
-    assert ids.tolist() == [0, 1] * 3 and not done and lens.tolist() == [2, 2, 2]  # numpy: the rows as given, to be sorted later
+    assert ids.tolist() == [0, 1] * 3 and not done and lens.tolist() == [2, 2, 2]
+
+
+def test_load_compiled_loads_at_once(jit_state):
+    jit_state.update(mod=None, error=None, rows=0)
+    kernels.set_backend("auto")
+    assert many.load_compiled() and jit_state["mod"] is not None
+    kernels.set_backend("numpy")
+    assert not many.load_compiled()

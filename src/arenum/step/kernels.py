@@ -48,7 +48,7 @@ import numpy as np
 
 from ..errors import KernelUnavailable
 
-__all__ = ["CHUNK", "EXP_REL_ERR", "MAX_V", "backend", "choice", "set_backend", "heads_sweep", "rows_sum",
+__all__ = ["CHUNK", "EXP_REL_ERR", "MAX_V", "backend", "choice", "loaded", "set_backend", "heads_sweep", "rows_sum",
            "quantized_cum", "takes"]
 
 CHUNK = 1024
@@ -95,6 +95,12 @@ def choice() -> str:
         if c not in ("auto", "numba", "numpy"):
             raise ValueError(f"{ENV}={os.environ[ENV]!r}: use 'numba', 'numpy' or 'auto'")
     return c
+
+
+def loaded() -> bool:
+    """Whether the compiled dense kernels are loaded in this process (numba warm: another compiled
+    kernel then loads in milliseconds, not the first load's second or more)."""
+    return _state["kernels"] is not None
 
 
 def _active() -> dict[str, Callable] | None:

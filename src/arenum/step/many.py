@@ -28,7 +28,7 @@ from . import kernels
 from ..errors import KernelUnavailable
 from .tables import RENORM_TOL, Parser, normalize, parse_table
 
-__all__ = ["JIT_ROWS", "load_compiled", "parse_rows", "parse_rows_numpy", "parse_tables"]
+__all__ = ["JIT_ROWS", "JIT_ROWS_WARM", "load_compiled", "parse_rows", "parse_rows_numpy", "parse_tables"]
 
 _WIDE = 4096  # rows wider than this are checked by the reference formula (summation error margin)
 _PAIR_TYPES = {tuple, list}
@@ -182,17 +182,22 @@ def parse_tables(raws: list, prefixes: list[tuple], ps: Parser
 
 
 # ---------------------------------------------------------------------- the compiled pass
-JIT_ROWS = 50_000
+JIT_ROWS = 1_000_000
 """Rows parsed in this process by the numpy path before the compiled pass is loaded (``auto``
-backend): numba's import and the kernels' load cost about half a second once, which a short run
-never pays. ``0``: at the first chunk. The forced ``numba`` backend loads it at once."""
+backend) while numba is cold: numba's import and its first load cost seconds once per process
+(``docs/benchmarks.md``), which only a long run wins back (the pass saves a few microseconds a
+row). ``0``: at the first chunk. The forced ``numba`` backend loads it at once."""
+JIT_ROWS_WARM = 20_000
+"""The same once numba is warm in this process (the compiled dense kernels loaded): the pass then
+loads in milliseconds."""
 _jit: dict = {"rows": 0, "mod": None, "error": None}
 
 
 def _compiled(n: int, now: bool = False) -> Any:
     """The kernel module (:mod:`arenum.step._numba_rows`) when the compiled pass is in use for a
     chunk of ``n`` rows, else ``None`` (``ARENUM_KERNELS=numpy``, numba missing or failing, or fewer
-    than :data:`JIT_ROWS` rows parsed so far under ``auto``, unless ``now``)."""
+    than :data:`JIT_ROWS` rows parsed so far under ``auto``, :data:`JIT_ROWS_WARM` once numba is
+    warm, unless ``now``)."""
     mod = _jit["mod"]
     c = kernels.choice()
     if c == "numpy":
@@ -203,7 +208,7 @@ def _compiled(n: int, now: bool = False) -> Any:
         if c == "numba":
             raise KernelUnavailable(_jit["error"])
         return None
-    if c == "auto" and not now and _jit["rows"] < JIT_ROWS:
+    if c == "auto" and not now and _jit["rows"] < (JIT_ROWS_WARM if kernels.loaded() else JIT_ROWS):
         _jit["rows"] += n
         return None
     try:
