@@ -58,6 +58,26 @@ def test_compiled_sweep_equals_numpy_bit_for_bit(monkeypatch, seed):
 
 
 @pytest.mark.parametrize("seed", range(3))
+def test_compiled_minplus_equals_numpy(monkeypatch, seed):
+    """The min-plus DP deciding the sweep (cheapest cost of r-token paths): the same integers and
+    length compiled or not, whether the cap binds (a short cap, a likely cycle) or not."""
+    rng = random.Random(seed)
+    words = _words(50, seed) + ["ab" * rng.randint(3, 9)] * rng.randint(0, 40)
+    m = NGramModel.fit(words, order=rng.choice([2, 3]), smoothing=rng.choice(["kn", "wb"]))
+    seen = set()
+    for cap in (3, 12, 400):
+        got = {}
+        for name, jit in (("numpy", lambda: None), ("numba", certified._compiled_sweep)):
+            monkeypatch.setattr(certified, "_compiled_sweep", jit)
+            cc = CertifiedCounter(m.finite_state(), Support.terminating(m.eos, m.eos, cap))
+            got[name] = [(cc._uncapped(lower, K), cc._minplus[lower][1], cc._minplus[lower][0].tolist())
+                         for K in (0, 40, 300, 3000) for lower in (True, False)]
+        assert got["numba"] == got["numpy"]
+        seen |= {u for u, _, _ in got["numpy"]}
+    assert seen == {True, False}  # both answers met: the cap binds at some depths and not at others
+
+
+@pytest.mark.parametrize("seed", range(3))
 def test_compiled_sweep_rings_per_state_hold_what_they_are_read_for(monkeypatch, seed):
     """Each state's ring is as long as the costliest step into it reads back (issue 27 target 5: a
     5-gram's rings took 2 GB per DP at one width for all): rings of different sizes, each longer

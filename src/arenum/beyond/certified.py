@@ -84,12 +84,15 @@ def _ceil_int(v: float) -> int | float:
 
 
 def _compiled_sweep() -> Any:
-    """The module of the compiled sweep when the step kernels use numba (:mod:`arenum.step.kernels`:
-    ``ARENUM_KERNELS=numpy`` or no numba gives the numpy path, the same values), else ``None``."""
-    if kernels.backend() != "numba":
+    """The module of the compiled sweep when compiled code is in use (:func:`arenum.step.kernels.
+    allows_numba`: ``ARENUM_KERNELS=numpy`` or no numba gives the numpy path, the same values; the
+    step kernels themselves are not loaded for it), else ``None``."""
+    if not kernels.allows_numba():
         return None
-    from . import sweepjit
-
+    try:
+        from . import sweepjit
+    except ImportError:
+        return None
     return sweepjit
 
 
@@ -430,6 +433,9 @@ class CertifiedCounter:
         if r >= self.cap or least[1] > K:
             return least[1] > K
         big = np.iinfo(np.int64).max // 4
+        jit = _compiled_sweep()
+        if jit is not None:  # the same steps, compiled
+            m, r = jit.minplus(m, *self._edges[lower].by_target, K, self.cap, r, big)
         while r < self.cap and int(m.min()) <= K:
             src, cost, first, target = self._edges[lower].by_target
             new = np.full(self.S, big, dtype=np.int64)

@@ -78,6 +78,30 @@ def ring_layout(S: int, csr: tuple[np.ndarray, ...], B: int) -> tuple[np.ndarray
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
+def minplus(m: np.ndarray, src: np.ndarray, cost: np.ndarray, first: np.ndarray, target: np.ndarray,
+            K: int, cap: int, r: int, big: int) -> tuple[np.ndarray, int]:
+    """The min-plus steps of ``CertifiedCounter._uncapped`` (the cheapest cost of ``r``-token paths
+    to each state, ``big`` for none), taken while ``r < cap`` and some state costs ``<= K``: the
+    numpy steps' integers (``min(big, m[src] + cost)`` per group of steps into one ``target``)."""
+    S, G, E = m.shape[0], first.shape[0], src.shape[0]
+    while r < cap:
+        least = big
+        for s in range(S):
+            least = min(least, m[s])
+        if least > K:
+            break
+        new = np.full(S, big, np.int64)
+        for g in range(G):
+            acc = big
+            for e in range(first[g], first[g + 1] if g + 1 < G else E):
+                acc = min(acc, m[src[e]] + cost[e])
+            new[target[g]] = acc
+        m = new
+        r += 1
+    return m, r
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
 def _slack(v: np.ndarray, mass: bool, factor: float) -> None:
     for s in range(v.shape[0]):
         if mass or v[s] >= _EXACT:

@@ -48,7 +48,7 @@ import numpy as np
 
 from ..errors import KernelUnavailable
 
-__all__ = ["CHUNK", "EXP_REL_ERR", "MAX_V", "backend", "choice", "loaded", "set_backend", "heads_sweep", "rows_sum",
+__all__ = ["CHUNK", "EXP_REL_ERR", "MAX_V", "allows_numba", "backend", "choice", "loaded", "set_backend", "heads_sweep", "rows_sum",
            "quantized_cum", "takes"]
 
 CHUNK = 1024
@@ -113,6 +113,19 @@ def _active() -> dict[str, Callable] | None:
         if c == "numba":
             raise
         return None
+
+
+def allows_numba() -> bool:
+    """Whether compiled code may be used (the choice, else ``$ARENUM_KERNELS``, is not ``numpy``, the
+    kernels have not failed, numba is installed), without loading these kernels: for other compiled
+    code (the certified DP's sweep), which does not need them."""
+    if choice() == "numpy" or _state["error"] is not None:
+        return False
+    if _state["kernels"] is not None:
+        return True
+    import importlib.util
+
+    return importlib.util.find_spec("numba") is not None
 
 
 def _active_for(arr: np.ndarray) -> dict[str, Callable] | None:
