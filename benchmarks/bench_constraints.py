@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import platform
+import resource
 import sys
 import time
 from pathlib import Path
@@ -76,7 +77,8 @@ def run_policy(m: NGramModel, heldout: list[str], name: str, res: float, a: argp
             "exact": sum(x["method"] == "exact" for x in rows), "certified": len(cert),
             "width_median": pct(cert, 50), "width_p90": pct(cert, 90), "width_max": max(cert) if cert else float("nan"),
             "median_guess_bits": pct([math.log2(x["rank_lo"] + 1) for x in rows], 50),
-            "forwards": int(ar.stats["forwards"]), "curve": curve, "rows": rows}
+            "forwards": int(ar.stats["forwards"]), "curve": curve, "rows": rows,
+            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
 def plot(results: list[dict], path: str) -> None:
@@ -108,7 +110,7 @@ def main() -> None:
     p.add_argument("--n", type=int, default=100)
     p.add_argument("--exact-prefixes", type=int, default=200_000)
     p.add_argument("--resolution", type=float, default=0.19, help="grid (bits) of none and basic8")
-    p.add_argument("--resolution-3class12", type=float, default=0.37,
+    p.add_argument("--resolution-3class12", type=float, default=0.18,
                    help="grid (bits) of 3class12 (0.73 is refused: a cycle of near-certain steps rounds to 0 cells)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--plot", metavar="FILE")
@@ -149,7 +151,8 @@ def line(r: dict) -> None:
     print(f"{r['policy']:9s} grid {r['resolution_bits']:.3f} b  product {r['product_states'] or 0:>8,} states ({r['product_seconds']:.1f} s)  "
               f"ranked {r['ranked']} of {r['heldout_compliant']}: {r['exact']} exact, {r['certified']} certified  "
               f"width median {r['width_median']:.2f} / p90 {r['width_p90']:.2f} / max {r['width_max']:.2f} bits  "
-              f"median guess 2^{r['median_guess_bits']:.1f}  {r['rank_seconds']:.1f} s  {r['forwards']:,} forwards",
+              f"median guess 2^{r['median_guess_bits']:.1f}  {r['rank_seconds']:.1f} s  {r['forwards']:,} forwards  "
+              f"DP {(r['dp_stats'] or {}).get('bytes', 0) / 2**30:.2f} GiB, peak RSS {r.get('peak_rss_gb', float('nan')):.2f} GiB",
               flush=True)
 
 
