@@ -420,3 +420,33 @@ def test_per_length_mode_is_warned_with_its_cost(monkeypatch):
     with pytest.warns(RuntimeWarning, match="counted length by length: 30 sweeps"):
         b = CertifiedCounter(tabs, sup, resolution_bits=1 / 128).count_bracket(-40.0)
     assert b.lo <= true <= b.hi
+
+
+def test_a_long_terminating_cap_keeps_the_upper_end_in_one_pass():
+    """A likely self-loop under a cap past UPPER_LEVELS_MAX_CAP: the upper end comes from the one-pass
+    sweep (completions of any length: a superset), never cap sweeps, and no warning; the lower end's
+    min-plus check is skipped when every step costs a cell or more. The bracket holds the truth."""
+    import warnings
+
+    import arenum.beyond.certified as cmod
+
+    lp = np.log(np.array([[0.02, 0.98]]))  # token 0 ends, token 1 loops
+    tabs = FiniteStateTables(np.arange(2, dtype=np.int64), lp, lp[:, 0].copy(),
+                             np.zeros((1, 2), dtype=np.int32), 0, 0)
+    cap = cmod.UPPER_LEVELS_MAX_CAP + 36
+    for t in (-1.0, -5.0, -40.0):
+        true = sum(1 for n in range(cap) if n * math.log(0.98) + math.log(0.02) >= t)
+        cc = CertifiedCounter(tabs, Support.terminating(0, 0, cap), resolution_bits=1 / 128)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            b = cc.count_bracket(t)
+        assert b.lo <= true <= b.hi
+        assert "hi_count_unbounded" in cc.stats["cells"] and "hi_count_levels" not in cc.stats["cells"]
+        if t == -1.0:  # cap steps of at least 6 cells each lie past 256 cells: no min-plus walk
+            assert cc.stats["cells"].keys() == {"lo_count_unbounded", "hi_count_unbounded"}
+            assert cc._minplus[True][1] == 0
+    # a cap of at most UPPER_LEVELS_MAX_CAP keeps the tighter per-length upper end
+    cc = CertifiedCounter(tabs, Support.terminating(0, 0, 30), resolution_bits=1 / 128)
+    b = cc.count_bracket(-40.0)
+    assert "hi_count_levels" in cc.stats["cells"]
+    assert b.lo <= sum(1 for n in range(30) if n * math.log(0.98) + math.log(0.02) >= -40.0) <= b.hi

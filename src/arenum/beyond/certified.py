@@ -34,7 +34,8 @@ Two sweeps, chosen per query (``mode`` in :attr:`CertifiedCounter.stats`):
   ``O(E K)`` for ``E`` edges (state, token).  It counts completions of any length, so the upper
   end is sound as is; the lower end is sound while ``K`` is below the cheapest (rounded-up) path
   of ``cap`` tokens (a min-plus DP checks that), and beyond it the ``levels`` sweep answers.
-- ``levels`` (fixed length, or a terminating cap that binds): one sweep per length, ``O(cap E K)``.
+- ``levels`` (fixed length, or a terminating cap that binds the lower end; the upper end only for a
+  cap up to ``UPPER_LEVELS_MAX_CAP``): one sweep per length, ``O(cap E K)``.
   A terminating model forced into it (a short cycle of likely steps makes a ``cap``-token path
   cheap, e.g. a small ``max_len``) gets a ``RuntimeWarning`` with that cost when the sweep is first
   built, if it adds more than ``LEVELS_WARN_WORK`` cell updates.
@@ -69,6 +70,12 @@ __all__ = ["CertifiedCounter", "DEFAULT_RESOLUTION_BITS", "DEFAULT_MAX_BITS"]
 LEVELS_WARN_WORK = 2e9
 """A terminating model counted length by length warns when that adds more cell updates than this
 (seconds of work) over the one-pass sweep."""
+UPPER_LEVELS_MAX_CAP = 64
+"""A terminating support's upper DP is counted length by length (``cap`` sweeps, tighter) only for
+caps up to this; past it the one-pass sweep, which counts completions of any length, gives the upper
+end (sound: a superset of the support). With rounded-down steps a cycle of likely steps makes long
+paths cheap, and the min-plus check alone would take ``cap`` passes over the edges (a 1,024-token
+cap over a policy's product with 24 million edges: minutes, then 1,024 sweeps)."""
 DEFAULT_RESOLUTION_BITS = 1.0 / 32
 DEFAULT_MAX_BITS = 256.0
 _U = 2.0**-53  # unit roundoff of float64
@@ -415,6 +422,7 @@ class CertifiedCounter:
         m0[tables.start] = 0
         self._minplus = {True: (m0, 0), False: (m0, 0)}  # cheapest rounded cost of r-token paths, r
         self._least: dict[bool, tuple[np.ndarray, int]] = {}  # each rounding's min-plus row and its minimum
+        self._cheapest: dict[bool, int] = {}  # the cheapest step of each rounding (cells)
         self.setup_seconds = time.perf_counter() - t0
         #: ``on_grow()`` after a DP grows (a store keeps the tables: :mod:`arenum.beyond.certstore`); ``None``: nothing
         self.on_grow: Any = None
@@ -433,6 +441,8 @@ class CertifiedCounter:
         if r >= self.cap or least[1] > K:
             return least[1] > K
         big = np.iinfo(np.int64).max // 4
+        if least[1] + (self.cap - r) * self._cheapest_step(lower) > K:
+            return True  # every further step costs at least the cheapest one: no walk needed
         jit = _compiled_sweep()
         if jit is not None:  # the same steps, compiled
             m, r = jit.minplus(m, *self._edges[lower].by_target, K, self.cap, r, big)
@@ -445,8 +455,19 @@ class CertifiedCounter:
         self._least[lower] = (m, int(m.min()))
         return self._least[lower][1] > K
 
+    def _cheapest_step(self, lower: bool) -> int:
+        """The fewest cells one possible step costs in this rounding (0 when there is none)."""
+        got = self._cheapest.get(lower)
+        if got is None:
+            cost = self._edges[lower].by_target[1]
+            got = self._cheapest[lower] = int(cost.min()) if cost.size else 0
+        return got
+
     def _sweep(self, lower: bool, mass: bool, K: int) -> _Sweep:
-        levels = None if self.terminating and self._uncapped(lower, K) else self.cap
+        if self.terminating and not lower and self.cap > UPPER_LEVELS_MAX_CAP:
+            levels = None  # the upper end counts completions of any length: sound as is, one pass
+        else:
+            levels = None if self.terminating and self._uncapped(lower, K) else self.cap
         key = (lower, mass, levels)
         sw = self._sweeps.get(key)
         if sw is None:
