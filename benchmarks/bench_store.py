@@ -28,7 +28,11 @@ open (0 expected), whether the reopened answer equals the built one, and the for
 twice as deep after reopening against a build of that depth from scratch (n-gram only; -1 for the
 transformer, whose deeper builds take minutes on two cores).
 
-Run: ``python benchmarks/bench_store.py [--sizes 6 7 8] [--cases ngram gpt2]`` (``N = 10**size``);
+Each case row also gives the peak resident memory (``ru_maxrss``) of the build process and of the
+reopening one.
+
+Run: ``python benchmarks/bench_store.py [--sizes 6 7 8] [--cases ngram gpt2] [--gpt2-n N]``
+(``N = 10**size``; ``--gpt2-n``: the transformer's ``N``, default 3);
 writes ``benchmarks/results/store.json``.
 """
 from __future__ import annotations
@@ -136,6 +140,8 @@ t0 = time.perf_counter()
 ar.close()
 out["close_s"] = time.perf_counter() - t0
 out["cut"] = getattr(ar.store, "cut", False) if ar.store is not None else None
+import resource
+out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(out), flush=True)
 """
 
@@ -147,10 +153,10 @@ def run_case(args: list[str]) -> dict:
     return json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
 
 
-def cases(names: list[str], tmp: str) -> list[dict]:
+def cases(names: list[str], tmp: str, gpt2_n: int = 3) -> list[dict]:
     rows = []
     for kind in names:
-        N = {"ngram": 10**5, "gpt2": 3}[kind]
+        N = {"ngram": 10**5, "gpt2": gpt2_n}[kind]
         path = os.path.join(tmp, kind)
         b = run_case(["build", kind, path, str(N)])
         size = du(path)
@@ -162,16 +168,18 @@ def cases(names: list[str], tmp: str) -> list[dict]:
                      "open_forwards": o["open_forwards"], "reopen_forwards": o["forwards"],
                      "same_answer": o["answer"] == b["answer"], "first_query_s": o["threshold_s"],
                      "deeper_forwards": o["deeper_forwards"], "deeper_refetches": o["deeper_refetches"],
-                     "clean_deeper_forwards": o["clean_deeper_forwards"]})
+                     "clean_deeper_forwards": o["clean_deeper_forwards"], "build_peak_rss_mb": b["peak_rss_mb"],
+                     "open_peak_rss_mb": o["peak_rss_mb"]})
     print(f"{'case':>6s} {'N':>6s} {'prefixes':>9s} {'store MB':>9s} {'B/prefix':>9s} {'cut':>5s} {'us/fwd':>8s} "
           f"{'close s':>7s} {'open s':>7s} {'fwd on open':>11s} {'same':>5s} {'1st q s':>7s} {'2N fwd':>8s} "
-          f"{'(refetch)':>9s} {'2N clean':>8s}")
+          f"{'(refetch)':>9s} {'2N clean':>8s} {'build MB':>8s} {'open MB':>7s}")
     for r in rows:
         print(f"{r['case']:>6s} {r['N']:6.0e} {r['prefixes']:9d} {r['store_bytes'] / 1e6:9.2f} "
               f"{r['bytes_per_prefix']:9.1f} {str(r['cut']):>5s} {1e6 * (r['s_per_forward'] or 0):8.1f} "
               f"{r['close_s']:7.2f} {r['open_s']:7.2f} {r['open_forwards'] + r['reopen_forwards']:11d} "
               f"{str(r['same_answer']):>5s} {r['first_query_s']:7.2f} {r['deeper_forwards']:8d} "
-              f"{r['deeper_refetches']:9d} {r['clean_deeper_forwards']:8d}")
+              f"{r['deeper_refetches']:9d} {r['clean_deeper_forwards']:8d} {r['build_peak_rss_mb']:8.0f} "
+              f"{r['open_peak_rss_mb']:7.0f}")
     return rows
 
 
@@ -198,13 +206,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", type=int, nargs="*", default=[6, 7])
     ap.add_argument("--cases", nargs="*", default=["ngram", "gpt2"], choices=["ngram", "gpt2"])
+    ap.add_argument("--gpt2-n", type=int, default=3, help="N of the gpt2 case (threshold(N); default 3)")
     ap.add_argument("--no-resume", action="store_true", help="skip the kill-and-resume run (large sizes)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "store.json"))
     a = ap.parse_args()
     rows = []
     tmp = tempfile.mkdtemp(prefix="arenum-bench-store-")
     try:
-        case_rows = cases(a.cases, tmp)
+        case_rows = cases(a.cases, tmp, a.gpt2_n)
         for e in a.sizes:
             N = 10**e
             path = os.path.join(tmp, f"s{e}")

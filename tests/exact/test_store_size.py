@@ -250,3 +250,80 @@ def test_close_packs_the_snapshot_once_whether_it_cuts_or_not(tmp_path, monkeypa
     assert ar2.slice(0, 30) == want and ar2.stats["forwards"] == 0
     ar2._check()
     ar2.close()
+
+
+def _records(p):
+    """The decoded records of a store's journal."""
+    from arenum.exact.records import decode_record
+    from arenum.exact.storefiles import JOURNAL_HEADER as H
+
+    man = json.loads((p / "manifest.json").read_text())
+    data = (p / f"journal-{man['generation']}.bin").read_bytes()
+    pos, out = 0, []
+    while pos < len(data):
+        n = H.unpack_from(data, pos)[1]
+        out.append(decode_record(data[pos + H.size : pos + H.size + n]))
+        pos += H.size + n
+    return out
+
+
+@pytest.mark.parametrize("shift, kid_dtype, snap_dtype", [(0, np.uint16, np.int8), (40_000, np.uint16, np.uint16),
+                                                        (70_000, np.int32, np.int32)])
+def test_token_ids_are_written_in_the_narrowest_type_and_read_back_bit_for_bit(shift, kid_dtype, snap_dtype):
+    """A fetch record carries token ids as uint16 (ids up to 65,535) or int32; the snapshot writes
+    them in the narrowest type (uint16 where int16 cannot hold them) and reads every column back."""
+    from arenum.exact.records import narrow_ids
+
+    m = RandomModel(list(range(9)), seed=4)
+    ar = AutoregressiveEnumerable(m, max_len=L, batch_next_logprobs=m.batch, batch_size=8)
+    ar.count(-9.0)
+    tree = ar._tree
+    scalars, arrays = tree.export_state()
+    for d in range(tree.n_levels):  # the same tree over token ids moved up by ``shift``
+        arrays[f"L{d}.pool_tok"] = arrays[f"L{d}.pool_tok"].astype(np.int64) + shift
+    assert narrow_ids(arrays["L1.pool_tok"]).dtype == kid_dtype
+    assert np.array_equal(narrow_ids(arrays["L1.pool_tok"]), arrays["L1.pool_tok"])
+    out, files, enc, _ = pack_state(scalars, arrays, eos_id=None, cut=None)
+    assert files["L1.pool_tok"].dtype == snap_dtype
+    back = unpack_state(out, files, enc, eos_id=None)
+    for d in range(tree.n_levels):
+        v = tree.view(d)
+        assert np.array_equal(back[f"L{d}.tok"], v.tok + (shift if d else 0))
+        assert np.array_equal(back[f"L{d}.score"], v.score)
+        for i in np.flatnonzero(v.fetched):
+            o, t, o2 = int(v.off[i]), int(v.tlen[i]), int(back[f"L{d}.off"][i])
+            assert np.array_equal(back[f"L{d}.pool_tok"][o2 : o2 + t], v.pool_tok[o : o + t] + shift)
+            assert np.array_equal(back[f"L{d}.pool_lp"][o2 : o2 + t], v.pool_lp[o : o + t])
+
+
+def test_a_transformers_answers_are_the_same_from_its_narrowed_store(tmp_path):
+    """A GPT-2-shaped model (random weights, a 50,257-token vocabulary, one step: a whole table): the
+    journal carries its token ids in 2 bytes, the snapshot too; reopened from either, its answers
+    equal the in-memory build's bit for bit, with no forward."""
+    import torch
+    import transformers
+
+    from arenum.models.hf import CausalLMOracle
+
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=50257, n_positions=8, n_embd=8, n_layer=1, n_head=2,
+                                  bos_token_id=0, eos_token_id=1)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    o = CausalLMOracle(model, None, prompt=[0])
+    mem = o.enumerable(max_len=1, eos=None)
+    t = mem.threshold(3000)
+    want = mem.slice(0, int(mem.count(t)))
+    p = tmp_path / "s"
+    ar = o.enumerable(max_len=1, eos=None, store=p, fingerprint="gpt2-test")
+    assert ar.threshold(3000) == t
+    kids = [r[1]["kid"] for r in _records(p) if r[0] == "fetch"]
+    assert kids and all(k.dtype == np.uint16 for k in kids) and max(int(k.max()) for k in kids) > 32767
+    del ar
+    for close in (False, True):  # from the journal, then from the snapshot
+        ar2 = o.enumerable(max_len=1, eos=None, store=p, fingerprint="gpt2-test")
+        assert ar2.threshold(3000) == t and ar2.slice(0, len(want)) == want and ar2.stats["forwards"] == 0
+        ar2._check()
+        ar2.store.keep_tables = True
+        ar2.close()
+    g = p / f"gen-{json.loads((p / 'manifest.json').read_text())['generation']}"
+    assert np.load(g / "L0.pool_tok.npy").dtype == np.uint16

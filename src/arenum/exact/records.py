@@ -13,7 +13,7 @@ kind        arrays                                                        scalar
 ``built``   (none)                                                        ``T`` float, ``truncated`` bool
 ==========  ============================================================  =====================
 
-Bytes (:func:`encode_record`): a JSON header (the kind, the sequence number, the token mode of the
+Token ids travel in the narrowest type holding them (:func:`narrow_ids`). Bytes (:func:`encode_record`): a JSON header (the kind, the sequence number, the token mode of the
 model, the tokens interned since the last record with the id of the first, so a token written twice
 is interned once, and each array's dtype and shape) and the arrays' raw bytes; no archive, no pickle.
 """
@@ -31,12 +31,25 @@ from .levels import Level
 from .._validate import LN2
 
 __all__ = ["RecordKind", "RECORDS", "check_record", "encode_record", "decode_record", "HIST_BINS_PER_BIT",
-           "HIST_LEN"]
+           "HIST_LEN", "narrow_ids"]
 
 HIST_BINS_PER_BIT = 64
 """The steering histograms' bins per bit of score."""
 HIST_LEN = HIST_BINS_PER_BIT * 8192 + 1
 _INT32_MIN, _INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
+
+
+def narrow_ids(ids: np.ndarray) -> np.ndarray:
+    """Token ids in the narrowest of uint16, int32 that holds them all (else as they are): what a
+    fetch record carries (a 50,257-token vocabulary: 2 bytes an entry in the journal, not 8)."""
+    if ids.size == 0:
+        return ids.astype(np.uint16)
+    lo, hi = int(ids.min()), int(ids.max())
+    if 0 <= lo and hi <= 0xFFFF:
+        return ids.astype(np.uint16)
+    if _INT32_MIN <= lo and hi <= _INT32_MAX:
+        return ids.astype(np.int32, copy=ids.dtype != np.int32)
+    return ids
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ A snapshot keeps what is dear to recompute and not what is cheap:
   entry's id, ``score`` the parent's score plus the entry's log-prob, the same float64 sum the tree
   made), ``off`` (the heads are written back to back in node order), and the ``eos`` position and
   log-prob of each head (found in the head itself).
-- **Narrowed**: every integer column in the smallest signed type that holds its values, the
+- **Narrowed**: every integer column in the smallest signed type that holds its values (token ids
+  in an unsigned 8- or 16-bit type where that is narrower: a 50,257-token vocabulary in 2 bytes), the
   ``floor`` column as codes into its distinct values when it has few, and the log-probs of the
   heads as float32 when every value survives the round trip exactly (a model computing in float32
   and widening); otherwise float64. What is read back equals what was written, bit for bit.
@@ -55,6 +56,18 @@ def _narrow(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _narrow_ids(a: np.ndarray) -> np.ndarray:
+    """Token ids (never negative) in the smallest integer type holding them: signed as
+    :func:`_narrow`, or unsigned 8/16-bit where that is narrower (a 50,257-token vocabulary: 2 bytes)."""
+    out = _narrow(a)
+    if a.size and out.itemsize > 1 and int(a.min()) >= 0:
+        hi = int(a.max())
+        for t in (np.uint8, np.uint16):
+            if hi <= np.iinfo(t).max and np.dtype(t).itemsize < out.itemsize:
+                return a.astype(t)
+    return out
+
+
 def _floats(name: str, a: np.ndarray, files: dict, enc: dict) -> None:
     """Write float64 column ``a``: codes into its distinct values, float32, or as it is."""
     if a.size > _DICT_MAX and np.unique(a[:: max(1, a.size // 4096)]).size <= _DICT_MAX:  # a sample first
@@ -99,7 +112,7 @@ def measure_cut(scalars: dict, arrays: dict[str, np.ndarray], cut: float) -> tup
 def _entry_bytes(pool_lp: np.ndarray, pool_tok: np.ndarray) -> int:
     """Bytes of one entry as a level's whole pool would be written (:func:`_floats`, :func:`_narrow`)."""
     f32 = np.array_equal(pool_lp.astype(np.float32).astype(np.float64), pool_lp)
-    return (4 if f32 else 8) + _narrow(np.array([pool_tok.min(), pool_tok.max()])).itemsize
+    return (4 if f32 else 8) + _narrow_ids(np.array([pool_tok.min(), pool_tok.max()])).itemsize
 
 
 def pack_state(scalars: dict, arrays: dict[str, np.ndarray], *, eos_id: int | None,
@@ -140,7 +153,7 @@ def pack_state(scalars: dict, arrays: dict[str, np.ndarray], *, eos_id: int | No
         files[p + "tlen"] = _narrow(keep)
         files[p + "made"] = _narrow(made)
         _floats(p + "floor", floor, files, enc)
-        files[p + "pool_tok"] = _narrow(tok)
+        files[p + "pool_tok"] = _narrow_ids(tok)
         _floats(p + "pool_lp", lp, files, enc)
         info["cut_nodes"] += int((keep < tlen).sum())
         info["dropped_entries"] += dropped
@@ -193,7 +206,7 @@ def unpack_state(scalars: dict, files: dict[str, np.ndarray], enc: dict[str, str
         c["floor"] = _float(files, enc, p + "floor")
         lp = _float(files, enc, p + "pool_lp")
         tok = files[p + "pool_tok"]
-        if tok.dtype.kind != "i" or tok.shape != lp.shape or p + "pool_tok" in enc:
+        if tok.dtype.kind not in "iu" or tok.shape != lp.shape or p + "pool_tok" in enc or (tok.dtype.kind == "u" and tok.dtype.itemsize > 2):
             raise ValueError(f"{p}pool_tok does not match {p}pool_lp")
         small = tok.size == 0 or (np.iinfo(np.int32).min <= int(tok.min()) and int(tok.max()) <= np.iinfo(np.int32).max)
         tok = tok.astype(np.int32 if small else np.int64, copy=tok.dtype.itemsize > 4 or not small)

@@ -42,7 +42,7 @@ from .frontier import Frontier, hist_cum
 from .levels import Level, LevelView, read_only
 from ..step import StepOracle
 from ..errors import BudgetExceeded
-from .records import HIST_BINS_PER_BIT, HIST_LEN, RECORDS, check_record
+from .records import HIST_BINS_PER_BIT, HIST_LEN, RECORDS, check_record, narrow_ids
 from ..support import Support
 from .._validate import LN2
 
@@ -224,7 +224,7 @@ class PrefixTree:
                     eos_lp[r] = klp[hit]
             cut = klen < heads.full
             widest = max(self._widest, int(heads.full.max(initial=0)))
-            rec = {"d": d, "ns": ns, "kid": kid, "klp": klp, "klen": klen, "cut": cut, "keeps": keeps,
+            rec = {"d": d, "ns": ns, "kid": narrow_ids(kid), "klp": klp, "klen": klen, "cut": cut, "keeps": keeps,
                    "eos_j": eos_j, "eos_lp": eos_lp, "widest": widest}
             self._commit("fetch", rec, kx=kx)
             if self.progress is not None:
