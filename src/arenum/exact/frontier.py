@@ -45,6 +45,10 @@ class Frontier:
         self._next: dict[int, Grow] = {}  # grown in place as the level grows (amortized, no copy a round)
         self._due: dict[int, Grow] = {}
 
+    def nbytes(self) -> int:
+        """The bytes of the kept columns' values (counted in the tree's ``memory_bytes``)."""
+        return sum(g.n * g.a.dtype.itemsize for cols in (self._next, self._due) for g in cols.values())
+
     def clear(self) -> None:
         """Forget every column (a commit was rolled back, or the tree's levels were replaced)."""
         self._next.clear(), self._due.clear()

@@ -364,9 +364,10 @@ class PrefixTree:
         self._commit("expand", rec)
 
     def memory_bytes(self) -> int:
-        """Bytes held by the tree's arrays (their values) and the oracle's table cache (a running
-        count, kept with every commit; ``_check`` compares it with the arrays)."""
-        return self._used_bytes + self.h_comp.nbytes + self.h_pref.nbytes + self.oracle.cache_bytes
+        """Bytes held by the tree's arrays (their values; a running count, kept with every commit:
+        ``_check`` compares it with the arrays), the frontier's kept columns and the oracle's table cache."""
+        return (self._used_bytes + self.h_comp.nbytes + self.h_pref.nbytes + self.frontier.nbytes()
+                + self.oracle.cache_bytes)
 
     def deepen(self, T: float, keep: float | None = None, max_prefixes: int | None = None,
                max_bytes: int | None = None) -> None:
