@@ -166,23 +166,13 @@ def test_regex_count_on_a_small_transformer_equals_brute_force():
         assert ar.rank(q).rank == sum(1 for _, v in got if v > s)
 
 
-def test_a_tokenizer_gives_the_token_text_by_itself():
+def test_a_tokenizer_gives_the_token_text_by_itself(tiny_word_gpt2):
     """``CausalLMOracle.enumerable(constraint=Regex(...))`` reads each id's text through the
     tokenizer (no ``text=``): the count equals brute force over the decoded tokens."""
-    import tokenizers
-    import torch
-    import transformers
-
     from arenum.models.hf import CausalLMOracle
 
-    words = ["<s>", "</s>", "ab", "c", "7", "77", "!"]
-    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="c"))
-    tk.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>")
-    torch.manual_seed(1)
-    cfg = transformers.GPT2Config(vocab_size=len(words), n_positions=16, n_embd=16, n_layer=1, n_head=2,
-                                  bos_token_id=0, eos_token_id=1)
-    oracle = CausalLMOracle(transformers.GPT2LMHeadModel(cfg).eval(), tok, prompt=[0], eos=1)
+    model, tok, words = tiny_word_gpt2(1)
+    oracle = CausalLMOracle(model, tok, prompt=[0], eos=1)
     pat = r"(ab|c)+7+"
     ar = oracle.enumerable(max_len=4, constraint=Regex(pat))
     plain = oracle.enumerable(max_len=4)

@@ -49,19 +49,9 @@ def test_rescoring_a_constrained_draft_gives_the_constrained_target_truth(seed):
     assert r.certified is False or [(tuple(q), s) for q, s in r.items] == t_bf[:3]
 
 
-def _tiny_hf(path) -> list[str]:
-    import tokenizers
-    import torch
-    import transformers
-
-    words = ["<s>", "</s>", "ab", "c", "7", "77", "!"]
-    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="c"))
-    tk.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>")
-    torch.manual_seed(2)
-    cfg = transformers.GPT2Config(vocab_size=len(words), n_positions=16, n_embd=16, n_layer=1, n_head=2,
-                                  bos_token_id=0, eos_token_id=1)
-    transformers.GPT2LMHeadModel(cfg).save_pretrained(path)
+def _tiny_hf(path, make) -> list[str]:
+    model, tok, words = make(2)
+    model.save_pretrained(path)
     tok.save_pretrained(path)
     return words
 
@@ -73,7 +63,8 @@ def _cli_json(capsys, *argv) -> list[dict]:
     return [json.loads(ln) for ln in capsys.readouterr().out.splitlines() if ln.strip()]
 
 
-def test_the_distributed_command_line_with_a_regex_answers_as_one_process(tmp_path, monkeypatch, capsys):
+def test_the_distributed_command_line_with_a_regex_answers_as_one_process(tmp_path, monkeypatch, capsys,
+                                                                          tiny_word_gpt2):
     """``--workers 2 --regex`` on a transformer and on an n-gram file: the spec each worker gets is
     pickled and unpickled (as Ray sends it) and holds the constraint without the model's decoder (each
     worker binds its own tokens' text); workers run in this process (``backend="local"``). Counts,
@@ -91,7 +82,7 @@ def test_the_distributed_command_line_with_a_regex_answers_as_one_process(tmp_pa
             super().__init__(spec, *a, **kw)
 
     monkeypatch.setattr(distributed, "DistributedEnumerable", Local)
-    words = _tiny_hf(tmp_path / "hf")
+    words = _tiny_hf(tmp_path / "hf", tiny_word_gpt2)
     pat = "(ab|c)+7+"
     M = ("-m", f"hf:{tmp_path / 'hf'}", "--prompt", "<s>", "--max-len", 4, "--regex", pat)
     one = _cli_json(capsys, "count", "--min-log-prob", -1000, *M, "--json")[0]

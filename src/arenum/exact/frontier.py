@@ -22,7 +22,7 @@ bins any commit has touched, so a cumulative sum covers those instead of all ``H
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -64,17 +64,25 @@ class Frontier:
         up = np.nextafter(score, math.inf)
         return np.where(fetched, np.minimum(up, floor), up)
 
-    def due(self, tree: Any, d: int) -> np.ndarray:
-        """Level ``d``'s ``due`` column, one per node (read it before the level changes)."""
-        n = len(tree.levels[d])
-        g = self._due.get(d)
+    @staticmethod
+    def _column(cols: dict, d: int, n: int, whole: Callable[[], np.ndarray],
+                new: Callable[[int], np.ndarray]) -> np.ndarray:
+        """The kept column of level ``d`` (``n`` nodes): built from ``whole()`` when first asked for,
+        else extended by ``new(first new node)`` for the nodes added since (grown in place)."""
+        g = cols.get(d)
         if g is None:
             g = Grow(np.float64, max(16, n))
-            g.extend(self.compute_due(tree, d))
-            self._due[d] = g
-        elif g.n < n:  # new nodes: not fetched yet
-            g.extend(np.nextafter(tree.levels[d].score[g.n : n], math.inf))
+            g.extend(whole())
+            cols[d] = g
+        elif g.n < n:
+            g.extend(new(g.n))
         return g.v
+
+    def due(self, tree: Any, d: int) -> np.ndarray:
+        """Level ``d``'s ``due`` column, one per node (read it before the level changes)."""
+        n = len(tree.levels[d])  # new nodes are not fetched yet: due = up(score)
+        return self._column(self._due, d, n, lambda: self.compute_due(tree, d),
+                            lambda a: np.nextafter(tree.levels[d].score[a:n], math.inf))
 
     @staticmethod
     def compute(tree: Any, d: int, nodes: np.ndarray | None = None) -> np.ndarray:
@@ -95,15 +103,8 @@ class Frontier:
 
     def next_scores(self, tree: Any, d: int) -> np.ndarray:
         """Level ``d``'s next-entry scores, one per node (read it before the level changes)."""
-        n = len(tree.levels[d])
-        g = self._next.get(d)
-        if g is None:
-            g = Grow(np.float64, max(16, n))
-            g.extend(self.compute(tree, d))
-            self._next[d] = g
-        elif g.n < n:  # new nodes: not fetched yet
-            g.extend(np.full(n - g.n, -math.inf))
-        return g.v
+        n = len(tree.levels[d])  # new nodes are not fetched yet: no next entry
+        return self._column(self._next, d, n, lambda: self.compute(tree, d), lambda a: np.full(n - a, -math.inf))
 
     def committed(self, tree: Any, kind: str, rec: dict) -> None:
         """Bring the kept columns up to date with a commit just applied (``kind``, its record)."""
