@@ -79,7 +79,10 @@ def locked(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with held(self._lock):  # taken once, by the query's entry; below it, held already
+        lock = self._lock  # taken once, by the query's entry; below it, held already (held(), inlined:
+        if lock._is_owned():  # a generator-based context per call cost more than many a query)
+            return fn(self, *args, **kwargs)
+        with lock:
             return fn(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]

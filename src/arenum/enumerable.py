@@ -279,7 +279,7 @@ class AutoregressiveEnumerable:
         if not self.support.contains(seq):
             return -math.inf
         o = self._oracle
-        if o.has_scorer and not all(o.cached(seq[:t]) for t in range(len(seq))):
+        if o.has_scorer and not all(o.cached(seq[:t]) for t in range(len(seq) - 1, -1, -1)):  # longest first
             return float(o.score_sequences([seq])[0])
         return self._tree.score(seq)
 

@@ -107,7 +107,7 @@ class Support:
         eos = self.eos
         if sequence[-1] != eos:
             return False
-        return all(t != eos for t in sequence[:-1]) and self._rejected(sequence[:-1]) is None
+        return eos not in sequence[:-1] and self._rejected(sequence[:-1]) is None
 
     def _rejected(self, tokens: Sequence[Any]) -> str | None:
         """Why the constraint rejects ``tokens`` (eos excluded), or ``None`` (also without one)."""

@@ -447,18 +447,21 @@ class StepOracle:
         raw = self._score(list(seqs))
         self.stats.model_seconds += time.perf_counter() - t0
         self.stats.score_calls += 1
-        try:
-            arr = np.asarray(raw, dtype=np.float64).reshape(-1)
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"batch_score_sequences must return one real score per sequence, got {type(raw).__name__}"
-            ) from None
+        if type(raw) is np.ndarray and raw.ndim == 1 and raw.dtype == np.float64:
+            arr = raw  # the common case, without the conversions (a single string's score is microseconds)
+        else:
+            try:
+                arr = np.asarray(raw, dtype=np.float64).reshape(-1)
+            except (TypeError, ValueError):
+                raise TypeError(
+                    f"batch_score_sequences must return one real score per sequence, got {type(raw).__name__}"
+                ) from None
         if arr.shape[0] != len(seqs):
             raise ValueError(
                 f"batch_score_sequences returned {arr.shape[0]} scores for {len(seqs)} sequences; "
                 "it must return exactly one score per sequence"
             )
-        if not (arr <= 0.0).all():  # NaN or > 0
+        if not (all(v <= 0.0 for v in arr.tolist()) if arr.shape[0] <= 8 else (arr <= 0.0).all()):  # NaN or > 0
             j = int(np.flatnonzero(~(arr <= 0.0))[0])
             raise ValueError(
                 f"batch_score_sequences returned {arr[j]!r} for sequence {short_repr(seqs[j])}; "
