@@ -295,6 +295,7 @@ def test_a_short_run_does_not_load_the_kernels_and_answers_the_same():
         "e = m.enumerable(max_len=12)\n"
         "a = [e.log_density(m.encode(w)) for w in ('dragon', 'passmonkey', 'mod')]\n"
         "loaded = [kernels._state['kernels'] is not None, 'numba' in sys.modules]\n"
+        "kernels.WARM_ENTRIES = 1 << 12\n"  # a small warm-up, so that this small model passes it
         "t = e.threshold(3000); c = e.count(t)\n"  # enough rows to pass the warm-up
         "loaded += [kernels._state['kernels'] is not None]\n"
         "print(json.dumps({'a': [float(x).hex() for x in a], 'c': [int(c), float(t).hex()], 'loaded': loaded}))\n")
