@@ -264,6 +264,12 @@ def test_certified_tables_kept_in_the_store_for_a_fresh_process(tmp_path):
     # the kept rows answer alone: no step tables made, no compiled code loaded (scoring one string)
     assert first["tables"] == [False, True] and again["tables"] == []
     assert not again["numba"] or os.environ.get("ARENUM_KERNELS", "").strip().lower() == "numba"
+    # a DP restored from the file and grown deeper is kept again: the next process needs no sweep
+    deep = "dddddd"  # less probable than "ddddcc": the restored DP grows
+    grown = _in_process(path, store, deep)
+    assert grown["dp_seconds"] > 0 and not grown["warnings"]
+    kept = _in_process(path, store, deep)
+    assert (kept["lo"], kept["hi"]) == (grown["lo"], grown["hi"]) and kept["dp_seconds"] == 0
     # damaged: one flipped byte of the payload
     data = bytearray(files[0].read_bytes())
     data[-7] ^= 0xFF

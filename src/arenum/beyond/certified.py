@@ -488,8 +488,12 @@ class CertifiedCounter:
         edges = functools.partial(self._edges.__getitem__, lower)  # made when the sweep first builds a cell
         sw = self._sweeps[key] = _Sweep(edges, end_cost, end_prob, self.S, self.tables.start,
                                         lower=lower, mass=mass, levels=levels, fixed=not self.terminating)
-        sw.on_grow = self.on_grow
-        return sw
+        sw.on_grow = self._grew  # the counter's callback as it is when the sweep grows (a store sets it
+        return sw                # after restoring the sweeps it read)
+
+    def _grew(self) -> None:
+        if self.on_grow is not None:
+            self.on_grow()
 
     # ------------------------------------------------------------------ kept in a store (beyond/certstore.py)
     def state(self) -> dict[str, np.ndarray]:
