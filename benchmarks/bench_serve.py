@@ -258,7 +258,8 @@ def main() -> None:
         args.workers, args.clients, args.requests = [1, 2], [1, 16, 64], max(args.requests, 3000)
     if args.cpus:
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})  # the server inherits it
-    out = args.out or os.path.join("benchmarks", "results", "serve-check.json" if args.quiet_check else "serve.json")
+    out = args.out or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "results",
+                                   "serve-check.json" if args.quiet_check else "serve.json")
     cpus = sorted(os.sched_getaffinity(0))
     print(f"CPUs {','.join(map(str, cpus))} ({len(cpus)} of {os.cpu_count()}); load average {os.getloadavg()[0]:.1f}")
     cfg = ServeConfig(model=demo_model_path(), store=args.store, build=args.build,

@@ -38,10 +38,11 @@ class Regex(TextConstraint):
             raise ValueError(f"pattern {pattern!r} cannot be compiled: {exc}") from None
         try:
             fsm = interegular.parse_pattern(pattern).to_fsm()
+        except interegular.Unsupported as exc:
+            raise ValueError(f"pattern {pattern!r} cannot be compiled: unsupported construct {exc} (a pattern "
+                             "always matches the whole text; anchors and look-arounds are not supported)") from None
         except Exception as exc:
-            why = (f"unsupported construct {exc} (a pattern always matches the whole text; anchors and look-arounds are not supported)"
-                   if type(exc).__name__ == "Unsupported" else str(exc) or type(exc).__name__)
-            raise ValueError(f"pattern {pattern!r} cannot be compiled: {why}") from None
+            raise ValueError(f"pattern {pattern!r} cannot be compiled: {str(exc) or type(exc).__name__}") from None
         self.pattern = pattern
         self.name = name or f"regex({pattern})"
         self.text = text

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..exact import float_units, to_float, values, mass_bracket, SeekIndex, HIST_BINS_PER_BIT, PrefixTree
+from ..exact import float_units, to_float, values, mass_bracket, SeekIndex, HIST_BINS_PER_BIT, PrefixTree, hist_cum
 from ..results import MassBracket
 from .plan import ShardPlan
 from .._validate import LN2
@@ -234,7 +234,7 @@ class MergedIndex:
         """Scores likely to bracket position ``goal - 1``, read off the merged completion histogram
         (1/64-bit bins, exact above the built threshold), one bin of slack each side; only a guess:
         the selection checks it like any other candidate."""
-        cum = np.cumsum(self.tree.completions_hist[: max(1, self.tree.hist_top)])  # bins past it are zero
+        cum = hist_cum(self.tree, self.tree.completions_hist)  # the populated bins (past them all zero)
         if cum.size == 0 or cum[-1] < goal:
             return None
         b = int(np.searchsorted(cum, goal))

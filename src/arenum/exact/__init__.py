@@ -16,6 +16,7 @@ from .best_first import best_first, listing
 from .budget import BUDGET_HINT
 from .count_index import CountHistogram, CountIndex, autoregressive_count_index, build_count_index
 from .exactsum import float_units, to_float, values
+from .frontier import hist_cum
 from .index import ExactIndex, mass_bracket
 from .quantize import Quantizer
 from .seek import Limits, SeekIndex, default_max_bytes
@@ -26,7 +27,7 @@ from .tree import DEFAULT_TABLE_BYTES, HIST_BINS_PER_BIT, PrefixTree
 __all__ = [
     "BUDGET_HINT", "CountHistogram", "CountIndex", "DEFAULT_TABLE_BYTES", "ExactIndex", "HIST_BINS_PER_BIT",
     "Limits", "PROBES", "PrefixTree", "Quantizer", "SeekIndex", "TreeStore",
-    "autoregressive_count_index", "best_first", "build_count_index", "default_max_bytes",
+    "autoregressive_count_index", "best_first", "hist_cum", "build_count_index", "default_max_bytes",
     "cluster_workers", "describe_store", "float_units", "listing", "mass_bracket", "open_store", "root_fingerprint", "to_float",
     "values",
 ]

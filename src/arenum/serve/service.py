@@ -274,11 +274,6 @@ class Service:
         """``d`` led by the ``constraint`` it answers under, as the command line's JSON (none: ``d``)."""
         return d if self.constraint is None else {"constraint": self.constraint, **d}
 
-    def _forwards(self) -> int:
-        """The model's forwards so far (the counter ``stats['forwards']`` reads, without the walk over
-        the tree that ``stats`` makes for its memory figures)."""
-        return int(self.enum.oracle.stats.forwards)
-
     def _rank_one(self, s: float) -> Any:
         """The rank record of a sequence of score ``s`` (from the one scoring call, as ``rank`` would
         compute it: both sum the same per-step log-probs left to right)."""
@@ -354,9 +349,9 @@ class Service:
             if errors[j] is not None:
                 out.append({"string": s, "error": errors[j]})
                 continue
-            before, t0 = self._forwards(), time.perf_counter()
+            before, t0 = self.m.forwards(), time.perf_counter()
             r = self._rank_one(scores[j])
-            f = self._forwards()
+            f = self.m.forwards()
             d = {"string": s, "tokens": list(enc[j]), **rank_record(r), "forwards": f - before,
                  "forwards_total": f, "seconds": round(time.perf_counter() - t0, 4)}
             if steps:
