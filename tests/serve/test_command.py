@@ -209,3 +209,33 @@ def test_readers_answer_the_same_while_serve_build_extends_the_store(model_path,
             wcode, werr = stop(writer)
             assert wcode == 0, werr
     assert code == 0, err
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_port_0_prints_the_port_the_system_gave(model_path, tmp_path, workers):
+    import re
+
+    store = str(tmp_path / "m.store")
+    assert main(["build", "-m", model_path, "--max-len", "10", "--budget", "50", "--store", store, "-q"]) == 0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    p = subprocess.Popen([sys.executable, "-m", "arenum.cli", "serve", model_path, "--store", store, "--max-len", "10",
+                          "--certify-bits", "0", "--workers", str(workers), "--port", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        line = ""
+        while "serving" not in line:  # bounded: the process exits or prints it
+            line = p.stderr.readline().decode()
+            assert line, f"arenum serve exited {p.wait()} before saying where it serves"
+        url = re.search(r"at (http://127\.0\.0\.1:(\d+)/)", line)
+        assert url and int(url.group(2)) > 0, line
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                assert httpx.get(url.group(1) + "api/info", timeout=2).status_code == 200
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the printed address never answered"
+                time.sleep(0.1)
+    finally:
+        code, err = stop(p)
+    assert code == 0, err

@@ -12,7 +12,8 @@ from typing import Any, Callable
 
 from .common import CLIError, Output, add_constraint_args
 
-__all__ = ["add_serve_parser", "cmd_serve", "DEFAULT_CERTIFY_BITS", "supervise", "reuse_port_supported"]
+__all__ = ["add_serve_parser", "cmd_serve", "DEFAULT_CERTIFY_BITS", "supervise", "reuse_port_supported",
+           "listen_socket", "url_of"]
 
 # the certified DP to 64 bits covers most human-chosen passwords (a string past it gets the plain
 # bracket, where the command line would sweep deeper); for the password 4-gram it takes about 17 s of
@@ -101,18 +102,28 @@ def cmd_serve(args: argparse.Namespace) -> Output:
                 info = svc.info()
                 cert = (f", certified brackets to {info['certified_bits']:g} bits ({info['warm_seconds']:.1f} s)"
                         if info["certified_bits"] else "")
-                say(f"serving {info['model']} at http://{args.host}:{args.port}/ ({info['indexed_sequences']:,} "
+                sock = listen_socket(args.host, args.port, reuse_port=False)  # --port 0: the port it got is printed
+                say(f"serving {info['model']} at {url_of(sock)} ({info['indexed_sequences']:,} "
                     f"sequences held exactly, to {info['built_bits']:.1f} bits{cert}; Ctrl-C stops)")
-                uvicorn.run(create_app(svc), **common)
+                try:  # as uvicorn.run: the server re-raises the SIGINT it stopped on once it has shut down
+                    uvicorn.Server(uvicorn.Config(create_app(svc), **common)).run(sockets=[sock])
+                except KeyboardInterrupt:
+                    pass
+                finally:
+                    sock.close()
             finally:
                 svc.close()
         else:
             os.environ[ENV_CONFIG] = json.dumps(cfg.as_json())
-            say(f"serving {cfg.model} at http://{args.host}:{args.port}/ from {args.workers} processes "
-                f"(each opens {cfg.store} read-only; Ctrl-C stops)")
+
+            def announce(url: str) -> None:
+                say(f"serving {cfg.model} at {url} from {args.workers} processes "
+                    f"(each opens {cfg.store} read-only; Ctrl-C stops)")
+
             if reuse_port_supported():
-                supervise(args.workers, args.host, args.port, common)
+                supervise(args.workers, args.host, args.port, common, announce)
             else:  # one listening socket shared by the processes (uvicorn's supervisor)
+                announce(f"http://{args.host}:{args.port}/")
                 uvicorn.run("arenum.serve.app:app_from_env", factory=True, workers=args.workers, **common)
     finally:
         if temporary:
@@ -126,12 +137,32 @@ def reuse_port_supported() -> bool:
     return sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, reuse_port: bool = True) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
     return sock
+
+
+def listen_socket(host: str, port: int, reuse_port: bool = True) -> socket.socket:
+    """A socket bound to ``host:port`` (``port`` 0: one the system picks), or a one-line
+    :class:`CLIError` saying why it cannot be."""
+    try:
+        return _bind(host, port, reuse_port)
+    except OSError as exc:
+        raise CLIError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def url_of(sock: socket.socket) -> str:
+    """The address a bound socket serves, with the port it really got."""
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
 def _serve_process(host: str, port: int, common: dict, ready: Any) -> None:
@@ -154,7 +185,7 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def supervise(n: int, host: str, port: int, common: dict) -> None:
+def supervise(n: int, host: str, port: int, common: dict, announce: Any = None) -> None:
     """Run ``n`` server processes, each with its own listening socket on ``host:port`` (SO_REUSEPORT:
     the kernel spreads new connections evenly over the processes, where one shared socket lets
     whichever process wakes first take a burst of them). A process that exits once it served is
@@ -163,11 +194,10 @@ def supervise(n: int, host: str, port: int, common: dict) -> None:
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
-    try:
-        holder = _bind(host, port)  # holds the port (bound, never listening: it takes no connection)
-    except OSError as exc:
-        raise CLIError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    holder = listen_socket(host, port)  # holds the port (bound, never listening: it takes no connection)
     port = holder.getsockname()[1]
+    if announce is not None:
+        announce(url_of(holder))  # the port the processes share (the system's pick for --port 0)
     ctx = mp.get_context("spawn")
     procs: list[tuple[Any, Any]] = []
 
