@@ -14,8 +14,11 @@ reopened (nothing it had committed lost: its forwards and built budget kept), ch
 every ``--reopen-every`` trials the stores of those trials are reopened read-only in a fresh process,
 which must answer exactly without a forward.
 
-    python benchmarks/soak_faults.py --trials 500          # 2,000 trials (a few minutes)
-    python benchmarks/soak_faults.py --trials 50 --quick   # a smoke run
+    python benchmarks/soak_faults.py --trials 500 --quick  # 2,000 trials: 2,108 s (35 min) on a 2-core
+                                                          # machine shared with other work (docs/store.md)
+    python benchmarks/soak_faults.py --trials 5 --quick    # a smoke run (20 trials, about 30 s)
+
+Without ``--quick`` every journal record and snapshot is fsynced, as in real use: slower still.
 
 Prints a table (trials, faults that landed, wrong answers, failed checks, stores that would not
 reopen, commits lost, unexpected errors) and writes ``benchmarks/results/soak_faults.json``. Exit

@@ -254,6 +254,33 @@ def test_workers_with_different_models_of_the_same_first_step_are_refused(case):
             assert dist.count(-math.inf) == len(bf) and dist.slice(0, len(bf)) == bf
 
 
+class _Alternating:
+    """Worker ``k`` gets ``factories[k % 2]()`` (the local backend calls once per worker, in order)."""
+
+    def __init__(self, *factories):
+        self.factories, self.calls = factories, 0
+
+    def __call__(self):
+        self.calls += 1
+        return self.factories[(self.calls - 1) % 2]()
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[3], CASES[5]])
+def test_workers_with_another_first_step_or_other_settings_are_refused(case):
+    """The first row of docs/distributed.md's guarantees: workers whose first steps differ (their root
+    fingerprints), or whose settings differ, are refused in one line naming what differs, whether or
+    not a store is given."""
+    for trial in range(4):
+        a = _factory(case, seed=trial)
+        other_root = _factory(case, seed=trial + 40)
+        assert a.make_model().table(()) != other_root.make_model().table(())
+        other_len = EnumerableFactory(a.vocab, options={"max_len": case[1] + 1}, **a.model)
+        for other, what in ((other_root, "fingerprint"), (other_len, "max_len")):
+            with pytest.raises(ValueError, match=f"worker 1 loaded another model or settings .*{what}") as e:
+                DistributedEnumerable(_Alternating(a, other), 2, backend="local")
+            assert "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("vocab", [[b"a", b"bb", b"\xff", b"<eos>"], ["a", "b", "c", "<eos>"]])
 def test_bytes_and_string_tokens_split_and_reopen(tmp_path, vocab):
     fac = EnumerableFactory(vocab, seed=5, peak=1.0, eos=vocab[-1], eos_boost=2.0, options={"max_len": 4})

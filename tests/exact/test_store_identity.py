@@ -49,6 +49,7 @@ def test_an_exception_after_the_journal_write_then_a_retry_replays_each_commit_o
     """An exception (not SIGINT) between a commit's journal record and its in-memory commit, then a
     retry: the journal held the record twice and reopening counted sequences twice."""
     real = TreeStore._append
+    stores = []
     for trial in range(12):
         m = RandomModel(VOCAB, seed=trial, eos="a", eos_boost=2.0)
         bf = _bf(m)
@@ -78,6 +79,29 @@ def test_an_exception_after_the_journal_write_then_a_retry_replays_each_commit_o
         assert ar2.count(-math.inf) == len(bf) and ar2.slice(0, len(bf)) == bf
         assert [ar2.unrank(i) for i in range(0, len(bf), 37)] == bf[::37]
         ar2.close()
+        stores.append((str(p), trial))
+    # and in a fresh process, as the issue reopened them (before: unrank(363) gave another sequence's score)
+    r = subprocess.run([sys.executable, "-c", _REOPEN_REPLAYED, json.dumps(stores)], capture_output=True, text=True,
+                       env={**os.environ}, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == []
+
+
+_REOPEN_REPLAYED = textwrap.dedent("""
+    import json, math, sys
+    from arenum import AutoregressiveEnumerable
+    from arenum.testing import RandomModel, brute_force
+    bad = []
+    for path, seed in json.loads(sys.argv[1]):
+        m = RandomModel(["a", "b", "c", "d", "e"], seed=seed, eos="a", eos_boost=2.0)
+        bf = brute_force(m.table, eos="a", cap=5)
+        ar = AutoregressiveEnumerable(m, max_len=5, eos="a", batch_next_logprobs=m.batch, store=path,
+                                      store_readonly=True)
+        ar._check()
+        if ar.count(-math.inf) != len(bf) or [ar.unrank(i) for i in range(len(bf))] != bf:
+            bad.append(path)
+    print(json.dumps(bad))
+""")
 
 
 def test_superseded_records_are_skipped_and_a_gap_in_sequence_is_refused(tmp_path):
@@ -225,6 +249,31 @@ def test_an_integer_token_store_killed_before_close_reopens_and_resumes(tmp_path
         assert ar.slice(0, k) == bf[:k] and [ar.unrank(i) for i in range(k)] == bf[:k]
         assert [tuple(x) for x in ar.top_k(3)] == bf[:3]
         assert ar.count(-math.inf) == len(bf) and ar.slice(0, len(bf)) == bf  # the build resumes
+        ar.close()
+
+
+# ------------------------------------------------------------------ item 7: close() saves only a tree that passes its check
+def test_close_never_saves_a_tree_that_fails_its_own_check(tmp_path):
+    """A tree damaged in memory (a stored log-prob changed: a bug, or memory gone bad) is not written
+    by ``close()``: one line, and the store keeps its last snapshot and journal, which reopen exact."""
+    for trial in range(6):
+        m = RandomModel(VOCAB, seed=20 + trial, eos="a", eos_boost=2.0)
+        bf = _bf(m)
+        p = tmp_path / f"s{trial}"
+        ar = _open(m, p)
+        n = ar.count(-6.0 - trial)
+        lev = ar._tree.levels[1 + trial % 2]
+        assert ar.store._journal_bytes > 0 and len(lev.pool_lp.v) > 1
+        lev.pool_lp.v[len(lev.pool_lp.v) // 2] += 0.5  # damaged in memory, after its record was journaled
+        with pytest.raises(StoreError, match="fails its check") as e:
+            ar.close()
+        assert "\n" not in str(e.value)
+        del ar
+        ar = _open(m, p)
+        ar._check()
+        assert ar.store.probed == min(PROBES, ar.stats["tree_prefixes"])
+        assert ar.stats["forwards"] == 1 + ar.store.probe_forwards  # its root and the probes: nothing lost
+        assert ar.count(-6.0 - trial) == n and ar.count(-math.inf) == len(bf) and ar.slice(0, len(bf)) == bf
         ar.close()
 
 
