@@ -14,7 +14,8 @@ from ``/proc``: on a loaded machine the wall time mostly measures the others); t
 ``guesses | head -N`` at most 1.5x ``threshold N`` in time and memory, the first line within a second.
 Both commands start the interpreter and load the model: that fixed cost is in both sides.
 
-Run: ``python benchmarks/bench_guesses.py`` (``--n 1000 10000 100000 --order 4 --repeat 1``).
+Run: ``python benchmarks/bench_guesses.py`` (``--n 1000 10000 100000 --order 4 --repeat 1``); with
+``--repeat R`` each repeat runs both sides of every ``N`` (interleaved), and the best of each side is kept.
 Writes ``benchmarks/results/guesses.json``.
 """
 from __future__ import annotations
@@ -98,13 +99,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = os.path.join(tmp, f"pw{a.order}.npz")
         NGramModel.fit(train, order=a.order).save(model)
+        res["load_before"] = os.getloadavg()[0]
         print(f"{a.order}-gram on {len(train):,} passwords; each command its own process (CPU = user + system, "
-              f"peak RSS of the child), best of {a.repeat}; shared machine: compare ratios")
+              f"peak RSS of the child), best of {a.repeat} interleaved; load average {res['load_before']:.2f}; "
+              f"shared machine: compare ratios")
         print(f"{'N':>8} {'guesses cpu s':>14} {'threshold cpu s':>16} {'time x':>7} {'guesses RSS':>12} "
               f"{'threshold RSS':>14} {'mem x':>6} {'first line s':>13} {'(CPU s)':>8}")
+        runs: dict = {n: ([], []) for n in a.n}
+        for _ in range(a.repeat):  # interleaved: both sides of every N in each repeat (a shared machine)
+            for n in a.n:
+                runs[n][0].append(guesses_head(model, n))
+                runs[n][1].append(threshold(model, n))
         for n in a.n:
-            g = min((guesses_head(model, n) for _ in range(a.repeat)), key=lambda r: r["cpu_s"])
-            t = min((threshold(model, n) for _ in range(a.repeat)), key=lambda r: r["cpu_s"])
+            g = min(runs[n][0], key=lambda r: r["cpu_s"])
+            t = min(runs[n][1], key=lambda r: r["cpu_s"])
             assert g["lines"] == n and t["rc"] == 0, (g, t["rc"])
             row = {"N": n, "guesses": g, "threshold": {k: v for k, v in t.items() if k != "answer"},
                    "time_ratio": g["cpu_s"] / t["cpu_s"], "mem_ratio": g["rss"] / t["rss"]}
@@ -112,6 +120,8 @@ def main() -> None:
             print(f"{n:8,} {g['cpu_s']:14.2f} {t['cpu_s']:16.2f} {row['time_ratio']:6.2f}x {g['rss'] / 1e6:9.0f} MB "
                   f"{t['rss'] / 1e6:11.0f} MB {row['mem_ratio']:5.2f}x {g['first_line_s']:13.2f} "
                   f"{g['first_line_cpu_s'] if g['first_line_cpu_s'] is not None else float('nan'):8.2f}")
+    res["load_after"] = os.getloadavg()[0]
+    print(f"load average after: {res['load_after']:.2f}")
     os.makedirs(ROOT / "benchmarks" / "results", exist_ok=True)
     with open(ROOT / "benchmarks" / "results" / "guesses.json", "w") as f:
         json.dump(res, f, indent=1)

@@ -192,6 +192,42 @@ def test_guesses_head_returns_at_once_and_quietly(tmp_path):
     p.stderr.close()
 
 
+def test_guess_chunks_deepen_once_each_in_exact_order():
+    """The stream over a real exact index (random models, fixed length and terminating, with and
+    without ties): the lines are the brute-force order, from rank 0 and from ``start`` for ``count``;
+    after the first chunk each chunk costs one deepening round (what the round made is served, not
+    closed in on), and the index is never built far past the chunk planned (what is held stays
+    within what was yielded and a quarter more)."""
+    from arenum import AutoregressiveEnumerable
+    from arenum.cli import stream
+    from arenum.cli.load import Loaded
+    from arenum.testing import RandomModel, brute_force
+
+    for seed, term, ties in ((0, False, False), (1, True, False), (2, False, True), (3, True, True)):
+        m = RandomModel(["a", "b", "c", "d", "e", "f"], seed=seed, ties=ties, eos="a" if term else None,
+                        eos_boost=2.0)
+        bf = brute_force(m.table, fixed_len=None if term else 5, eos="a" if term else None, cap=5)
+        ar = AutoregressiveEnumerable(m, max_len=5, eos="a" if term else None, batch_next_logprobs=m.batch)
+        tree, rounds = ar._tree, []
+        deepen = tree.deepen
+        tree.deepen = lambda *a, **k: (rounds.append(1), deepen(*a, **k))[1]
+        got: list = []
+        per_chunk, over = [], 0.0
+        for items in stream.chunks(Loaded("t", ar, None, None), 0, None, lambda: len(got)):
+            plan = len(got) + max(len(got) // stream.AHEAD, stream.FIRST_CHUNK)
+            per_chunk.append(len(rounds))
+            rounds.clear()
+            over = max(over, ar.seek_index().indexed / plan)
+            got += items
+        assert got == bf, (seed, term, ties)
+        assert len(per_chunk) > 5 and max(per_chunk[1:]) <= 1, per_chunk  # one round a chunk after the first
+        assert over <= 1.25, over
+        ar._check()
+        ar2 = AutoregressiveEnumerable(m, max_len=5, eos="a" if term else None, batch_next_logprobs=m.batch)
+        part = [x for items in stream.chunks(Loaded("t", ar2, None, None), 700, 1500) for x in items]
+        assert part == bf[700:2200]
+
+
 def test_slice_jsonl(model_path):
     model = NGramModel.load(model_path)
     bf = brute(model, 4)

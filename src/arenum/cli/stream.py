@@ -4,11 +4,15 @@ Both read the exact index in chunks, writing and flushing each chunk before the 
 first 256 lines come out after the first small build, so ``arenum guesses pw4.npz | head`` returns at
 once, and a reader that goes away (``| head``) ends the command quietly (status 0, no traceback).
 The chunks are paced by the reader (:class:`Reader`): before the next chunk is built, the pipe is
-given a moment to drain (the unread bytes, ``FIONREAD``), and the next chunk is a quarter of what
-the reader has taken (at least 256, at most 262,144 lines). So a reader that stops after ``N``
-lines has cost the build of about ``1.25 N`` positions (what ``threshold(N)`` builds, and a
-quarter as much again), plus the lines its pipe held unread and at least the first 256; one that has gone is noticed before the next build
-(``POLLERR``). The order is the exact descending order of every other
+given a moment to drain (the unread bytes, ``FIONREAD``), and the next chunk is planned as a quarter
+of what the reader has taken (at least 256, at most 262,144 lines). The exact index is deepened in
+ONE round toward that plan (``SeekIndex.ensure_count(need, aim=...)``: the budget read off the
+histograms and the counts' growth, as ``threshold`` plans its own rounds), and the chunk is what
+that round made, whatever its size: closing in on an exact chunk size took about four rounds a
+chunk, each with a fixed cost per level of the tree. So a reader that stops after ``N`` lines has
+cost the build of about ``1.25 N`` positions (what ``threshold(N)`` builds, and a quarter as
+much again), plus the lines its pipe held unread and at least the first 256; one that has gone is
+noticed before the next build (``POLLERR``). The order is the exact descending order of every other
 command (``slice``/``unrank``), chunk boundaries change nothing. What it does not do: dedupe or
 filter candidates, or order them by anything but the model's probability.
 """
@@ -84,21 +88,41 @@ class Reader:
             time.sleep(0.002)
 
 
+def _grower(enum: Any) -> Callable[[int, int], int] | None:
+    """``grow(need, aim)``: deepen ``enum``'s exact index until it holds at least ``need`` sequences,
+    planned for about ``aim`` (one round, mostly: :meth:`~arenum.exact.SeekIndex.ensure_count`'s
+    ``aim``), and return how many it holds; ``None`` for an enumerable without a seek index."""
+    seek_index = getattr(enum, "seek_index", None)
+    if seek_index is None:
+        return None
+    seek = seek_index()
+    if not getattr(seek, "exact_order", False) or not hasattr(seek, "ensure_count"):
+        return None
+    return lambda need, aim: seek.ensure_count(need, fail_fast=True, aim=aim).N
+
+
 def chunks(m: Loaded, start: int, count: int | None, taken: Callable[[], int] | None = None
            ) -> Iterator[list[tuple[tuple, float]]]:
     """Lists of ``(sequence, log_prob)`` at ranks ``start, start+1, ...`` (``count`` of them, or to the
     end of the support), each read with one ``slice``; a cap stops it with a :class:`CLIError` that
-    says how far it got. Each chunk after the first (:data:`FIRST_CHUNK`) is a quarter of what ``taken()``
-    (the lines the reader has taken so far; by default all those yielded) reports, within
-    :data:`FIRST_CHUNK` .. :data:`MAX_CHUNK`."""
+    says how far it got. Each chunk after the first (:data:`FIRST_CHUNK`) is planned as a quarter of
+    what ``taken()`` (the lines the reader has taken so far; by default all those yielded) reports,
+    within :data:`FIRST_CHUNK` .. :data:`MAX_CHUNK`. The index is deepened in one round toward that
+    size (:func:`_grower`), and the chunk is what the round made (at least one line, at most
+    :data:`MAX_CHUNK`): the rounds are not spent closing in on an exact chunk size."""
     from ..errors import BudgetExceeded
 
+    grow = _grower(m.enum)
     i, n, size = start, 0, FIRST_CHUNK
     while count is None or n < count:
         if n:
             size = min(max((taken() if taken is not None else n) // AHEAD, FIRST_CHUNK), MAX_CHUNK)
         want = size if count is None else min(size, count - n)
         try:
+            if grow is not None and n:  # the first chunk is exactly FIRST_CHUNK (the first line's time)
+                have = grow(i + 1, i + want)  # fewer than i + 1: the support ends at i
+                # what the round made is served, past the plan too (paid for), within the caps
+                want = max(1, min(have - i, MAX_CHUNK, count - n if count is not None else MAX_CHUNK))
             items = m.enum.slice(i, want)
         except BudgetExceeded as exc:
             msg = budget_message(exc)

@@ -297,7 +297,7 @@ class SeekIndex:
         return self._index_above(t)
 
     @locked
-    def ensure_count(self, n: int, *, fail_fast: bool = False) -> ExactIndex:
+    def ensure_count(self, n: int, *, fail_fast: bool = False, aim: int | None = None) -> ExactIndex:
         """Deepen until at least ``n`` sequences are indexed, or the support (within caps) is exhausted.
 
         Rounds: the budget where the completions already seen reach ``n`` is read off the tree's
@@ -309,6 +309,10 @@ class SeekIndex:
         first (the index's first phase) and the buckets are built only if the count suffices.
         ``fail_fast``: raise :class:`BudgetExceeded` as soon as :func:`~arenum.exact.budget.position_floor`
         proves that ``n`` sequences need more than ``max_prefixes`` (else: build up to the cap).
+        ``aim`` (``>= n``): any count from ``n`` on will do, and about ``aim`` is wanted (a stream that
+        serves whatever the index holds): the rounds are planned for ``aim`` and go straight to its
+        budget instead of closing in on it, so a stream asking for ``n = served + 1`` deepens in about
+        one round a call; the budget is never past where the completions seen reach ``aim``.
         """
         tree = self.tree
         if self._index is not None and self._index.T == tree.built and self._index.N >= n:
@@ -340,10 +344,11 @@ class SeekIndex:
                         return self.index()
                 except BudgetExceeded:
                     return self._index_holding(n)
-            b_lo = None if tree.support.branch_cap is not None else tree.bits_for(tree.completions_hist, n)
+            want_n = n if aim is None else max(n, aim)  # what the rounds are planned for
+            b_lo = None if tree.support.branch_cap is not None else tree.bits_for(tree.completions_hist, want_n)
             if b_lo is not None and b_lo <= cur + 1e-9:
                 b_lo = None  # the histogram overcounted (float edge): grow instead
-            est = self._extrapolate(cum, n)
+            est = self._extrapolate(cum, want_n)
             step = 1.0 / HIST_BINS_PER_BIT
             if b_lo is None:
                 # few completions seen: at most double the forwards (by the prefixes already
@@ -363,14 +368,14 @@ class SeekIndex:
                 # round overshoots the needed budget by a small fraction of a bit at most
                 target = min(b_lo, max(est, cur + step))
                 gap = target - cur
-                b_next = target if gap <= 0.125 else cur + 0.5 * gap
+                b_next = target if gap <= 0.125 or aim is not None else cur + 0.5 * gap
             b_next = max(b_next, cur + step)
             b_next = min(b_next, self.limits.max_depth_bits)
             margin = tree.keep_margin_bits
-            aim = est + margin  # less certain than b_lo: one more margin
+            head_bits = est + margin  # less certain than b_lo: one more margin
             if b_lo is not None:
-                aim = min(aim, b_lo)
-            keep_bits = max(aim, b_next) + margin
+                head_bits = min(head_bits, b_lo)
+            keep_bits = max(head_bits, b_next) + margin
             del cum  # the histogram's 4 MiB cumulative sum is not held while the tree deepens (max_bytes)
             self._deepen(-b_next * LN2, -keep_bits * LN2)
 
