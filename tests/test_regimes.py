@@ -87,15 +87,18 @@ def check_point(point, lo, hi, point_method):
 
 
 def check_count(r, truth: int, methods):
-    if isinstance(r, CountBracket):
+    if isinstance(r, CountBracket):  # its method names the regime, as a CountResult's does
+        assert r.method in methods, r.method
         assert r.lo <= truth <= r.hi and (r.exact == (r.lo == r.hi))
         if r.exact:
             assert r.lo == truth
+        else:
+            assert r.method != "exact"
         check_point(r.point, r.lo, r.hi, r.point_method)
         return
     assert r.method in methods, r.method
-    if r.exact:
-        assert int(r) == truth and r.method == "exact"
+    if r.exact:  # the certified DP's ends may meet: the truth, and it still says 'certified' (docs/certified.md)
+        assert int(r) == truth and (r.method == "exact" or r.method == "certified" and r.ci_lo == r.ci_hi)
     else:
         assert r.method != "exact"
         check_point(r.point, r.ci_lo, r.ci_hi, r.point_method)
@@ -146,6 +149,7 @@ def check_nucleus(r, truth_size: int | None, exact_ok: bool):
         check_point(r.size, r.size_lo, r.size_hi, r.point_method)
     else:
         assert r.point_method == "lower_end" and r.size == r.size_lo
+        assert truth_size is None or r.size_lo <= truth_size
 
 
 def check_items(items, truth: Truth, start: int, exact: bool):
@@ -242,6 +246,12 @@ def test_branch_cap_regime():
         check_rank(e.rank(q), truth.rank(x), truth.mass(x), {"exact", "bracket"})
     check_items(e.slice(0, 4), truth, 0, False)
     assert e.unrank(0).method == "sub_support" and not e.unrank(0).exact
+    for seed in (0, 3, 4):  # the sub-support's nucleus is only an upper end of the true one
+        m = RandomModel(4, seed=seed, peak=0.3)
+        truth = _random_truth(m, 3)
+        e = AutoregressiveEnumerable(m, max_len=3, branch_cap=2)
+        for p in (0.05, 0.2, 0.3):
+            check_nucleus(e.nucleus_size(p), truth.nucleus(p), True)
 
 
 def test_certified_regime():
@@ -251,6 +261,7 @@ def test_certified_regime():
     deep = [t for t in _thresholds(truth) if truth.count(t) > 60]
     for t in deep:
         check_count(e.count(t), truth.count(t), {"certified"})
+        check_count(e.count_bracket(t), truth.count(t), {"certified"})  # the DP's bracket, named so
         check_mass(e.mass_above(t), truth.mass(t), {"certified"})
     for k in (150, 300):
         check_threshold(e.threshold(k), truth.threshold(k), {"certified"})
@@ -311,6 +322,7 @@ def test_bounded_error_regime():
     e = AutoregressiveEnumerable(m, max_len=4, logprob_error=0.01)
     for t in _thresholds(truth):
         check_count(e.count(t), truth.count(t), {"logprob_error"})
+        check_count(e.count_bracket(t), truth.count(t), {"logprob_error"})
         check_mass(e.mass_above(t), truth.mass(t), {"logprob_error"})
     for k in (1, 10, 40):
         check_threshold(e.threshold(k), truth.threshold(k), {"logprob_error"})
@@ -318,6 +330,15 @@ def test_bounded_error_regime():
         check_rank(e.rank(q), truth.rank(x), truth.mass(x), {"logprob_error"})
     u = e.unrank(3)
     assert not u.exact and u.method == "logprob_error"
+    for items in (e.slice(2, 4), e.top_k(3)):  # the declared model's order: flagged, as unrank is
+        assert not items.exact and items.method == "logprob_error"
+    heads = np.cumsum(np.exp(truth.s))
+    for k in (5, 20):  # p = a head's own mass: the true nucleus lies between the declared one's at
+        p = float(heads[k - 1])  # p e**-D (<= k) and p e**D (> k), a bracket of width
+        r = e.nucleus_size(p)
+        assert not r.exact and r.size_lo < r.size_hi and r.reachable
+        check_nucleus(r, truth.nucleus(p), False)
+    assert e.nucleus_size(0.999).size_hi is None and not e.nucleus_size(0.999).exact  # p e**D > 1: open above
 
 
 def test_distributed_regime():
@@ -329,6 +350,7 @@ def test_distributed_regime():
     with DistributedEnumerable(fac, 2, backend="local") as d:
         for t in _thresholds(truth):
             check_count(d.count(t), truth.count(t), {"exact"})
+            check_count(d.count_bracket(t), truth.count(t), {"exact"})
             check_mass(d.mass_above(t), truth.mass(t), {"exact"})
         for k in (1, 50):
             check_threshold(d.threshold(k), truth.threshold(k), {"exact"})
@@ -385,6 +407,8 @@ def test_cli_eval_three_ngrams_points_inside_named_bands(tmp_path):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "certified band" in p.stdout and "Monte Carlo" not in p.stdout.splitlines()[-2]
+    summary = [ln for ln in p.stdout.splitlines() if "past the exact budget (" in ln]  # one line a model, named
+    assert len(summary) == 3 and all("past the exact budget (certified band)" in ln for ln in summary), p.stdout
     rows = list(csv.DictReader(out.open()))
     loose = [r for r in rows if r["exact"] == "0"]
     assert loose and all(r["band"] for r in loose)
@@ -398,3 +422,41 @@ def test_cli_eval_three_ngrams_points_inside_named_bands(tmp_path):
     fig = draw_guessing_curves([cur], max_guesses=1e6)
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert any("certified band" in lb for lb in labels)
+
+
+def test_certified_steps_report_progress_before_their_first_block():
+    """Every step of the certified DP that can take a second says so: the tables, the compiled
+    kernels' load and the answer each report before the DP's first block of cells (which, on the
+    shipped 4-gram, came seconds after the query started), and the command line's bar names them."""
+    from arenum.cli.common import _bar_text
+    from arenum.step import kernels
+
+    model = _ngram()
+    seen: list[dict] = []
+    e = model.enumerable(max_len=6, max_prefixes=30, progress=seen.append)
+    assert e.rank(model.encode("ccbca")).method == "certified"
+    cert = [d for d in seen if d.get("phase") == "certified"]
+    first = next(i for i, d in enumerate(cert) if d["cells_todo"])
+    notes = [d["dp"] for d in cert[:first]]
+    assert notes[0] == "building its tables" and ("loading its compiled kernels" in notes) == kernels.allows_numba()
+    assert {"answering past the exact budget", "checking the exact build's size"} & set(notes)
+    assert all("forwards" in d for d in cert)
+    assert _bar_text(cert[0]) == "certified DP: building its tables"
+    assert _bar_text(cert[first]).startswith("certified DP (") and "score cells" in _bar_text(cert[first])
+    seen.clear()
+    e.rank(model.encode("ccbca"))  # answered from the tables built: no table or kernel step again
+    assert "building its tables" not in [d.get("dp") for d in seen]
+
+
+def test_a_short_support_answers_a_deep_count_exactly_without_the_dp():
+    """A deep threshold on a short support (``max_len=2``): the whole support fits the caps, so the
+    exact answer comes without first running the certified DP to check the exact build's size (which,
+    on the shipped 4-gram at ``--max-len 2 --bits 200``, took minutes before an exact count of 51)."""
+    model = _ngram()
+    truth = _ngram_truth(model, 2)
+    e = model.enumerable(max_len=2, max_prefixes=50)
+    r = e.count(-300.0)
+    assert r.exact and r.method == "exact" and int(r) == truth.count(-300.0) == len(truth.s)
+    assert e.certified().stats["cells"] == {}  # no DP grown
+    deep = model.enumerable(max_len=6, max_prefixes=30)  # a long one still asks the DP, and brackets
+    check_count(deep.count(-40.0), _ngram_truth(model, 6).count(-40.0), {"certified"})

@@ -155,6 +155,21 @@ def test_out_of_range_and_domain_errors():
     assert ar.count(0.5) == 0
 
 
+def test_off_support_and_past_the_support_messages_say_why():
+    """A sequence off the support says why (no eos at the end / N tokens past the length cap), and
+    ``threshold(k)`` past the support speaks of the caller's 1-based ``k``."""
+    from arenum.testing import RandomModel
+
+    ar = AutoregressiveEnumerable(RandomModel(3, seed=1, eos=0), eos=0, max_len=3)
+    with pytest.raises(ValueError, match="outside the declared support: it does not end in eos=0"):
+        ar.rank((1, 2))
+    with pytest.raises(ValueError, match="it has 5 tokens, 2 past the length cap 3"):
+        ar.rank((1, 2, 1, 2, 0))
+    n = ar.count(-math.inf)
+    with pytest.raises(IndexError, match=rf"^k={n + 1} \(1-based\) is beyond the support \({n} sequences\)$"):
+        ar.threshold(n + 1)
+
+
 def test_zero_probability_rank():
     ar = make(lambda p: [(0, 0.0), (1, -math.inf)])
     with pytest.raises(ValueError, match="has probability 0"):

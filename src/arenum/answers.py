@@ -95,6 +95,7 @@ class Answers:
         except BudgetExceeded:
             cc = self._certified_counter(t) if certified is not None else None
             if cc is not None:
+                self.beyond.certified_note("answering past the exact budget")
                 return _stamp(certified(cc), "certified")
             if estimate is not None and self.estimates:
                 return estimate(*self._estimator())
@@ -118,6 +119,10 @@ class Answers:
         if cc is None:
             return False
         per = 1 if self.support.is_terminating else max(1, cc.max_degree)
+        D, L = max(2, cc.max_degree), self.support.cap  # the whole support holds at most D**L sequences:
+        if L * math.log(D) < 700 and not seek.surely_over_caps(float(D) ** L, per):  # a short max_len
+            return False  # needs no DP to tell (a deep t there cost minutes of DP for an exact answer)
+        self.beyond.certified_note("checking the exact build's size")
         return seek.surely_over_caps(cc.count_lower(t), per)
 
     def _certified_counter(self, t: float) -> CertifiedCounter | None:
@@ -175,7 +180,7 @@ class Answers:
         b = cc.count_bracket(t)
         n, T = self._head()
         lo = max(b.lo, n) if T >= t else b.lo
-        return CountBracket(lo, max(lo, b.hi))
+        return CountBracket(lo, max(lo, b.hi), method="certified")
 
     def _cert_mass(self, cc: CertifiedCounter, t: float) -> MassBracket:
         """The certified mass bracket, its lower end raised to the exact head's mass below ``T``."""
@@ -288,10 +293,25 @@ class Answers:
         ``reachable=False`` when the whole support holds less than ``p`` (``None``: a cap stopped the
         build before it could tell)."""
         r = self._nucleus(p)
+        if self._capped:
+            r = self._sub_support_nucleus(r, p)
         if r.truncated:
             reachable = False if r.mass_hi < p and self._whole_support_built() else None
             return CountDPTopPResult(**{**r.as_dict(), "reachable": reachable, "point_method": None})
         return r
+
+    def _sub_support_nucleus(self, r: CountDPTopPResult, p: float) -> CountDPTopPResult:
+        """Under ``branch_cap`` the sub-support's nucleus ``r`` bounds the true one from above; the
+        skipped mass ``S`` above its boundary bounds it from below: the true top ``k < size`` all
+        score above that boundary, so they hold at most the sub-support's top ``k`` plus ``S``, and
+        the true nucleus is at least the sub-support's nucleus of ``p - S``."""
+        S = self.seek.dropped_mass(r.threshold)
+        if S <= 0:
+            return r
+        lo = min(r.size_lo, self._nucleus(p - S).size_lo) if p > S else 1
+        hi = r.size_hi
+        return CountDPTopPResult(size=lo, size_lo=lo, size_hi=hi, mass_lo=r.mass_lo, mass_hi=min(1.0, r.mass_hi + S),
+                                 threshold=r.threshold, p=p, truncated=r.truncated, exact=hi == lo and not r.truncated)
 
     def _whole_support_built(self) -> bool:
         """Every sequence of the support is in the index (no cap and no depth floor left any out)."""

@@ -14,12 +14,19 @@ then follows from answers about the declared model at shifted scores:
   mass likewise, with ``x``'s own true mass ``>= e^{s(x) - D}``.
 
 :class:`BoundedAnswers` is the answers stage with these brackets (``method='logprob_error'``,
-``exact=False``; the point value is the declared model's answer, ``ci_lo``/``ci_hi`` or
+``exact=False``; the point value the bracket's middle (:func:`arenum.results.point_value`), the
+declared model's answer in ``extra['model_value']``, ``ci_lo``/``ci_hi`` or
 ``*_lo``/``*_hi`` the certified bracket for the true model; over a Monte Carlo estimate, allowed by
 ``exact_limit``, the method reads ``'<estimator>+logprob_error'`` and the ends are its confidence
 interval, widened). Each bracket costs the declared model's
-answers at the shifted scores (a deeper budget by ``D`` nats). It does not widen ``nucleus_size`` or
-the sequences of ``unrank``/``slice``/``top_k`` (the facade flags those as ``exact=False``).
+answers at the shifted scores (a deeper budget by ``D`` nats).
+
+- ``nucleus_true(p)``: every head's true mass is within ``e^{+-D}`` of its declared mass, so
+  ``nucleus(p e^{-D}) <= nucleus_true(p) <= nucleus(p e^{D})`` (the upper end unknown, ``None``,
+  when ``p e^{D}`` passes what the declared support holds), never ``exact`` unless both ends meet.
+
+The sequences of ``unrank``/``slice``/``top_k`` are the declared model's order: the facade flags
+them ``exact=False``, ``method='logprob_error'``.
 """
 from __future__ import annotations
 
@@ -28,7 +35,7 @@ import math
 import numpy as np
 
 from .answers import Answers
-from .results import CountBracket, CountResult, DensityRankResult, MassBracket, ThresholdResult
+from .results import CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, ThresholdResult
 
 __all__ = ["BoundedAnswers"]
 
@@ -73,7 +80,7 @@ class BoundedAnswers(Answers):
     def count_bracket(self, t: float) -> CountBracket:
         D = self.delta
         lo = super().count_bracket(t + D).lo if t + D <= 0 else 0
-        return CountBracket(lo, super().count_bracket(t - D).hi)
+        return CountBracket(lo, super().count_bracket(t - D).hi, method="logprob_error")
 
     def count_or_bracket(self, t: float) -> CountBracket:
         return self.count_bracket(t)
@@ -107,3 +114,18 @@ class BoundedAnswers(Answers):
             rank_lo=lo, rank_hi=hi, cumulative_lo=min(1.0, c_lo), cumulative_hi=c_hi, truncated=r.truncated,
             extra=self._extra(r.rank),
         )
+
+    def nucleus_size(self, p: float) -> CountDPTopPResult:
+        """The true model's nucleus bracketed by the declared one's at ``p e^{-D}`` and ``p e^{D}``
+        (module docstring); ``mass_lo``/``mass_hi`` bracket the true mass of any head between the ends."""
+        D = self.delta
+        if D == 0:
+            return super().nucleus_size(p)
+        lo = super().nucleus_size(p * math.exp(-D))
+        hi = super().nucleus_size(p * math.exp(D)) if p * math.exp(D) <= 1.0 else None
+        size_hi = hi.size_hi if hi is not None and hi.reachable is not False else None
+        reachable = False if lo.reachable is False else (True if size_hi is not None else None)
+        return CountDPTopPResult(size=lo.size_lo, size_lo=lo.size_lo, size_hi=size_hi,
+                                 mass_lo=math.exp(-D) * lo.mass_lo, mass_hi=min(1.0, math.exp(D) * (hi or lo).mass_hi),
+                                 threshold=lo.threshold, p=p, truncated=lo.truncated or (hi is not None and hi.truncated),
+                                 exact=size_hi == lo.size_lo, reachable=reachable)

@@ -435,8 +435,10 @@ class AutoregressiveEnumerable:
         """Same as ``count(min_log_prob)`` as a certified bracket: ``lo <= #{x : s(x) >= t} <= hi``.
 
         Never raises for a cap; cost as :meth:`count`. ``lo`` counts the kept sub-support exactly; ``hi`` adds the bound on what ``branch_cap``
-        skipped. Past a resource cap, ``lo`` is the count at the deepest budget built and ``hi`` the
-        mass bound ``exp(-min_log_prob)`` (each such sequence has probability ``>= exp(min_log_prob)``).
+        skipped. Past a resource cap, a finite-state model's bracket is the certified DP's
+        (``method='certified'``, ``docs/certified.md``); otherwise ``lo`` is the count at the deepest
+        budget built and ``hi`` the mass bound ``exp(-min_log_prob)`` (each such sequence has
+        probability ``>= exp(min_log_prob)``), ``method='bracket'``.
         """
         return self._answers().count_bracket(finite_float("min_log_prob", min_log_prob, allow_neg_inf=True))
 
@@ -473,8 +475,8 @@ class AutoregressiveEnumerable:
     def _items(self, start: int, k: int) -> list[tuple[tuple, float]]:
         """:meth:`slice` of valid arguments, the caller holding the lock."""
         items = self._seek_at().slice(start, k)
-        if self.branch_cap is not None:
-            return SequenceList(items, exact=False, method="sub_support")
+        if self.branch_cap is not None or self.logprob_error:
+            return SequenceList(items, exact=False, method="sub_support" if self.branch_cap else "logprob_error")
         return items
 
     @locked

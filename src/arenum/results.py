@@ -160,13 +160,20 @@ class MassBracket:
 class CountBracket:
     """``lo <= count <= hi``: a certified bracket on a number of sequences.
 
-    lo: sequences counted exactly (the kept sub-support under ``branch_cap``).
+    lo: sequences counted exactly (the kept sub-support under ``branch_cap``), or the DP's lower count.
     hi: ``lo`` plus the certified bound on everything a cap excluded (``== lo`` when nothing was).
     exact: ``lo == hi``.
+    method: the regime: ``'exact'``, ``'bracket'`` (a cap or ``branch_cap`` cut the build),
+        ``'certified'`` (the finite-state DP, also when its ends meet) or ``'logprob_error'``; by
+        default ``'exact'`` when ``lo == hi``, else ``'bracket'``. Not in the repr nor in equality.
     """
 
     lo: int | float
     hi: int | float
+    method: str | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "method", self.method or ("exact" if self.lo == self.hi else "bracket"))
 
     @property
     def exact(self) -> bool:
@@ -191,15 +198,8 @@ class CountBracket:
     def __len__(self) -> int:
         return 2
 
-    @property
-    def lower(self) -> int | float:
-        """Alias of ``lo``."""
-        return self.lo
-
-    @property
-    def upper(self) -> int | float:
-        """Alias of ``hi``."""
-        return self.hi
+    lower = property(lambda self: self.lo, doc="Alias of ``lo``.")
+    upper = property(lambda self: self.hi, doc="Alias of ``hi``.")
 
 
 @dataclass(frozen=True)

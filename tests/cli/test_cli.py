@@ -164,11 +164,46 @@ def test_rank_batches_stdin_and_file(work, model_path):
 
 
 def test_budget_cap_gives_brackets(model_path):
-    rec = json.loads(ok("rank", "cccccccccc", "-m", model_path, "--max-forwards", "30", "--json"))
+    """Past the cap, an n-gram's answers are the certified DP's brackets, named so (``method``), with
+    the point strictly inside (never an end presented as the point) and the truth inside."""
+    model = NGramModel.load(model_path)
+    uncapped = model.enumerable(max_len=8)
+    rec = json.loads(ok("rank", "cccccc", "-m", model_path, "--max-forwards", "30", "--max-len", "8", "--json"))
     # an n-gram is a finite-state model: past the cap its rank is the certified DP's bracket
-    assert not rec["exact"] and rec["guarantee"] == "certified" and rec["rank_lo"] < rec["rank_hi"]
-    c = ok_json("count", "--bits", "60", "-m", model_path, "--max-forwards", "30")
-    assert not c["exact"] and c["count_lo"] < c["count_hi"] and c["guarantee"] == "bracket"
+    assert not rec["exact"] and rec["guarantee"] == rec["method"] == "certified" and rec["rank_lo"] < rec["rank_hi"]
+    assert rec["rank_lo"] < rec["rank"] < rec["rank_hi"] and rec["guess_number"] == rec["rank"] + 1
+    assert rec["point_method"] == "geometric_middle" and rec["cumulative_lo"] < rec["cumulative"] < rec["cumulative_hi"]
+    assert rec["rank_lo"] <= uncapped.rank(model.encode("cccccc")).rank <= rec["rank_hi"]
+    for cmd in ("count", "mass"):  # count's bracket is the DP's too: 'certified', not a plain 'bracket'
+        c = ok_json(cmd, "--bits", "25", "-m", model_path, "--max-forwards", "30", "--max-len", "8")
+        method = c["method"] if cmd == "count" else c["count_method"]
+        assert method == "certified" and c["count_lo"] < c["count"] < c["count_hi"], c
+        assert c["count_lo"] <= uncapped.count(-25 * LN2) <= c["count_hi"]
+    assert "[certified bracket]" in ok("count", "--bits", "25", "-m", model_path, "--max-forwards", "30")
+
+
+def test_nucleus_past_what_the_support_holds_says_unreachable(model_path):
+    """``nucleus P`` where the whole support holds less than P: a line and a JSON field say so."""
+    held = NGramModel.load(model_path).enumerable(max_len=1).mass_above(-math.inf).hi
+    assert held < 0.5
+    doc = ok_json("nucleus", "0.5", "-m", model_path, "--max-len", "1")
+    assert doc["reachable"] is False and not doc["exact"] and doc["p"] == 0.5
+    text = ok("nucleus", "0.5", "-m", model_path, "--max-len", "1")
+    assert "unreachable" in text and "cannot be reached" in text
+    fine = ok_json("nucleus", f"{held / 2}", "-m", model_path, "--max-len", "1")
+    assert fine["reachable"] is True
+    assert "unreachable" not in ok("nucleus", f"{held / 2}", "-m", model_path, "--max-len", "1")
+
+
+def test_messages_name_the_option_and_the_callers_k(work, model_path):
+    """Library messages in the command line's words: the option (``--max-len 3``), never "this
+    enumerable"; ``threshold K`` past the support speaks of the caller's 1-based ``k``."""
+    store = work / "opt-store"
+    ok("build", "-m", model_path, "--max-len", 4, "--budget", 20, "--store", store)
+    err = fails("top", "3", "-m", model_path, "--max-len", 3, "--store", store)
+    assert "this command has --max-len 3" in err and "this enumerable" not in err, err
+    err = fails("threshold", "100000", "-m", model_path, "--max-len", 2)
+    assert "k=100000 (1-based) is beyond the support" in err and "rank 99999" not in err, err
 
 
 ERRORS = [

@@ -536,14 +536,14 @@ class CertifiedCounter:
         ``max_bits``). Same as ``sum(1 for x in support if score(x) >= t)``, bracketed."""
         t = finite_float("t", t, allow_neg_inf=True)
         if t > 0:
-            return CountBracket(0, 0)
+            return CountBracket(0, 0, method="certified")
         if t == -math.inf:
-            return CountBracket(_floor_int(self._value(True, False, self.max_cells)), math.inf)
+            return CountBracket(_floor_int(self._value(True, False, self.max_cells)), math.inf, method="certified")
         k_lo, k_hi = self._cells(t)
         lo = _floor_int(self._value(True, False, k_lo))
         hi = _ceil_int(self._value(False, False, k_hi))
         hi = min(hi, mass_count_bound(t))  # each has mass >= e**t
-        return CountBracket(lo, max(lo, hi))
+        return CountBracket(lo, max(lo, hi), method="certified")
 
     def prepare_counts(self, t: float) -> None:
         """Build both count DPs down to score ``t`` (``count_bracket``, ``rank_bracket`` and

@@ -18,7 +18,7 @@ from .draws import FiniteStateSampler
 from .estimate import ExactHead, MonteCarloEstimator
 from ..exact import PrefixTree
 from ..settings import Settings
-from ..step import FiniteStateTables, StepOracle
+from ..step import FiniteStateTables, StepOracle, kernels
 from ..support import Support
 from .sampling import SAMPLE_BYTES_PER_DRAW, check_sample_bytes, draw_samples
 
@@ -111,16 +111,24 @@ class BeyondExact:
         """The :class:`~arenum.beyond.certified.CertifiedCounter` of a finite-state model, built lazily
         and cached per resolution (default :attr:`resolution_bits`); ``None`` without tables or under
         ``branch_cap`` (it counts the whole support)."""
+        r = self.resolution_bits if resolution_bits is None else resolution_bits
+        if self._finite_state is not None and r not in self._certified and self.support.branch_cap is None:
+            self.certified_note("building its tables")  # each step before its first block of cells: a line
         fs = self.finite_state_tables()
         if fs is None or self.support.branch_cap is not None:
             return None
         if self.support.eos_id is not None and fs.eos != self.support.eos_id:
             raise ValueError(f"finite_state tables end with eos={self.oracle.token(fs.eos) if fs.eos is not None else None!r}, "
                              f"the enumerable with eos={self.settings.eos!r}")
-        r = self.resolution_bits if resolution_bits is None else resolution_bits
         cc = self._certified.get(r)
         if cc is None:
             cc = CertifiedCounter(fs, self.support, resolution_bits=r)
+            if kernels.allows_numba():
+                self.certified_note("loading its compiled kernels")
+                try:
+                    from . import sweepjit  # noqa: F401 - its import (numba's) here, said, not in the first block
+                except ImportError:
+                    pass
             cc.progress = self._tree_progress
             if self.keep_in is not None:
                 self._keep(cc, *self.keep_in)
@@ -144,6 +152,11 @@ class BeyondExact:
             except OSError as e:
                 warnings.warn(f"certified tables not kept in {folder}: {e.strerror or e}", RuntimeWarning, stacklevel=2)
         cc.on_grow = save
+
+    def certified_note(self, what: str) -> None:
+        """A progress report of the certified DP before its first block of cells (which can come
+        seconds later: the tables, the compiled kernels' load, the min-plus DP of the length cap)."""
+        self._tree_progress({"phase": "certified", "dp": what, "cells_done": 0, "cells_todo": 0})
 
     def _tree_progress(self, d: dict) -> None:
         """The progress of a step past the exact budget (the certified DP, Monte Carlo draws), passed

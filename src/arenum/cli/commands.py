@@ -180,12 +180,12 @@ def mass_record(b: Any, mass: Any) -> dict:
     """JSON fields of ``mass_above(t)`` (:func:`arenum.report.mass_json` of its
     :class:`~arenum.results.MassBracket`: ``mass``, ``mass_lo``/``mass_hi``, ``exact``, ``method``,
     ``point_method``) beside the count bracket ``b`` at the same threshold (``count`` its point,
-    ``count_lo``/``count_hi``, ``count_exact``, ``count_point_method``)."""
+    ``count_lo``/``count_hi``, ``count_exact``, ``count_method``, ``count_point_method``)."""
     from ..report import count_json, mass_json
 
     cj = count_json(b)
     return {**mass_json(mass), "count": cj["count"], "count_lo": b.lo, "count_hi": b.hi, "count_exact": b.exact,
-            "count_point_method": cj["point_method"]}
+            "count_method": cj["method"], "count_point_method": cj["point_method"]}
 
 
 def cmd_count(args: argparse.Namespace, m: Loaded) -> Output:

@@ -177,6 +177,8 @@ def _bar_text(d: dict, rate: float | None = None) -> str:
     expanded, the budget this build is heading for, the live prefixes known to lie within it so far (a
     lower bound: more are found as it goes) and the time left for those at the current rate."""
     if d.get("phase") == "certified":  # the finite-state DP past the exact budget (no forwards)
+        if not d.get("cells_todo"):  # a step before its first block of cells (tables, kernels, min-plus DP)
+            return f"certified DP: {d.get('dp', 'preparing')}"
         return f"certified DP ({d.get('dp', '')}): {int(d['cells_done']):,}/{int(d['cells_todo']):,} score cells"
     if d.get("phase") == "monte carlo":  # draws past the exact budget, one token per level
         text = (f"Monte Carlo: {int(d['draws_done']):,}/{int(d['draws']):,} draws ended, "

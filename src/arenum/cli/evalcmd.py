@@ -184,9 +184,10 @@ def cmd_eval(args: argparse.Namespace) -> "object":
         if c.kind != "model":
             continue
         est = sum(it.count for it in c.items if not it.exact)
+        kinds = sorted({band_name(it.band) for it in c.items if not it.exact})  # what their bands are
         eu = c.exact_until()
         text.append(f"{c.name}: {c.exact_lines - c.unrankable:,} lines ranked exactly, {est:,} past the exact "
-                    f"budget (bracket/estimate), {c.unrankable:,} unrankable (never guessed); exact up to "
+                    f"budget ({' / '.join(kinds) or 'none'}), {c.unrankable:,} unrankable (never guessed); exact up to "
                     f"{'every guess count' if math.isinf(eu) else f'{eu:.4g} guesses'}; "
                     f"{c.forwards:,} forwards ({c.seconds:.1f} s)")
     for path, cur, ignored in refs:

@@ -31,8 +31,7 @@ def _guarantee(exact: bool, method: str, point_method: str, confidence: float | 
 def count_json(r: CountResult | CountBracket) -> dict:
     """``count`` (point), ``count_lo``/``count_hi`` and the guarantee fields."""
     if isinstance(r, CountBracket):
-        return {"count": r.point, "count_lo": r.lo, "count_hi": r.hi,
-                **_guarantee(r.exact, "exact" if r.exact else "bracket", r.point_method)}
+        return {"count": r.point, "count_lo": r.lo, "count_hi": r.hi, **_guarantee(r.exact, r.method, r.point_method)}
     pt = int(r) if r.exact else r.point
     return {"count": pt, "count_lo": r.ci_lo, "count_hi": r.ci_hi,
             **_guarantee(r.exact, r.method, r.point_method, r.confidence, r.stderr)}
