@@ -214,7 +214,7 @@ def test_guess_chunks_deepen_once_each_in_exact_order():
         got: list = []
         per_chunk, over = [], 0.0
         for items in stream.chunks(Loaded("t", ar, None, None), 0, None, lambda: len(got)):
-            plan = len(got) + max(len(got) // stream.AHEAD, stream.FIRST_CHUNK)
+            plan = len(got) + stream.chunk_size(len(got))
             per_chunk.append(len(rounds))
             rounds.clear()
             over = max(over, ar.seek_index().indexed / plan)
@@ -549,7 +549,8 @@ def test_make_refuses_old_python_before_anything(tmp_path):
 
 
 def test_guess_chunks_are_paced_by_the_reader(model_path, tmp_path):
-    """Each chunk after the first is a quarter of what the reader has taken (within 256 .. 262,144), so
+    """Each chunk after the first is a quarter of what the reader has taken (within 256 .. 262,144; past
+    16,384 lines taken, 32 times its square root), so
     a reader that stops after N lines has cost the build of at most about 1.25 N positions; the order is the
     exact order whatever the pacing. The pipe's unread bytes say what was taken; a reader that has
     gone is noticed before the next build."""
@@ -578,6 +579,8 @@ def test_guess_chunks_are_paced_by_the_reader(model_path, tmp_path):
     sizes = [n for _, n in e.reads]
     assert sizes[0] == 256 and all(
         n == min(max(t // 4, 256), 1 << 18) for n, t in zip(sizes[1:], [sum(sizes[: k + 1]) // 2 for k in range(len(sizes))]))
+    # past 16,384 lines taken, the share planned ahead shrinks (32 sqrt(taken)): 10,119 at 10^5, 32,000 at 10^6
+    assert [stream.chunk_size(t) for t in (100, 16_384, 100_000, 10**6, 10**9)] == [256, 4096, 10_119, 32_000, 1 << 18]
     # a real pipe: what is unread is not taken; a closed reader raises BrokenPipeError
     r, w = os.pipe()
     try:
