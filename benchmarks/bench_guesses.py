@@ -5,7 +5,8 @@ Model: a character n-gram (``--order``, default 4) fitted on the password list s
 in one run, each command its own process:
 
 - ``guesses``: ``arenum guesses MODEL`` with its stdout read by this script as ``head -N`` does
-  (``N`` lines, then the pipe is closed), and the process reaped;
+  (blocks as they come, their lines counted; after ``N`` lines the pipe is closed), and the process
+  reaped;
 - ``threshold``: ``arenum threshold N -m MODEL --json``, the same model.
 
 Reported per command: CPU seconds (user + system of the child, ``os.wait4``), peak RSS of the child,
@@ -59,17 +60,24 @@ def _cpu_now(pid: int) -> float | None:
 
 
 def guesses_head(model: str, n: int) -> dict:
+    """``arenum guesses MODEL | head -N``, the reader written as ``head`` works: blocks of up to 64 KiB
+    read from the pipe as they come, their line breaks counted, the pipe closed after the ``N``-th line
+    (a reader that iterated line by line in Python would fall behind the stream on a loaded machine,
+    and the stream would build a chunk ahead that ``head`` never lets it build)."""
     t0 = time.perf_counter()
     p = subprocess.Popen([sys.executable, "-m", "arenum.cli", "guesses", model], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, env=_env(), bufsize=1 << 16)
+                         stderr=subprocess.DEVNULL, env=_env(), bufsize=0)
+    fd = p.stdout.fileno()
     first = first_cpu = None
     got = 0
-    for _ in p.stdout:
+    while got < n:
+        block = os.read(fd, 1 << 16)
+        if not block:
+            break
         if first is None:
             first, first_cpu = time.perf_counter() - t0, _cpu_now(p.pid)
-        got += 1
-        if got == n:
-            break
+        got += block.count(b"\n")
+    got = min(got, n)
     p.stdout.close()  # head -N exits here
     cpu, rss = _reap(p)
     return {"cpu_s": cpu, "rss": rss, "first_line_s": first, "first_line_cpu_s": first_cpu, "lines": got,

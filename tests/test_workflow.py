@@ -599,6 +599,17 @@ def test_guess_chunks_are_paced_by_the_reader(model_path, tmp_path):
         r = None
         with pytest.raises(BrokenPipeError):
             rd.taken(wait=0.01)
+        # a reader that read everything and then went away (head -N with its N-th line in the last
+        # chunk) is noticed too, before the next chunk is built
+        r2, w2 = os.pipe()
+        with os.fdopen(w2, "wb", buffering=0) as out2:
+            rd2 = stream.Reader(out2)
+            out2.write(b"ef\n" * 10)
+            rd2.wrote(10, 30)
+            assert os.read(r2, 30) == b"ef\n" * 10 and rd2.taken(wait=0.01) == 10
+            os.close(r2)
+            with pytest.raises(BrokenPipeError):
+                rd2.taken(wait=0.01)
     finally:
         if r is not None:
             os.close(r)
