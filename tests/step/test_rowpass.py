@@ -222,3 +222,32 @@ def test_load_compiled_loads_at_once(jit_state):
     assert many.load_compiled() and jit_state["mod"] is not None
     kernels.set_backend("numpy")
     assert not many.load_compiled()
+
+
+@pytest.mark.parametrize("bad_at", [None, 203, 599])
+def test_a_failing_call_after_a_bad_row_raises_the_rows_error(bad_at, jit_state):
+    """One prefix per call, a chunk of rows: a call raising at prefix 600 leaves the rows before it
+    parsed (a forward counted per call that returned), and a bad row among them raises its own
+    error first, as when each row is parsed after its call."""
+    from arenum.step.oracle import StepOracle
+
+    m = RandomModel(8, seed=5, peak=1.0)
+
+    def cb(p):
+        i = p[0]
+        if i == 600:
+            raise KeyError("model down")
+        row = m.logprobs((i % 8,))
+        return [(t, float(v)) for t, v in enumerate(row)] if i != bad_at else [(0, 0.5)]
+
+    o = StepOracle(cb, batch_size=4)
+    o.fetch_heads([(i,) for i in range(200)], np.full(200, -np.inf))  # sizes the next chunks by the widest row
+    assert o.stats.forwards == 200
+    with pytest.raises(ValueError if bad_at is not None else KeyError) as e:
+        o.fetch_heads([(i,) for i in range(200, 1000)], np.full(800, -np.inf))
+    if bad_at is not None:
+        assert "log_prob must be <= 0" in str(e.value) and f"({bad_at},)" in str(e.value)
+    assert o.stats.forwards == 600 and o.stats.calls == 601
+    good = [(i,) for i in range(200, 600) if i != bad_at]  # parsed again (nothing was cached)
+    h = o.fetch_heads(good, np.full(len(good), -np.inf))
+    assert h.lens.shape[0] == len(good) and (h.lens == 8).all() and o.stats.forwards == 600 + len(good)

@@ -136,8 +136,9 @@ def apply_fetch(tree: Any, d: int, ns: np.ndarray, kid: np.ndarray, klp: np.ndar
                   cut: np.ndarray, keeps: np.ndarray, eos_j: np.ndarray, eos_lp: np.ndarray | None,
                   widest: int, undo: list, kx: np.ndarray | None = None) -> None:
     """Store the fetched heads of nodes ``ns`` of level ``d`` (a journal replays exactly this;
-    ``kx``, each entry's score, is derived when not given). Everything is computed first, then
-    each change is made after ``undo`` learns how to take it back."""
+    ``kx``, each entry's score, is derived when not given; a given one is the caller's temporary,
+    overwritten here). Everything is computed first, then each change is made after ``undo`` learns
+    how to take it back."""
     lev = tree.levels[d]
     is_leaf = d == tree.leaf_level
     eos = tree.eos_id
@@ -158,15 +159,7 @@ def apply_fetch(tree: Any, d: int, ns: np.ndarray, kid: np.ndarray, klp: np.ndar
         fx, fid = kx[fresh], kid[fresh]
     else:
         fx, fid = kx, kid
-    bins = np.negative(fx)
-    bins /= LN2
-    bins *= HIST_BINS_PER_BIT
-    bins = np.minimum(bins.astype(np.int64), HIST_LEN - 1)
-    if eos is None:
-        adds = [(tree.h_comp if is_leaf else tree.h_pref, bins)]
-    else:
-        is_eos = fid == eos
-        adds = [(tree.h_comp, bins[is_eos])] + ([] if is_leaf else [(tree.h_pref, bins[~is_eos])])
+    adds = _bin_counts(tree, fx, fid, eos, is_leaf)
     c = lev.cols
     names = ["off", "tlen", "floor", "eos_j", "fetched"] + (["eos_lp"] if eos is not None else [])
     olds = {k: c[k].a[ns].copy() for k in names}
@@ -182,7 +175,7 @@ def apply_fetch(tree: Any, d: int, ns: np.ndarray, kid: np.ndarray, klp: np.ndar
             lev.pool_tok = _restore(tok_a, n_tok)
         lev.pool_tok.truncate(n_tok)
     undo.append(back)
-    spans = [(h, _span(h, b)) for h, b in adds]
+    spans = [(h, (lo, h[lo : lo + n.shape[0]].copy())) for h, lo, n, _ in adds]
     undo.append(lambda: [_put(h, sp) for h, sp in spans])
     # the changes
     lev.drop_view()
@@ -190,10 +183,9 @@ def apply_fetch(tree: Any, d: int, ns: np.ndarray, kid: np.ndarray, klp: np.ndar
         tree._used_bytes += lev.pool_tok.n * 4  # int32 -> int64
         lev.pool_tok.widen(np.int64)
     tree._widest = widest
-    for h, b in adds:
-        _addbins(h, b)
-        if b.size:  # bins from hist_top on stay zero (arenum.exact.frontier.hist_cum)
-            tree.hist_top = max(tree.hist_top, int(b.max()) + 1)
+    for h, lo, n, top in adds:
+        h[lo : lo + n.shape[0]] += n
+        tree.hist_top = max(tree.hist_top, top)  # bins from hist_top on stay zero (arenum.exact.frontier.hist_cum)
     lev.pool_lp.extend(klp)
     lev.pool_tok.extend(kid)
     tree._used_bytes += klp.shape[0] * (8 + lev.pool_tok.a.itemsize)
@@ -248,12 +240,38 @@ RECORDS: dict[str, RecordKind] = {
 """The commit kinds of a prefix tree (module docstring)."""
 
 
-def _span(hist: np.ndarray, bins: np.ndarray) -> tuple[int, np.ndarray]:
-    """The bins of ``hist`` that :func:`_addbins` would change, copied (to take the change back)."""
-    if not bins.size:
-        return 0, hist[:0].copy()
-    lo, hi = int(bins.min()), int(bins.max()) + 1
-    return lo, hist[lo:hi].copy()
+def _bin_counts(tree: Any, fx: np.ndarray, fid: np.ndarray, eos: int | None, is_leaf: bool
+                ) -> list[tuple[np.ndarray, int, np.ndarray, int]]:
+    """What a fetch adds to the steering histograms: ``(hist, lo, counts, top)`` for each histogram
+    it changes, ``hist[lo + i] += counts[i]``, ``top`` one past its last bin added to. An entry of
+    score ``x`` (``<= 0``) lands in bin ``min(int(-x / LN2 * HIST_BINS_PER_BIT), HIST_LEN - 1)``;
+    completions (``eos`` entries, every entry at the leaf level of a fixed-length tree) count in
+    ``h_comp``, other entries in ``h_pref`` (none at the leaf level). ``fx`` is overwritten (a
+    temporary: a fresh array each round would cost more in first touches than the arithmetic)."""
+    if fx.shape[0] == 0:
+        return []
+    b = np.divide(fx, -LN2 / HIST_BINS_PER_BIT, out=fx)  # == -x / LN2 * 64 exactly: scaling by 2**6 is exact
+    np.minimum(b, HIST_LEN - 1, out=b)
+    lo, hi = int(b.min()), int(b.max())  # b >= 0: int() is the floor
+    np.subtract(b, lo, out=b)  # exact (0 <= lo <= b < 2**20): the floor of b - lo is the bin - lo
+    ib = b.astype(np.int64)
+    w = hi - lo + 1
+    if eos is None:
+        return [(tree.h_comp if is_leaf else tree.h_pref, lo, c, lo + _last(c)) for c in [np.bincount(ib, minlength=w)]]
+    is_eos = fid == eos
+    ce = np.bincount(ib[is_eos], minlength=w)
+    out = [(tree.h_comp, lo, ce, lo + _last(ce))] if ce.any() else []
+    if not is_leaf:
+        cp = np.bincount(ib, minlength=w)
+        cp -= ce
+        if cp.any():
+            out.append((tree.h_pref, lo, cp, lo + _last(cp)))
+    return out
+
+
+def _last(c: np.ndarray) -> int:
+    """One past the last nonzero entry of ``c`` (some entry is nonzero)."""
+    return int(np.flatnonzero(c)[-1]) + 1
 
 
 def _put(hist: np.ndarray, span: tuple[int, np.ndarray]) -> None:
@@ -265,11 +283,3 @@ def _restore(a: np.ndarray, n: int) -> Grow:
     g = Grow.wrap(a)
     g.n = n
     return g
-
-
-def _addbins(hist: np.ndarray, bins: np.ndarray) -> None:
-    """``hist[b] += 1`` for every ``b`` in ``bins`` (all in range), touching only the bins' span."""
-    if bins.size:
-        lo = int(bins.min())
-        c = np.bincount(bins - lo)
-        hist[lo : lo + c.shape[0]] += c

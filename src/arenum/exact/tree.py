@@ -204,7 +204,7 @@ class PrefixTree:
             heads = o.fetch_heads(self._prefix_tuples(d, ns), floors)
             klp, kid, klen = heads.lps, heads.ids, heads.lens
             kx = np.repeat(s, klen)
-            kx += klp  # s + lp, the score of each entry (computed once, passed to the commit)
+            kx += klp  # s + lp, the score of each entry (computed once, consumed by the commit)
             if not keep_all:
                 kmask = kx >= np.repeat(keeps, klen)
                 if not kmask.all():

@@ -53,6 +53,10 @@ from .tables import (
 __all__ = ["StepOracle", "OracleStats", "NORM_TOL", "RENORM_TOL"]
 
 _LOWEST = float(np.finfo(np.float64).min)  # a floor at or below this cuts nothing (floors are capped here)
+PARSE_ENTRIES = 1 << 16
+"""About this many entries of one-prefix results are parsed at once (:meth:`StepOracle.fetch_heads`):
+a few parses a round of the prefix tree (a chunk's objects and arrays stay in cache; measured
+faster per row than one parse of the whole round, and than chunks of ``batch_size`` rows)."""
 
 
 @dataclass
@@ -136,6 +140,7 @@ class StepOracle:
         self.cache_bytes = 0  # bytes of the memoized full tables
         self.cache_max_bytes: int | None = None  # set by the enumerable from its memory budget
         self._parser = Parser(vocab, self.norm_tol, self._renormalized)
+        self._widest_row = 0  # the widest row parsed from one-prefix calls (sizes their chunks)
         self.eos_id: int | None = None
         if eos is not None:
             self.eos_id = vocab.id(eos)
@@ -188,32 +193,33 @@ class StepOracle:
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
         """``next_logprobs`` of each prefix, one call each, parsed together and cut at ``floors``
         (``None``: whole rows; :func:`arenum.step.many.parse_rows`): ``(lens, ids, lps, widths,
-        sorted)``, row ``i`` the next ``lens[i]`` entries. Counts a forward per row parsed; a row's parse error comes before a later call's
-        failure, as when each row is parsed after its call."""
+        sorted)``, row ``i`` the next ``lens[i]`` entries. Counts a forward per call that returned
+        (however the rows are chunked, a bad row included); a row's parse error comes before a
+        later call's failure, as when each row is parsed after its call."""
         st = self.stats
         raws: list = []
         nxt = self._next
         clock = time.perf_counter
         t0 = clock()
         try:
-            for p in prefixes:
-                raws.append(nxt(p))
+            raws.extend(map(nxt, prefixes))  # a call that raises leaves the rows before it in raws
         except BaseException:
             st.calls += len(raws) + 1
             st.model_seconds += clock() - t0
+            st.forwards += len(raws)
             t1 = clock()
             if raws:
                 parse_tables(raws, prefixes[: len(raws)], self._parser)  # raises the first bad row's error
-                st.forwards += len(raws)
             st.parse_seconds += clock() - t1
             raise
         t1 = clock()
         st.model_seconds += t1 - t0
         st.calls += len(raws)
-        out = parse_rows(raws, prefixes, self._parser, floors)
         st.forwards += len(raws)
-        st.parse_seconds += clock() - t1
-        return out
+        try:
+            return parse_rows(raws, prefixes, self._parser, floors)
+        finally:
+            st.parse_seconds += clock() - t1
 
     def _call_batch(self, prefixes: list[tuple], floors: np.ndarray | None = None) -> Any:
         """One batched call: a validated ``(rows, column ids)`` dense pair or a list of tables; with
@@ -297,15 +303,25 @@ class StepOracle:
                 t_parse += time.perf_counter() - t0
                 self.stats.forwards += len(chunk)
         else:
+            # one call per prefix: the rows parsed together, about PARSE_ENTRIES entries at a time
+            # (after the first batch_size rows, by the widest row seen)
             bs = self.batch_size
             whole = not todo or float(floors[todo].max()) <= _LOWEST  # no cut: whole rows
             direct = len(todo) == n  # nothing cached: the chunks are the rows, in order
             parts_lens: list[np.ndarray] = []
-            for a in range(0, len(todo), bs):
+            a = 0
+            while a < len(todo):
+                if self._widest_row:
+                    bs = max(self.batch_size, PARSE_ENTRIES // self._widest_row)
                 chunk = np.array(todo[a : a + bs], np.int64)
+                a += chunk.shape[0]
                 # each row cut at its floor; rows already sorted (by the model, or the compiled pass)
                 # are not sorted again
-                lens, ids, lps, widths, done = self._call_many([prefixes[i] for i in chunk], None if whole else floors[chunk])
+                lens, ids, lps, widths, done = self._call_many(
+                    prefixes[chunk[0] : chunk[-1] + 1] if direct else [prefixes[i] for i in chunk],
+                    None if whole else floors[chunk])
+                if widths.shape[0]:
+                    self._widest_row = max(self._widest_row, int(widths.max()))
                 presorted = presorted and done
                 if direct:
                     parts_lens.append(lens)
