@@ -228,6 +228,41 @@ def test_guess_chunks_deepen_once_each_in_exact_order():
         assert part == bf[700:2200]
 
 
+def test_guess_chunks_under_a_cap_get_as_far_as_slice():
+    """Where the round planned for a chunk passes ``max_prefixes`` (``--max-forwards``), the stream
+    closes in on one line at a time instead, so it stops about where ``slice`` itself would: its lines
+    are the brute-force order, and the error names the rank reached."""
+    from arenum import AutoregressiveEnumerable
+    from arenum.cli import stream
+    from arenum.cli.common import CLIError
+    from arenum.cli.load import Loaded
+    from arenum.testing import RandomModel, brute_force
+
+    for term, cap in ((False, 1100), (True, 600)):
+        m = RandomModel(["a", "b", "c", "d", "e", "f"], seed=5, eos="a" if term else None, eos_boost=2.0)
+        bf = brute_force(m.table, fixed_len=None if term else 5, eos="a" if term else None, cap=5)
+
+        def fresh():
+            return AutoregressiveEnumerable(m, max_len=5, eos="a" if term else None, batch_next_logprobs=m.batch,
+                                            max_prefixes=cap)
+
+        lo, hi = 0, len(bf)  # the most lines one slice of a fresh enumerable reaches under the cap
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            try:
+                fresh().slice(0, mid)
+                lo = mid
+            except BudgetExceeded:
+                hi = mid - 1
+        assert 256 < lo < len(bf), lo
+        got: list = []
+        with pytest.raises(CLIError, match=r"stopped at rank ([0-9,]+) after") as err:
+            for items in stream.chunks(Loaded("t", fresh(), None, None), 0, None, lambda: len(got)):
+                got += items
+        assert got == bf[: len(got)] and f"rank {len(got):,} " in str(err.value)
+        assert len(got) >= 0.9 * lo, (len(got), lo)
+
+
 def test_slice_jsonl(model_path):
     model = NGramModel.load(model_path)
     bf = brute(model, 4)

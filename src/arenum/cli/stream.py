@@ -118,7 +118,7 @@ class Reader:
             time.sleep(0.002)
 
 
-def _grower(enum: Any) -> Callable[[int, int], int] | None:
+def _grower(enum: Any) -> Callable[[int, int | None], int] | None:
     """``grow(need, aim)``: deepen ``enum``'s exact index until it holds at least ``need`` sequences,
     planned for about ``aim`` (one round, mostly: :meth:`~arenum.exact.SeekIndex.ensure_count`'s
     ``aim``), and return how many it holds; ``None`` for an enumerable without a seek index."""
@@ -131,6 +131,20 @@ def _grower(enum: Any) -> Callable[[int, int], int] | None:
     return lambda need, aim: seek.ensure_count(need, fail_fast=True, aim=aim).N
 
 
+def _grown(grow: Callable[[int, int | None], int], i: int, aim: int, capped: list) -> int:
+    """``grow(i + 1, aim)``; where that round passes a cap (``--max-forwards``), the index closes in on
+    the next line alone instead (``aim`` dropped, as ``slice`` would), so that the stream gets as far
+    as the cap allows before it stops; ``capped`` (a one-item list) keeps the stream there."""
+    from ..errors import BudgetExceeded
+
+    if not capped[0]:
+        try:
+            return grow(i + 1, aim)
+        except BudgetExceeded:
+            capped[0] = True
+    return grow(i + 1, None)
+
+
 def chunks(m: Loaded, start: int, count: int | None, taken: Callable[[], int] | None = None
            ) -> Iterator[list[tuple[tuple, float]]]:
     """Lists of ``(sequence, log_prob)`` at ranks ``start, start+1, ...`` (``count`` of them, or to the
@@ -139,10 +153,12 @@ def chunks(m: Loaded, start: int, count: int | None, taken: Callable[[], int] | 
     what ``taken()`` (the lines the reader has taken so far; by default all those yielded) reports,
     within :data:`FIRST_CHUNK` .. :data:`MAX_CHUNK`. The index is deepened in one round toward that
     size (:func:`_grower`), and the chunk is what the round made (at least one line, at most
-    :data:`MAX_CHUNK`): the rounds are not spent closing in on an exact chunk size."""
+    :data:`MAX_CHUNK`): the rounds are not spent closing in on an exact chunk size. Past a cap the
+    index closes in on one line at a time (:func:`_grown`), so the stream stops where ``slice`` would."""
     from ..errors import BudgetExceeded
 
     grow = _grower(m.enum)
+    capped = [False]
     i, n, size = start, 0, FIRST_CHUNK
     while count is None or n < count:
         if n:
@@ -150,7 +166,7 @@ def chunks(m: Loaded, start: int, count: int | None, taken: Callable[[], int] | 
         want = size if count is None else min(size, count - n)
         try:
             if grow is not None and n:  # the first chunk is exactly FIRST_CHUNK (the first line's time)
-                have = grow(i + 1, i + want)  # fewer than i + 1: the support ends at i
+                have = _grown(grow, i, i + want, capped)  # fewer than i + 1: the support ends at i
                 # what the round made is served, past the plan too (paid for), within the caps
                 want = max(1, min(have - i, MAX_CHUNK, count - n if count is not None else MAX_CHUNK))
             items = m.enum.slice(i, want)
