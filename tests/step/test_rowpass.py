@@ -251,3 +251,61 @@ def test_a_failing_call_after_a_bad_row_raises_the_rows_error(bad_at, jit_state)
     good = [(i,) for i in range(200, 600) if i != bad_at]  # parsed again (nothing was cached)
     h = o.fetch_heads(good, np.full(len(good), -np.inf))
     assert h.lens.shape[0] == len(good) and (h.lens == 8).all() and o.stats.forwards == 600 + len(good)
+
+
+_FORM_DEFECTS = ["0-d tokens", "2-d pair", "2-d tokens", "lengths differ", "uint32 tokens", "bool tokens",
+                 "float32 values", "int values", "int8 tokens", "list pair", "three arrays", "object values"]
+
+
+@pytest.mark.parametrize("defect", _FORM_DEFECTS)
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_numpy_pairs_of_every_form_parse_as_row_by_row(defect, backend, jit_state):
+    """A chunk of ``(tokens, log_probs)`` array pairs with one row of another form (shape, rank,
+    dtype, container): the bulk parse answers as :func:`arenum.step.tables.parse_table` row by row,
+    the same heads or the same first error."""
+    kernels.set_backend(backend)
+    rng = np.random.default_rng(_FORM_DEFECTS.index(defect))
+    raws = []
+    for _ in range(40):
+        t = rng.permutation(30)[:20].astype(np.int64)
+        v = np.log(rng.dirichlet(np.ones(20)))
+        raws.append((t, v))
+    t, v = raws[17]
+    bad = {"0-d tokens": lambda: (np.array(3), v[:1]), "2-d pair": lambda: (t.reshape(4, 5), v.reshape(4, 5)),
+           "2-d tokens": lambda: (t.reshape(20, 1), v), "lengths differ": lambda: (t, v[:-1]),
+           "uint32 tokens": lambda: (t.astype(np.uint32), v), "bool tokens": lambda: (t % 2 == 0, v),
+           "float32 values": lambda: (t, v.astype(np.float32)), "int values": lambda: (t[:1], np.zeros(1, np.int64)),
+           "int8 tokens": lambda: (t.astype(np.int8), v), "list pair": lambda: [t, v],
+           "three arrays": lambda: (t, v, v), "object values": lambda: (t, v.astype(object))}[defect]
+    raws[17] = bad()
+    pre = [(i,) for i in range(len(raws))]
+
+    def ref():
+        vocab, seen = Vocab(), []
+        ps = tables_mod.Parser(vocab, 1e-3, seen.append)
+        try:
+            tabs = [tables_mod.parse_table(r, p, ps) for r, p in zip(raws, pre)]
+        except (TypeError, ValueError) as e:
+            return ("error", type(e), str(e))
+        out = []
+        for ids, lps in tabs:
+            o = np.argsort(-lps, kind="stable")
+            out.append((ids[o].tolist(), [x.hex() for x in lps[o].tolist()]))
+        return ("ok", out, sum(seen))
+
+    def got():
+        vocab, seen = Vocab(), []
+        ps = tables_mod.Parser(vocab, 1e-3, seen.append)
+        try:
+            lens, ids, lps, widths, done = many.parse_rows(raws, pre, ps, None)
+        except (TypeError, ValueError) as e:
+            return ("error", type(e), str(e))
+        out, a = [], 0
+        for n in lens.tolist():
+            i, l = ids[a : a + n], lps[a : a + n]
+            o = np.arange(n) if done else np.argsort(-l, kind="stable")
+            out.append((i[o].tolist(), [x.hex() for x in l[o].tolist()]))
+            a += n
+        return ("ok", out, sum(seen))
+
+    assert got() == ref()

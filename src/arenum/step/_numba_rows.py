@@ -162,7 +162,9 @@ def _rank_place(v, t, n, out_v, out_t, m, cnt):
 def cut_sort(ids, lps, lens, floors, out_ids, out_lps, heads, bv, bt, cnt):
     """Rows in order: the entries ``>= floors[i]`` of row ``i`` written to ``out_ids``/``out_lps``
     (after the rows before it), sorted (descending, stable); ``heads[i]`` their number. ``bv``/``bt``/
-    ``cnt``: buffers as long as the widest row. Returns the entries written."""
+    ``cnt``: buffers as long as the widest row. The outputs may be ``ids``/``lps`` themselves (in
+    place): a row is read into the buffers before its head is written, at or before where it was
+    read. Returns the entries written."""
     a = 0
     m = 0
     for i in range(lens.shape[0]):

@@ -36,7 +36,6 @@ _ARRAY = {np.ndarray}
 _F64 = {np.dtype(np.float64)}
 _first = itemgetter(0)
 _second = itemgetter(1)
-_shape = attrgetter("shape")
 _dtype = attrgetter("dtype")
 
 
@@ -91,21 +90,25 @@ def _from_arrays(raws: list, ps: Parser) -> tuple[np.ndarray, np.ndarray, np.nda
     ts, vs = zip(*raws)
     if set(map(type, ts)) != _ARRAY or set(map(type, vs)) != _ARRAY:
         return None
-    shapes = list(map(_shape, ts))
-    if set(map(len, shapes)) != {1} or shapes != list(map(_shape, vs)):
-        return None  # not 1-D, or lengths that differ: the row-by-row errors
     tdt = set(map(_dtype, ts))
     vdt = set(map(_dtype, vs))
     if any(d.kind != "i" for d in tdt) or any(d.kind not in "fiu" for d in vdt):
         return None
     if not ps.vocab.int_tokens():
         return None
-    lens = np.fromiter(map(len, ts), np.int64, len(ts))
-    ids = np.concatenate(ts).astype(np.int64, copy=False)
-    if vdt == _F64:
-        lps = np.concatenate(vs)
-    else:
-        lps = np.concatenate([v.astype(np.float64, copy=False) for v in vs])
+    try:  # len() of a 0-d array raises; an array of another rank fails the concatenation or its ndim
+        lens = np.fromiter(map(len, ts), np.int64, len(ts))
+        if not np.array_equal(lens, np.fromiter(map(len, vs), np.int64, len(vs))):
+            return None  # lengths that differ: the row-by-row error
+        ids = np.concatenate(ts).astype(np.int64, copy=False)
+        if vdt == _F64:
+            lps = np.concatenate(vs)
+        else:
+            lps = np.concatenate([v.astype(np.float64, copy=False) for v in vs])
+    except (TypeError, ValueError):
+        return None
+    if ids.ndim != 1 or lps.ndim != 1:
+        return None  # not 1-D: the row-by-row error
     return ids, lps, lens
 
 
@@ -280,11 +283,12 @@ def parse_rows(raws: list, prefixes: list[tuple], ps: Parser, floors: np.ndarray
     if odd.any():
         _renormalize(np.flatnonzero(odd), ids, lps, np.cumsum(lens) - lens, lens, prefixes, ps)
     fl = np.full(n, _LOWEST) if floors is None else np.maximum(floors, _LOWEST)
-    out_ids, out_lps, heads = np.empty(M, np.int64), np.empty(M), np.empty(n, np.int64)
+    heads = np.empty(n, np.int64)
     w = int(lens.max())
-    m = k.cut_sort(ids, lps, lens, fl, out_ids, out_lps, heads, np.empty(w), np.empty(w, np.int64),
-                   np.empty(w, np.int64))
-    return heads, out_ids[:m], out_lps[:m], widths, True
+    # in place: ids and lps are this parse's own arrays, and each row is read into the buffers
+    # before its head is written, at or before where the row was read (no fresh output arrays)
+    m = k.cut_sort(ids, lps, lens, fl, ids, lps, heads, np.empty(w), np.empty(w, np.int64), np.empty(w, np.int64))
+    return heads, ids[:m], lps[:m], widths, True
 
 
 def parse_rows_numpy(raws: list, prefixes: list[tuple], ps: Parser, floors: np.ndarray | None = None
