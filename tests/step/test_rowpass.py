@@ -254,7 +254,8 @@ def test_a_failing_call_after_a_bad_row_raises_the_rows_error(bad_at, jit_state)
 
 
 _FORM_DEFECTS = ["0-d tokens", "2-d pair", "2-d tokens", "lengths differ", "uint32 tokens", "bool tokens",
-                 "float32 values", "int values", "int8 tokens", "list pair", "three arrays", "object values"]
+                 "float32 values", "int values", "int8 tokens", "list pair", "three arrays", "object values",
+                 "strided tokens", "strided values", "big-endian values", "big-endian tokens"]
 
 
 @pytest.mark.parametrize("defect", _FORM_DEFECTS)
@@ -276,7 +277,9 @@ def test_numpy_pairs_of_every_form_parse_as_row_by_row(defect, backend, jit_stat
            "uint32 tokens": lambda: (t.astype(np.uint32), v), "bool tokens": lambda: (t % 2 == 0, v),
            "float32 values": lambda: (t, v.astype(np.float32)), "int values": lambda: (t[:1], np.zeros(1, np.int64)),
            "int8 tokens": lambda: (t.astype(np.int8), v), "list pair": lambda: [t, v],
-           "three arrays": lambda: (t, v, v), "object values": lambda: (t, v.astype(object))}[defect]
+           "three arrays": lambda: (t, v, v), "object values": lambda: (t, v.astype(object)),
+           "strided tokens": lambda: (np.repeat(t, 2)[::2], v), "strided values": lambda: (t, np.repeat(v, 2)[::2]),
+           "big-endian values": lambda: (t, v.astype(">f8")), "big-endian tokens": lambda: (t.astype(">i8"), v)}[defect]
     raws[17] = bad()
     pre = [(i,) for i in range(len(raws))]
 

@@ -34,9 +34,12 @@ _WIDE = 4096  # rows wider than this are checked by the reference formula (summa
 _PAIR_TYPES = {tuple, list}
 _ARRAY = {np.ndarray}
 _F64 = {np.dtype(np.float64)}
+_I64 = {np.dtype(np.int64)}
 _first = itemgetter(0)
 _second = itemgetter(1)
 _dtype = attrgetter("dtype")
+_ndim = attrgetter("ndim")
+_ONE = {1}
 
 
 def _one_by_one(raws: list, prefixes: list[tuple], ps: Parser
@@ -96,20 +99,30 @@ def _from_arrays(raws: list, ps: Parser) -> tuple[np.ndarray, np.ndarray, np.nda
         return None
     if not ps.vocab.int_tokens():
         return None
-    try:  # len() of a 0-d array raises; an array of another rank fails the concatenation or its ndim
+    if set(map(_ndim, ts)) != _ONE or set(map(_ndim, vs)) != _ONE:
+        return None  # not 1-D: the row-by-row error
+    try:
         lens = np.fromiter(map(len, ts), np.int64, len(ts))
         if not np.array_equal(lens, np.fromiter(map(len, vs), np.int64, len(vs))):
             return None  # lengths that differ: the row-by-row error
-        ids = np.concatenate(ts).astype(np.int64, copy=False)
+        ids = _join(ts, np.int64) if tdt == _I64 else np.concatenate(ts).astype(np.int64, copy=False)
         if vdt == _F64:
-            lps = np.concatenate(vs)
+            lps = _join(vs, np.float64)
         else:
             lps = np.concatenate([v.astype(np.float64, copy=False) for v in vs])
     except (TypeError, ValueError):
         return None
-    if ids.ndim != 1 or lps.ndim != 1:
-        return None  # not 1-D: the row-by-row error
     return ids, lps, lens
+
+
+def _join(arrays: tuple, dtype: type) -> np.ndarray:
+    """The 1-D arrays (all of the native ``dtype``) end to end, a new writable array: their bytes
+    joined (a third of ``np.concatenate``'s cost for many short rows), or concatenated when one is
+    not contiguous."""
+    try:
+        return np.frombuffer(bytearray().join(arrays), dtype)
+    except (TypeError, BufferError, ValueError):
+        return np.concatenate(arrays)
 
 
 def _distinct(ids: np.ndarray, row: np.ndarray, n: int) -> bool:
