@@ -194,9 +194,14 @@ def test_a_cluster_store_opened_by_one_process_is_refused_in_one_line(tmp_path):
         assert "2-worker cluster" in msg and "workers=2" in msg and "\n" not in msg
     assert sorted(os.listdir(tmp_path / "s")) == before  # no manifest, no lock, no journal at the root
     # a worker's own folder holds its part only: refused too, naming its parent and workers=2
-    with pytest.raises(StoreError, match="parent folder with workers=2$"):
-        AutoregressiveEnumerable(fac.make_model(), eos=0, max_len=4, store=tmp_path / "s" / "worker-0",
-                                 store_readonly=True)
+    for readonly in (False, True):  # (before: "another model (ngram:02177df8b2 != ngram:02177df8b2)")
+        with pytest.raises(StoreError, match="worker 1's part of a 2-worker .* parent folder with workers=2$") as err:
+            AutoregressiveEnumerable(fac.make_model(), eos=0, max_len=4, store=tmp_path / "s" / "worker-1",
+                                     store_readonly=readonly)
+        assert "another model" not in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(StoreError, match="another model .*parent folder with workers=2$"):  # and by another model
+        AutoregressiveEnumerable(_factory(case, seed=9).make_model(), eos=0, max_len=4,
+                                 store=tmp_path / "s" / "worker-0", store_readonly=True)
 
 
 def test_an_error_closing_the_workers_does_not_hide_the_one_that_left_the_block(monkeypatch):

@@ -244,8 +244,7 @@ class TreeStore:
             self._release()  # an enumerable dropped without close(): the journal already holds everything
         except Exception:  # pragma: no cover - interpreter shutdown
             pass
-        # an exception landing in here (a signal handler raising) is ignored by Python; the lock's
-        # file object is dropped with the store all the same, and its C dealloc closes the lock
+        # an exception landing here (a signal handler) is ignored; the lock's file object's dealloc closes it
 
     def close(self) -> None:
         """Write a snapshot if the journal holds anything, then release the lock (idempotent). A tree
@@ -292,12 +291,14 @@ class TreeStore:
             raise StoreError(f"store {path} was built with {k}={m['meta'].get(k)!r}, this enumerable has "
                              f"{k}={self.meta.get(k)!r}")
         if m["fingerprint"] != self.fingerprint:
-            a, b = _short_pair(str(m["fingerprint"]), self.fingerprint)
-            hint = ""
-            if ("|worker:" in str(m["fingerprint"])) != ("|worker:" in self.fingerprint):
-                hint = ("; it is one worker's part of a distributed store: open its parent folder with workers="
-                        f"{cluster_workers(os.path.dirname(path)) or 'N'}")
-            raise StoreError(f"store {path} was built with another model (fingerprint {a} != {b}){hint}")
+            stored, (a, b) = str(m["fingerprint"]), _short_pair(str(m["fingerprint"]), self.fingerprint)
+            j, w = stored.rsplit("|worker:", 1)[1].partition("/")[::2] if "|worker:" in stored else ("", "")
+            if w and stored.split("|plan:")[0] == self.fingerprint:  # this model's store, one worker's part of it
+                raise StoreError(f"store {path} is worker {j}'s part of a {w}-worker distributed store (this model's, "
+                                 f"split by its plan): open its parent folder with workers={w}")
+            hint = f"; it is one worker's part of a distributed store: open its parent folder with workers={w}"
+            raise StoreError(f"store {path} was built with another model (fingerprint {a} != {b})"
+                             f"{hint if w and '|worker:' not in self.fingerprint else ''}")
         gen = int(m["generation"])
         gdir = os.path.join(path, f"gen-{gen}")
         arrays: dict[str, np.ndarray] = {}
