@@ -2,13 +2,15 @@
 
 Each case runs in a fresh process: it loads the model, notes its RSS (the interpreter and the model),
 then runs one query under ``max_bytes`` and reports the peak RSS above that baseline, the bytes the
-library counts (``stats["memory_bytes"]`` and the table cache), and whether the query finished or
-stopped at the budget (``BudgetExceeded``).
+library counts (``stats["memory_bytes"]``, the table cache, and the bytes reserved for the draws),
+and whether the query finished or stopped at the budget (``BudgetExceeded``).
 
     python benchmarks/bench_memory.py --mib 64        # small cases (a few minutes on a loaded machine)
     python benchmarks/bench_memory.py --mib 1024 --draws 10000000 --k 100000000
 
-Cases: ``mc``: ``monte_carlo(draws)`` of a V=16, length-10 callback (draws in batches that fit);
+The compiled kernels are loaded before the baseline (their code, about 100 MB, is the library's, like
+the interpreter's). Cases: ``mc``: ``monte_carlo(draws)`` of a V=16, length-10 callback (draws in
+batches that fit), then a count and a threshold on it;
 ``threshold``: ``threshold(k)`` of the same model (the exact tree grows to the budget and stops).
 Writes ``benchmarks/results/memory.json``.
 """
@@ -26,6 +28,7 @@ CASE = textwrap.dedent("""
     import numpy as np
     from arenum import AutoregressiveEnumerable
     from arenum import BudgetExceeded
+    from arenum.beyond.sampling import SAMPLE_BYTES_PER_DRAW
     from arenum.testing import RandomModel
     kind, mib, draws, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     def rss():  # peak RSS so far, bytes (Linux reports KiB)
@@ -34,12 +37,17 @@ CASE = textwrap.dedent("""
     ar = AutoregressiveEnumerable(m, max_len=10, batch_next_logprobs=lambda ps: np.stack([m(p) for p in ps]),
                                   batch_size=64, max_bytes=mib << 20)
     ar.count(-3.0)  # warm: the oracle's buffers, the first tables
+    from arenum.step import kernels
+    if kernels.allows_numba():  # the compiled kernels' code (~100 MB, numba and LLVM) is the library's, not
+        kernels.set_backend("numba")  # the query's: loaded before the baseline, not halfway through the draws
+        kernels.set_backend(None)
     base = rss()
     t0 = time.perf_counter()
     status = "done"
     try:
         if kind == "mc":
-            ar.monte_carlo(draws, head=False).count(-20.0)
+            mc = ar.monte_carlo(draws, head=False)
+            mc.count(-20.0), mc.threshold(max(1, draws // 10))  # a threshold: the largest query's temporaries
         else:
             ar.threshold(k)
     except BudgetExceeded:
@@ -47,7 +55,8 @@ CASE = textwrap.dedent("""
     st = ar.stats
     print(json.dumps({"case": kind, "max_bytes": mib << 20, "status": status, "seconds": time.perf_counter() - t0,
                       "peak_rss_above_base": rss() - base, "base_rss": base,
-                      "counted": st["memory_bytes"] + st["table_cache_bytes"]}))
+                      "counted": st["memory_bytes"] + st["table_cache_bytes"]
+                                 + (SAMPLE_BYTES_PER_DRAW * draws if kind == "mc" else 0)}))
 """)
 
 

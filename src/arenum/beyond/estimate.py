@@ -156,23 +156,37 @@ class MonteCarloEstimator:
         self._z = _z(c)
         s = samples
         ok = s.complete
+        # what is kept and what is made along the way is counted in SAMPLE_BYTES_PER_DRAW (max_bytes):
+        # each temporary is dropped as soon as it is used
         self._w = np.where(ok, np.exp(-s.log_q), 0.0)  # 1/q(x): weight of one sequence in a count
-        self._r = np.where(ok, np.exp(s.score - s.log_q), 0.0)  # p/q: weight in a mass
+        r_all = np.where(ok, np.exp(s.score - s.log_q), 0.0)  # p/q: weight in a mass
         comp = np.flatnonzero(ok)
         self._order = comp[np.argsort(-s.score[comp])]  # complete draws by descending score (ties: any order)
+        del comp
         self._sorted = s.score[self._order]
         self._neg = -self._sorted  # ascending: searched by every query
         # every query's region is a run of that order (scores in [t, top)): prefix sums answer it
         # in O(log n). Copies of one sequence share its score, hence lie in one run together; a
         # draw counts as distinct where its key first appears in the order.
-        w, r = self._w[self._order], self._r[self._order]
         zero = np.zeros(1)
-        self._cw, self._cw2, self._cr, self._cr2 = (np.concatenate((zero, np.cumsum(x))) for x in (w, w * w, r, r * r))
-        self._rbar = float(self._r.sum()) / samples.n
+
+        def running(x: np.ndarray) -> np.ndarray:
+            return np.concatenate((zero, np.cumsum(x)))
+
+        w = self._w[self._order]
+        self._cw = running(w)
+        self._cw2 = running(w * w)
+        del w
+        r = r_all[self._order]
+        self._cr = running(r)
+        self._cr2 = running(r * r)
+        del r
+        self._rbar = float(r_all.sum()) / samples.n
+        self._r_median = float(np.median(r_all[ok])) if ok.any() else 1.0
+        del r_all
         keys = s.keys[self._order] if s.keys is not None else np.array(
             [hash(s.seqs[i]) for i in self._order.tolist()], np.int64)
         self._cdistinct = np.concatenate(([0], np.cumsum(_first_in_run(self._sorted, keys))))
-        self._r_median = float(np.median(self._r[ok])) if ok.any() else 1.0
 
     @property
     def method(self) -> str:
@@ -320,12 +334,17 @@ class MonteCarloEstimator:
         sc = sc[sc < top]
         n = self.n
         w = self._w[ords]
+        del ords
         cw = np.cumsum(w)
         cw2 = np.cumsum(w * w)
+        del w
         # counts at each sampled score (ties: the last of a run counts all of them)
         m = cw / n
+        del cw  # temporaries dropped as soon as used: counted in SAMPLE_BYTES_PER_DRAW (max_bytes)
         var = np.maximum(cw2 - n * m * m, 0.0) / max(n - 1, 1)
+        del cw2
         se = np.sqrt(var / n)
+        del var
         need = k - base
         extra = self._extra(h, int(sc.shape[0]))
         if sc.shape[0] == 0:
@@ -338,9 +357,10 @@ class MonteCarloEstimator:
         else:
             f = np.exp(np.minimum(700.0, self._z * se / np.maximum(m, 1e-300)))
             lo, hi = m / f, m * f
+            del f
             if self.interval == "bernstein":
                 lg = math.log(4.0 / (1 - self.confidence))
-                R = np.array([self._wmax(float(x), h) for x in sc])
+                R = np.fromiter((self._wmax(float(x), h) for x in sc), np.float64, count=sc.shape[0])
                 hi = np.maximum(hi, m + np.sqrt(2.0 * se * se * lg) + 7.0 * R * lg / (3.0 * max(n - 1, 1)))
         last_of_run = np.r_[sc[1:] != sc[:-1], True]
 

@@ -81,8 +81,11 @@ class SampleSet:
         return int(self.score.shape[0])
 
 
-SAMPLE_BYTES_PER_DRAW = 96
-"""Upper estimate of one draw's memory (its arrays and the estimator's sums; tokens are not kept)."""
+SAMPLE_BYTES_PER_DRAW = 176
+"""Upper estimate of one draw's memory at its peak, counted against ``max_bytes``: its arrays (29 bytes:
+score, proposal, length, key, complete), the estimator's order and running sums (78), and the largest
+query's temporaries on top of them (a threshold: 64); measured with tracemalloc, 171 bytes a draw
+(``tests/beyond/test_sampling_memory.py`` holds peak RSS to it). Tokens are not kept."""
 
 
 def check_sample_bytes(n: int, cached: list[int], held: int, max_bytes: int | None) -> None:
