@@ -1,4 +1,4 @@
-"""What a store keeps on disk (format version 3, ``arenum.exact.snapshot``; issue 27 target 6).
+"""What a store keeps on disk (format version 4, ``arenum.exact.snapshot``; issue 27 target 6).
 
 A closed store keeps narrowed columns and derives the rest; when a forward costs less than the
 bytes of a table it cuts the stored tables below the built budget. Either way a reopened store
@@ -162,7 +162,7 @@ def test_the_model_adapters_declare_their_cost_of_a_forward():
     assert plain._tree.oracle.declared_forward_seconds is None
 
 
-def test_a_version_2_store_is_read_and_written_again_as_version_3(tmp_path):
+def test_a_version_2_store_is_read_and_written_again_as_version_4(tmp_path):
     m = RandomModel(list(range(6)), seed=2, eos=0, eos_boost=1.5)
     bf = brute_force(m.table, eos=0, cap=L)
     p = tmp_path / "s"
@@ -191,7 +191,7 @@ def test_a_version_2_store_is_read_and_written_again_as_version_3(tmp_path):
     ar2._check()
     ar2.count(bf[300][1])
     ar2.close()
-    assert json.loads((p / "manifest.json").read_text())["version"] == 3
+    assert json.loads((p / "manifest.json").read_text())["version"] == 4
     ar3 = _open(m, p, True)
     assert ar3.slice(0, 301) == bf[:301]
     ar3.close()
@@ -210,7 +210,7 @@ def test_a_damaged_encoding_is_refused_in_one_line(tmp_path):
     with AutoregressiveEnumerable(m, max_len=L, store=p, fingerprint="m") as ar:
         ar.count(-7.0)
     man = json.loads((p / "manifest.json").read_text())
-    for bad in ({"L1.parent": "f32"}, {"L1.pool_lp": "dict"}, {"L2.pool_lp": "nope"}):
+    for bad in ({"L1.parent": "f32"}, {"L1.pool_lp": "dict"}, {"L2.pool_lp": "nope"}, {"L1.pool_lp": "f32off"}):
         m2 = dict(man, encoding={**man["encoding"], **bad})
         m2["crc32"] = manifest_crc(m2)
         (p / "manifest.json").write_text(json.dumps(m2))

@@ -415,7 +415,7 @@ def test_enumerable_limits_kv_store_to_useful_prefixes(model):
 
 @pytest.mark.parametrize("scale, kv_reuse, dtype, device_math", [
     (1.0, True, None, False), (2.7, True, None, False), (0.6, False, None, False), (2.7, True, "bfloat16", False),
-    (2.7, True, None, True), (1.0, False, "bfloat16", True),
+    (2.7, True, None, True), (1.0, False, "bfloat16", True), (1.0, True, "float64", False),
 ])
 def test_heads_bit_identical_to_dense_rows(scale, kv_reuse, dtype, device_math):
     """batch_next_heads = the entries of batch_next_logprobs' rows at or above each floor, bit for bit.
@@ -436,13 +436,20 @@ def test_heads_bit_identical_to_dense_rows(scale, kv_reuse, dtype, device_math):
         floors = rng.uniform(-6.0, -0.5, len(prefixes))
         floors[0] = -math.inf
         floors[-1] = 0.0
-        counts, toks, lps, widths = heads_o.batch_next_heads(prefixes, floors)
+        counts, toks, lps, widths, offsets = heads_o.batch_next_heads(prefixes, floors)
         assert (widths == V).all() and counts.sum() == toks.shape[0] == lps.shape[0]
         off = np.concatenate([[0], np.cumsum(counts)])
         for i, (row, f) in enumerate(zip(rows, floors)):
             want = np.flatnonzero(row >= f)
             assert np.array_equal(toks[off[i] : off[i + 1]], want)
             assert np.array_equal(lps[off[i] : off[i + 1]], row[want])  # bit-identical
+            # the row's offset: every log-prob is float64(float32 value) - offset, bit for bit (a
+            # store keeps the row so); NaN where that cannot hold (a logit scale, float64 logits)
+            if scale != 1.0 or dtype == "float64":
+                assert math.isnan(offsets[i])
+            else:
+                v = (row + offsets[i]).astype(np.float32)
+                assert np.array_equal((v.astype(np.float64) - offsets[i]).view(np.int64), row.view(np.int64))
         assert np.abs(np.log(np.exp(rows).sum(axis=1))).max() < 1e-12  # normalized to float64 precision
     assert dense_o.stats.as_dict() | {"forward_seconds": 0, "callback_seconds": 0} == \
         heads_o.stats.as_dict() | {"forward_seconds": 0, "callback_seconds": 0}

@@ -96,6 +96,8 @@ def _bad(**changes):
             toks = toks.astype(float)
         if "tuple3" in changes:
             return (counts, toks, lps)
+        if "offsets" in changes:  # one offset too few
+            return (counts, toks, lps, widths, np.zeros(counts.shape[0] - 1))
         return (counts, toks, lps, widths)
     return mutate
 
@@ -109,7 +111,8 @@ def _bad(**changes):
     ("short", ValueError, r"returned 0 counts for a batch of 1 prefixes"),
     ("len", ValueError, r"must both hold sum\(counts\)"),
     ("float_tokens", TypeError, r"tokens must be non-negative integer ids"),
-    ("tuple3", TypeError, r"must return a \(counts, tokens, log_probs, widths\) tuple"),
+    ("tuple3", TypeError, r"must return a \(counts, tokens, log_probs, widths\[, offsets\]\) tuple"),
+    ("offsets", ValueError, r"offsets must be 1 floats, one per prefix"),
 ])
 def test_bad_heads_rejected_and_nothing_kept(change, exc, match):
     m = RandomModel(6, seed=1, peak=1.0, form="dense")

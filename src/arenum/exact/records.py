@@ -8,12 +8,17 @@ what each kind holds, and how its scalars read back.
 ==========  ============================================================  =====================
 kind        arrays                                                        scalars
 ==========  ============================================================  =====================
-``fetch``   ``ns kid klp klen cut keeps eos_j`` and ``eos_lp`` (terminating)  ``d`` int, ``widest`` int
+``fetch``   ``ns kid klp klen cut keeps eos_j``, ``eos_lp`` (terminating),   ``d`` int, ``widest`` int
+            ``koff`` (each row's offset, where the model gave one)
 ``expand``  ``node j tok score cand made``                                ``d`` int
 ``built``   (none)                                                        ``T`` float, ``truncated`` bool
 ==========  ============================================================  =====================
 
-Token ids travel in the narrowest type holding them (:func:`narrow_ids`). Bytes (:func:`encode_record`): a JSON header (the kind, the sequence number, the token mode of the
+Token ids travel in the narrowest type holding them (:func:`narrow_ids`). A fetch record whose
+rows all have an offset (``koff``: the adapter's per-row log-sum-exp, a transformer's) that rebuilds
+each log-prob bit for bit as ``float64(float32 value) - koff`` (:func:`f32_rows` checks every one)
+carries ``klp`` as those float32 values, 4 bytes an entry, and is rebuilt on reading; any other keeps
+``klp`` in float64. The tree itself ignores ``koff`` (a store keeps it for its snapshot). Bytes (:func:`encode_record`): a JSON header (the kind, the sequence number, the token mode of the
 model, the tokens interned since the last record with the id of the first, so a token written twice
 is interned once, and each array's dtype and shape) and the arrays' raw bytes; no archive, no pickle.
 """
@@ -31,7 +36,7 @@ from .levels import Level
 from .._validate import LN2
 
 __all__ = ["RecordKind", "RECORDS", "check_record", "encode_record", "decode_record", "HIST_BINS_PER_BIT",
-           "HIST_LEN", "narrow_ids"]
+           "HIST_LEN", "narrow_ids", "f32_rows", "from_f32_rows"]
 
 HIST_BINS_PER_BIT = 64
 """The steering histograms' bins per bit of score."""
@@ -50,6 +55,31 @@ def narrow_ids(ids: np.ndarray) -> np.ndarray:
     if _INT32_MIN <= lo and hi <= _INT32_MAX:
         return ids.astype(np.int32, copy=ids.dtype != np.int32)
     return ids
+
+
+def f32_rows(lp: np.ndarray, off: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, ok)``: ``float32(lp + off)`` of every entry (rows of ``lens`` entries, ``off`` one
+    float64 per row) and, per row, whether :func:`from_f32_rows` rebuilds each of its log-probs bit for
+    bit from them (checked here, entry by entry; a NaN offset never does; an empty row does)."""
+    lp = np.ascontiguousarray(lp, np.float64)
+    o = np.repeat(np.asarray(off, np.float64), lens)
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = (lp + o).astype(np.float32)
+        back = v.astype(np.float64)
+        back -= o  # exactly what from_f32_rows computes
+    bad = back.view(np.int64) != lp.view(np.int64)
+    ok = np.ones(lens.shape[0], np.bool_)
+    if bad.any():
+        ok[np.repeat(np.arange(lens.shape[0]), lens)[bad]] = False
+    return v, ok
+
+
+def from_f32_rows(v: np.ndarray, off: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """float64 log-probs ``float64(v) - off`` (``off`` one per row of ``lens`` entries): the inverse of
+    :func:`f32_rows` for the rows it found exact."""
+    out = v.astype(np.float64)
+    out -= np.repeat(np.asarray(off, np.float64), lens)
+    return out
 
 
 @dataclass(frozen=True)
@@ -80,12 +110,19 @@ def check_record(kind: str, rec: dict) -> RecordKind:
     return spec
 
 
-def encode_record(kind: str, rec: dict, seq: int, int_mode: bool | None, toks: list, tok0: int) -> bytes:
+def encode_record(kind: str, rec: dict, seq: int, int_mode: bool | None, toks: list, tok0: int,
+                  f32: bool = True) -> bytes:
     """The bytes of one record (``toks``: JSON forms of the tokens interned since the last one, the
     first with id ``tok0``): a JSON header (kind, numbers, tokens, and each array's dtype, shape and
-    size), its length in 4 bytes before it, then the arrays' bytes. No archive, no pickle."""
+    size), its length in 4 bytes before it, then the arrays' bytes. No archive, no pickle. ``f32``:
+    a fetch record's log-probs as float32 values where their offsets rebuild them (module docstring;
+    a store of format version 4)."""
     check_record(kind, rec)
     spec = RECORDS[kind]
+    if f32 and kind == "fetch" and rec.get("koff") is not None and rec["klp"].size:
+        v32, ok = f32_rows(rec["klp"], rec["koff"], rec["klen"])
+        if ok.all():  # every row rebuilt bit for bit: 4 bytes an entry
+            rec = {**rec, "klp": v32}
     fields, blobs = [], []
     for k, v in rec.items():
         if v is None:
@@ -128,17 +165,23 @@ def decode_record(payload: bytes) -> tuple[str, dict, int, bool | None, list, in
     if pos != len(payload):
         raise ValueError(f"the record holds {len(payload) - pos} bytes past its fields")
     check_record(kind, rec)
+    if kind == "fetch" and rec["klp"].dtype != np.float64:  # float32 values and each row's offset
+        koff, klen = rec.get("koff"), rec["klen"]
+        if (rec["klp"].dtype != np.float32 or koff is None or koff.dtype != np.float64 or klen.ndim != 1
+                or koff.shape != klen.shape or klen.dtype.kind not in "iu" or int(klen.sum()) != rec["klp"].shape[0]):
+            raise ValueError("a fetch record's float32 log-probs lack their row offsets")
+        rec["klp"] = from_f32_rows(rec["klp"], koff, klen)
     return kind, rec, int(seq), None if mode is None else bool(mode), list(toks), int(tok0)
 
 
 # ------------------------------------------------------------------------------------ applying
 def apply_fetch(tree: Any, d: int, ns: np.ndarray, kid: np.ndarray, klp: np.ndarray, klen: np.ndarray,
                   cut: np.ndarray, keeps: np.ndarray, eos_j: np.ndarray, eos_lp: np.ndarray | None,
-                  widest: int, undo: list, kx: np.ndarray | None = None) -> None:
+                  widest: int, undo: list, kx: np.ndarray | None = None, koff: np.ndarray | None = None) -> None:
     """Store the fetched heads of nodes ``ns`` of level ``d`` (a journal replays exactly this;
     ``kx``, each entry's score, is derived when not given; a given one is the caller's temporary,
-    overwritten here). Everything is computed first, then each change is made after ``undo`` learns
-    how to take it back."""
+    overwritten here; ``koff`` is a store's, not the tree's). Everything is computed first, then each
+    change is made after ``undo`` learns how to take it back."""
     lev = tree.levels[d]
     is_leaf = d == tree.leaf_level
     eos = tree.eos_id
@@ -232,8 +275,8 @@ def apply_built(tree: Any, T: float, truncated: bool, undo: list) -> None:
 
 
 RECORDS: dict[str, RecordKind] = {
-    "fetch": RecordKind(("ns", "kid", "klp", "klen", "cut", "keeps", "eos_j", "eos_lp"),
-                        {"d": int, "widest": int}, apply_fetch, optional=("eos_lp",)),
+    "fetch": RecordKind(("ns", "kid", "klp", "klen", "cut", "keeps", "eos_j", "eos_lp", "koff"),
+                        {"d": int, "widest": int}, apply_fetch, optional=("eos_lp", "koff")),
     "expand": RecordKind(("node", "j", "tok", "score", "cand", "made"), {"d": int}, apply_expand),
     "built": RecordKind((), {"T": float, "truncated": bool}, apply_built),
 }

@@ -1,4 +1,4 @@
-"""What a store's snapshot keeps of a prefix tree (format version 3), and how the tree is read back.
+"""What a store's snapshot keeps of a prefix tree (format version 4), and how the tree is read back.
 
 A snapshot keeps what is dear to recompute and not what is cheap:
 
@@ -11,6 +11,9 @@ A snapshot keeps what is dear to recompute and not what is cheap:
   ``floor`` column as codes into its distinct values when it has few, and the log-probs of the
   heads as float32 when every value survives the round trip exactly (a model computing in float32
   and widening); otherwise float64. What is read back equals what was written, bit for bit.
+  A head whose model gave its row's offset (a transformer's log-sum-exp: ``offsets``) is written
+  as its float32 values plus that one float64 (encoding ``f32off``) where :func:`.records.f32_rows`
+  finds every entry rebuilt bit for bit; the other heads of the level stay float64.
 - **Cut** (:func:`pack_state` with ``cut``): each stored head keeps only its entries with
   ``score + lp >= cut`` (and every entry already turned into a child node); its ``floor`` says so,
   so a deeper query scores that prefix again (a forward, counted as one) where the whole table
@@ -29,12 +32,13 @@ import math
 import numpy as np
 
 from .levels import COLUMNS
+from .records import f32_rows, from_f32_rows
 from .._validate import LN2
 
-__all__ = ["pack_state", "unpack_state", "choose_pack", "measure_cut", "DERIVED", "SECONDS_PER_BYTE"]
+__all__ = ["pack_state", "unpack_state", "choose_pack", "measure_cut", "note_offsets", "DERIVED", "SECONDS_PER_BYTE"]
 
 DERIVED = ("tok", "score", "off", "eos_j", "eos_lp")
-"""Level columns a version-3 snapshot does not write (module docstring)."""
+"""Level columns a version-3 or 4 snapshot does not write (module docstring)."""
 SECONDS_PER_BYTE = 3e-8
 """What a byte of a stored table costs to keep: written to the journal, then to a snapshot with its
 checksum (measured: ``close()`` wrote 320 MB in 7.1 s, 22 ns a byte), and read back on open (4 ns). ``close()`` cuts the stored tables below the built budget
@@ -84,7 +88,8 @@ def _floats(name: str, a: np.ndarray, files: dict, enc: dict) -> None:
         files[name] = a
 
 
-def measure_cut(scalars: dict, arrays: dict[str, np.ndarray], cut: float) -> tuple[list, dict]:
+def measure_cut(scalars: dict, arrays: dict[str, np.ndarray], cut: float,
+                offsets: list | None = None) -> tuple[list, dict]:
     """What cutting at ``cut`` keeps (:func:`pack_state`), without packing anything: per level the
     kept entries per node and the new floors, and ``cut_nodes``, ``dropped_entries`` and
     ``dropped_bytes`` (each dropped entry at the width its level's column is written in when
@@ -105,24 +110,75 @@ def measure_cut(scalars: dict, arrays: dict[str, np.ndarray], cut: float) -> tup
         info["cut_nodes"] += int((keep < tlen).sum())
         info["dropped_entries"] += dropped
         if dropped:
-            info["dropped_bytes"] += dropped * _entry_bytes(pool_lp, arrays[p + "pool_tok"])
+            f32 = bool((tlen > 0).any()) and bool(np.isfinite(_level_offsets(offsets, d, tlen.shape[0])[tlen > 0]).all())
+            info["dropped_bytes"] += dropped * _entry_bytes(pool_lp, arrays[p + "pool_tok"], f32)
     return per, info
 
 
-def _entry_bytes(pool_lp: np.ndarray, pool_tok: np.ndarray) -> int:
-    """Bytes of one entry as a level's whole pool would be written (:func:`_floats`, :func:`_narrow`)."""
-    f32 = np.array_equal(pool_lp.astype(np.float32).astype(np.float64), pool_lp)
+def _entry_bytes(pool_lp: np.ndarray, pool_tok: np.ndarray, f32: bool = False) -> int:
+    """Bytes of one entry as a level's whole pool would be written (:func:`_floats`, :func:`_narrow`;
+    ``f32``: every head has its row's offset, float32 values assumed exact)."""
+    f32 = f32 or np.array_equal(pool_lp.astype(np.float32).astype(np.float64), pool_lp)
     return (4 if f32 else 8) + _narrow_ids(np.array([pool_tok.min(), pool_tok.max()])).itemsize
 
 
+def note_offsets(offsets: list, kind: str, rec: dict) -> None:
+    """Keep a fetch record's row offsets (``koff``; other kinds: nothing) in ``offsets`` (per level, one float64 a node, NaN
+    where none is known) for the next snapshot. A stale one (a commit rolled back, a prefix fetched
+    again) costs bytes, never a value: :func:`pack_state` checks every head it writes with one."""
+    koff = rec.get("koff") if kind == "fetch" else None
+    if koff is None or not rec["ns"].size:
+        return
+    d, ns = int(rec["d"]), rec["ns"]
+    while len(offsets) <= d:
+        offsets.append(np.full(0, np.nan))
+    have = offsets[d].shape[0]
+    if have <= int(ns.max()):
+        grown = np.full(max(int(ns.max()) + 1, 2 * have), np.nan)
+        grown[:have] = offsets[d]
+        offsets[d] = grown
+    offsets[d][ns] = koff
+
+
+def _level_offsets(offsets: list | None, d: int, m: int) -> np.ndarray:
+    """The offsets of level ``d``'s ``m`` nodes (NaN where none is known)."""
+    out = np.full(m, np.nan)
+    if offsets is not None and d < len(offsets) and offsets[d] is not None:
+        a = offsets[d][:m]
+        out[: a.shape[0]] = a
+    return out
+
+
+def _pool_with_offsets(p: str, lp: np.ndarray, keep: np.ndarray, lo: np.ndarray, files: dict, enc: dict) -> bool:
+    """Write level ``p``'s pool as float32 values plus each head's offset where that rebuilds it bit
+    for bit (``f32off``): ``pool_lp`` float32 (those heads' entries), ``pool_lp~f64`` float64 (the
+    other heads' entries), ``pool_lp~off`` (one float64 per non-empty head, NaN: in ``~f64``).
+    False (nothing written) when no head qualifies."""
+    nz = keep > 0
+    if not np.isfinite(lo[nz]).any():
+        return False
+    v, ok = f32_rows(lp, lo, keep)
+    ok &= nz
+    if not ok.any():
+        return False
+    mask = np.repeat(ok, keep)
+    files[p + "pool_lp"] = v[mask]
+    files[p + "pool_lp~f64"] = lp[~mask]
+    files[p + "pool_lp~off"] = np.where(ok, lo, np.nan)[nz]
+    enc[p + "pool_lp"] = "f32off"
+    return True
+
+
 def pack_state(scalars: dict, arrays: dict[str, np.ndarray], *, eos_id: int | None,
-               cut: float | None, measured: list | None = None) -> tuple[dict, dict[str, np.ndarray], dict[str, str], dict]:
+               cut: float | None, measured: list | None = None, offsets: list | None = None
+               ) -> tuple[dict, dict[str, np.ndarray], dict[str, str], dict]:
     """``(scalars, files, encodings, cut)`` of a tree's exported state (module docstring); ``cut`` says
     how many nodes had entries cut (``cut_nodes``), and the entries and bytes cut. ``cut``: keep
     only head entries with ``score + lp >= cut`` (per node at most the score of its last made child,
     so every child keeps its entry); ``None`` keeps every stored entry. ``measured``: the per-level
     cut :func:`measure_cut` already computed for this ``cut`` (not computed again). Heads superseded
-    by a later fetch of their prefix are dropped either way."""
+    by a later fetch of their prefix are dropped either way. ``offsets``: per level, each node's row
+    offset where known (a store's, from the fetch records' ``koff``; NaN elsewhere)."""
     n = int(scalars["n_levels"])
     files: dict[str, np.ndarray] = {}
     enc: dict[str, str] = {}
@@ -132,7 +188,7 @@ def pack_state(scalars: dict, arrays: dict[str, np.ndarray], *, eos_id: int | No
     for k in ("h_comp", "h_pref"):
         files[k] = _narrow(arrays[k])
     if cut is not None and measured is None:
-        measured = measure_cut(scalars, arrays, cut)[0]
+        measured = measure_cut(scalars, arrays, cut, offsets)[0]
     for d in range(n):
         p = f"L{d}."
         score, off, tlen = arrays[p + "score"], arrays[p + "off"].astype(np.int64), arrays[p + "tlen"].astype(np.int64)
@@ -154,10 +210,12 @@ def pack_state(scalars: dict, arrays: dict[str, np.ndarray], *, eos_id: int | No
         files[p + "made"] = _narrow(made)
         _floats(p + "floor", floor, files, enc)
         files[p + "pool_tok"] = _narrow_ids(tok)
-        _floats(p + "pool_lp", lp, files, enc)
+        if not _pool_with_offsets(p, lp, keep, _level_offsets(offsets, d, keep.shape[0]), files, enc):
+            _floats(p + "pool_lp", lp, files, enc)
         info["cut_nodes"] += int((keep < tlen).sum())
         info["dropped_entries"] += dropped
-        info["dropped_bytes"] += dropped * ((4 if enc.get(p + "pool_lp") == "f32" else 8) + files[p + "pool_tok"].itemsize)
+        info["dropped_bytes"] += dropped * ((4 if enc.get(p + "pool_lp") in ("f32", "f32off") else 8)
+                                            + files[p + "pool_tok"].itemsize)
         tok_bytes = 4 if tok.size == 0 or (np.iinfo(np.int32).min <= int(tok.min()) and int(tok.max()) <= np.iinfo(np.int32).max) else 8
         node_bytes = sum(np.dtype(t).itemsize for t in COLUMNS.values()) + (8 if eos_id is not None else 0)
         used += score.shape[0] * node_bytes + total * (8 + tok_bytes)
@@ -189,10 +247,13 @@ def _cut(pool_lp: np.ndarray, s: np.ndarray, off: np.ndarray, tlen: np.ndarray, 
 
 
 def unpack_state(scalars: dict, files: dict[str, np.ndarray], enc: dict[str, str], *,
-                 eos_id: int | None) -> dict[str, np.ndarray]:
-    """The arrays :meth:`PrefixTree.import_state` takes, from a version-3 snapshot's files
-    (``ValueError`` if they do not describe a tree)."""
+                 eos_id: int | None, offsets: list | None = None) -> dict[str, np.ndarray]:
+    """The arrays :meth:`PrefixTree.import_state` takes, from a version-3 or 4 snapshot's files
+    (``ValueError`` if they do not describe a tree); ``offsets`` (a list) is set to each level's row
+    offsets (NaN where none was kept)."""
     n = int(scalars["n_levels"])
+    if offsets is not None:
+        offsets.clear()
     out: dict[str, np.ndarray] = {}
     for k in ("h_comp", "h_pref"):
         out[k] = _int(files, enc, k, np.int64)
@@ -204,7 +265,12 @@ def unpack_state(scalars: dict, files: dict[str, np.ndarray], enc: dict[str, str
         if c["fetched"].dtype != np.bool_:
             raise ValueError(f"{p}fetched has dtype {c['fetched'].dtype}")
         c["floor"] = _float(files, enc, p + "floor")
-        lp = _float(files, enc, p + "pool_lp")
+        if enc.get(p + "pool_lp") == "f32off":
+            lp, lo = _pool_from_offsets(files, p, c["tlen"])
+        else:
+            lp, lo = _float(files, enc, p + "pool_lp"), np.full(c["tlen"].shape[0], np.nan)
+        if offsets is not None:
+            offsets.append(lo)
         tok = files[p + "pool_tok"]
         if tok.dtype.kind not in "iu" or tok.shape != lp.shape or p + "pool_tok" in enc or (tok.dtype.kind == "u" and tok.dtype.itemsize > 2):
             raise ValueError(f"{p}pool_tok does not match {p}pool_lp")
@@ -249,6 +315,26 @@ def unpack_state(scalars: dict, files: dict[str, np.ndarray], enc: dict[str, str
     return out
 
 
+def _pool_from_offsets(files: dict, p: str, tlen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Level ``p``'s pool and per-node offsets from an ``f32off`` encoding (:func:`_pool_with_offsets`)."""
+    v, raw, ro = files[p + "pool_lp"], files[p + "pool_lp~f64"], files[p + "pool_lp~off"]
+    tl = tlen.astype(np.int64)
+    nz = np.flatnonzero(tl > 0)
+    if v.dtype != np.float32 or raw.dtype != np.float64 or ro.dtype != np.float64 or ro.shape != nz.shape \
+            or v.ndim != 1 or raw.ndim != 1 or (tl < 0).any():
+        raise ValueError(f"{p}pool_lp's float32 values do not match their offsets")
+    lo = np.full(tl.shape[0], np.nan)
+    lo[nz] = ro
+    ok = np.isfinite(lo)
+    mask = np.repeat(ok, tl)
+    if int(mask.sum()) != v.shape[0] or mask.shape[0] - v.shape[0] != raw.shape[0]:
+        raise ValueError(f"{p}pool_lp's float32 values do not match their heads")
+    lp = np.empty(mask.shape[0])
+    lp[mask] = from_f32_rows(v, lo[ok], tl[ok])
+    lp[~mask] = raw
+    return lp, lo
+
+
 def _int(files: dict, enc: dict, name: str, dtype: type) -> np.ndarray:
     a = files[name]
     if a.dtype.kind not in "iu" or a.ndim != 1 or name in enc:
@@ -273,19 +359,21 @@ def _float(files: dict, enc: dict, name: str) -> np.ndarray:
     return a
 
 
-def choose_pack(tree, cost: tuple[float, int] | None, keep_tables: bool | None) -> tuple[dict, dict, dict, bool]:
+def choose_pack(tree, cost: tuple[float, int] | None, keep_tables: bool | None,
+                offsets: list | None = None) -> tuple[dict, dict, dict, bool]:
     """``(scalars, files, encodings, cut)``: the snapshot of ``tree``, its tables cut below the built
     budget less the tree's margin when ``keep_tables`` is False or, None, when scoring the cut
     prefixes again (``cost``: measured model seconds and forwards) costs less than the bytes cut
     (:data:`SECONDS_PER_BYTE`; the bytes cut as :func:`measure_cut` estimates them, before anything is
-    packed). ``cost=None``: never cut (a snapshot taken mid-build). The snapshot is packed once."""
+    packed). ``cost=None``: never cut (a snapshot taken mid-build). The snapshot is packed once.
+    ``offsets``: each level's row offsets (:func:`pack_state`)."""
     scalars, arrays = tree.export_state()
     eos = tree.eos_id
     at = tree.built - tree.keep_margin_bits * LN2
     if cost is not None and keep_tables is not True and math.isfinite(at):
-        per, info = measure_cut(scalars, arrays, at)  # the cut alone: the snapshot is packed once
+        per, info = measure_cut(scalars, arrays, at, offsets)  # the cut alone: the snapshot is packed once
         nodes, saved = info["cut_nodes"], info["dropped_bytes"]
         sec, fw = cost
         if nodes and (keep_tables is False or (fw and nodes * sec / fw < saved * SECONDS_PER_BYTE)):
-            return pack_state(scalars, arrays, eos_id=eos, cut=at, measured=per)[:3] + (True,)
-    return pack_state(scalars, arrays, eos_id=eos, cut=None)[:3] + (False,)
+            return pack_state(scalars, arrays, eos_id=eos, cut=at, measured=per, offsets=offsets)[:3] + (True,)
+    return pack_state(scalars, arrays, eos_id=eos, cut=None, offsets=offsets)[:3] + (False,)

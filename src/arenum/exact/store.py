@@ -8,7 +8,7 @@ Layout of the directory::
 
     manifest.json      format and version, the settings and fingerprint it was built with, the
                        snapshot generation, every snapshot file with its size and CRC-32
-    gen-K/*.npy        the snapshot (format 3, :mod:`arenum.exact.snapshot`): one plain ``.npy``
+    gen-K/*.npy        the snapshot (format 4, :mod:`arenum.exact.snapshot`): one plain ``.npy``
                        array per kept tree column, narrowed or coded as the manifest's ``encoding``
                        says; derived columns are rebuilt on open, the rest memory-mapped
                        copy-on-write where their type is the tree's own
@@ -61,9 +61,9 @@ from .._io import atomic_write
 from ..errors import StoreError
 from ..step import StepOracle, decode_token
 from .records import decode_record, encode_record
-from .snapshot import choose_pack, unpack_state
+from .snapshot import choose_pack, note_offsets, unpack_state
 from .storefiles import (JOURNAL_MAGIC, MANIFEST, STORE_FORMAT, STORE_VERSION, CrcWriter, crc_file, encode_tokens,
-                         fsync_dir, manifest_crc, read_manifest, read_record)
+                         fsync_dir, manifest_crc, read_manifest, read_record, short_pair)
 from .tree import PrefixTree
 
 __all__ = ["TreeStore", "root_fingerprint", "open_store", "PROBES", "cluster_workers"]
@@ -175,6 +175,7 @@ class TreeStore:
         self._detached: tuple | None = None  # after a failed write: what the store was (_detach)
         self.keep_tables: bool | None = None  # close(): keep tables whole (None: by cost); cut: the last snapshot did
         self.cut, self._cost = False, (0.0, 0)  # _cost: (model seconds, forwards) of the processes before this one
+        self._version, self._offsets = STORE_VERSION, []  # the manifest's version; row offsets (note_offsets)
         self._stats0 = (tree.oracle.stats.model_seconds, tree.oracle.stats.forwards)
         if os.path.isdir(path) and not os.access(path, os.R_OK | os.X_OK):
             raise StoreError(f"store {path}: permission denied (the folder cannot be read)")
@@ -291,7 +292,7 @@ class TreeStore:
             raise StoreError(f"store {path} was built with {k}={m['meta'].get(k)!r}, this enumerable has "
                              f"{k}={self.meta.get(k)!r}")
         if m["fingerprint"] != self.fingerprint:
-            stored, (a, b) = str(m["fingerprint"]), _short_pair(str(m["fingerprint"]), self.fingerprint)
+            stored, (a, b) = str(m["fingerprint"]), short_pair(str(m["fingerprint"]), self.fingerprint)
             j, w = stored.rsplit("|worker:", 1)[1].partition("/")[::2] if "|worker:" in stored else ("", "")
             if w and stored.split("|plan:")[0] == self.fingerprint:  # this model's store, one worker's part of it
                 raise StoreError(f"store {path} is worker {j}'s part of a {w}-worker distributed store (this model's, "
@@ -323,12 +324,12 @@ class TreeStore:
         try:
             tree.vocab.restore(int_mode, [decode_token(t) for t in toks])
             if m["version"] >= 3:  # narrowed, derived columns (arenum.exact.snapshot); version 2: as they are
-                arrays = unpack_state(m["tree"], arrays, m["encoding"], eos_id=tree.eos_id)
+                arrays = unpack_state(m["tree"], arrays, m["encoding"], eos_id=tree.eos_id, offsets=self._offsets)
                 self._cost = (float(m["cost"][0]), int(m["cost"][1]))
             tree.import_state(m["tree"], arrays)
         except (ValueError, KeyError, TypeError, IndexError) as e:
             raise StoreError(f"store {path}: {MANIFEST} does not describe a valid tree ({e})") from None
-        self.generation = gen
+        self.generation, self._version = gen, int(m["version"])
         self.forwards = int(m["forwards"])
         self._snapshot_bytes = sum(int(f["bytes"]) for f in m["files"].values())
         self._replay(os.path.join(path, f"journal-{gen}.bin"))
@@ -407,6 +408,7 @@ class TreeStore:
             raise StoreError(f"store {self.path}: {rel} record at byte {start} cannot be applied ({e})") from None
         if kind == "fetch":
             self.forwards += int(rec["ns"].shape[0])
+        note_offsets(self._offsets, kind, rec)
         self.replayed += 1
         return seq + 1
 
@@ -513,7 +515,7 @@ class TreeStore:
             self.checkpoint()  # everything journaled so far is applied: snapshot it, start afresh
         vocab = self.tree.vocab
         new = vocab.since(self._ntok)
-        payload = encode_record(kind, rec, seq, vocab.int_mode, encode_tokens(new), self._ntok)
+        payload = encode_record(kind, rec, seq, vocab.int_mode, encode_tokens(new), self._ntok, self._version >= 4)
         hdr = struct.pack("<4sQI", JOURNAL_MAGIC, len(payload), zlib.crc32(payload))
         buf = hdr + struct.pack("<I", zlib.crc32(hdr)) + payload
         fd = self._jfd
@@ -541,6 +543,7 @@ class TreeStore:
         self._journal_bytes = start + len(buf)
         self._ntok += len(new)
         self.forwards = fwd + (int(rec["ns"].shape[0]) if kind == "fetch" else 0)
+        note_offsets(self._offsets, kind, rec)
 
     def rollback(self, seq: int) -> None:
         """Cut commit ``seq``'s records from the journal if they are the last (its commit was rolled
@@ -576,7 +579,7 @@ class TreeStore:
         if os.path.exists(gdir):
             shutil.rmtree(gdir)  # a checkpoint that died before its manifest
         os.makedirs(gdir)
-        scalars, arrays, enc, self.cut = choose_pack(tree, self.cost() if final else None, self.keep_tables)
+        scalars, arrays, enc, self.cut = choose_pack(tree, self.cost() if final else None, self.keep_tables, self._offsets)
         files = {}
         for name, a in arrays.items():
             fp = os.path.join(gdir, name + ".npy")
@@ -608,7 +611,7 @@ class TreeStore:
         jfd, self._jfd = self._jfd, None
         if jfd is not None:
             os.close(jfd)
-        self.generation = gen
+        self.generation, self._version = gen, STORE_VERSION
         self._snapshot_bytes = sum(f["bytes"] for f in files.values())
         self._journal_bytes = 0
         self._ntok = len(toks)
@@ -641,10 +644,3 @@ class _Journal:
         if st is not None:
             st.rollback(seq)
 
-
-def _short_pair(a: str, b: str) -> tuple[str, str]:
-    """Two different fingerprints, cut to show where they differ."""
-    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    if i < 12:
-        return a[:16], b[:16]
-    return a[:8] + "..." + a[i - 4 : i + 16], b[:8] + "..." + b[i - 4 : i + 16]

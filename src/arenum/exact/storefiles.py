@@ -24,13 +24,15 @@ from ..step import encode_token
 
 __all__ = ["StoreError", "encode_tokens", "crc_file", "CrcWriter", "fsync_dir", "manifest_crc",
            "read_manifest", "describe_store", "STORE_FORMAT", "STORE_VERSION", "MANIFEST", "JOURNAL_MAGIC",
-           "JOURNAL_HEADER", "read_record"]
+           "JOURNAL_HEADER", "read_record", "short_pair"]
 
 STORE_FORMAT = "arenum-store"
-STORE_VERSION = 3
-"""Version 3: snapshots narrowed, derived columns left out, tables cut by cost (:mod:`.snapshot`);
-version 2 (every column as the tree holds it) is still read, and written again as 3 by ``close()``."""
-READ_VERSIONS = (2, 3)
+STORE_VERSION = 4
+"""Version 4: a transformer's heads as float32 values plus one float64 offset a row, in the snapshot
+(encoding ``f32off``) and the journal's fetch records (:mod:`.records`); version 3: snapshots
+narrowed, derived columns left out, tables cut by cost (:mod:`.snapshot`); versions 2 (every column
+as the tree holds it) and 3 are still read, and written again as 4 by the next snapshot."""
+READ_VERSIONS = (2, 3, 4)
 MANIFEST = "manifest.json"
 JOURNAL_MAGIC = b"ARJ2"
 JOURNAL_HEADER = struct.Struct("<4sQII")
@@ -174,3 +176,11 @@ def _describe(path: str, m: dict) -> dict:
             "built_bits": 0.0 if float.fromhex(t["built"]) == float("inf") else -float.fromhex(t["built"]) / np.log(2),
             "prefixes": int(t["fetched_nodes"]), "levels": int(t["n_levels"]), "forwards": int(m["forwards"]),
             "note": "snapshot figures; the journal adds what was built since"}
+
+
+def short_pair(a: str, b: str) -> tuple[str, str]:
+    """Two different fingerprints, cut to show where they differ."""
+    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    if i < 12:
+        return a[:16], b[:16]
+    return a[:8] + "..." + a[i - 4 : i + 16], b[:8] + "..." + b[i - 4 : i + 16]

@@ -225,7 +225,7 @@ class PrefixTree:
             cut = klen < heads.full
             widest = max(self._widest, int(heads.full.max(initial=0)))
             rec = {"d": d, "ns": ns, "kid": narrow_ids(kid), "klp": klp, "klen": klen, "cut": cut, "keeps": keeps,
-                   "eos_j": eos_j, "eos_lp": eos_lp, "widest": widest}
+                   "eos_j": eos_j, "eos_lp": eos_lp, "widest": widest, "koff": heads.offs}
             self._commit("fetch", rec, kx=kx)
             if self.progress is not None:
                 goal = self._goal_bits

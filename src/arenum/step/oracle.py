@@ -274,16 +274,21 @@ class StepOracle:
                 parts_lp.append(lps[:k])
                 full[i] = lps.shape[0]
         t_parse = 0.0
+        offs = None  # each row's offset, where the adapter gives one (Heads)
         if self._heads is not None:
             presorted = False
             bs = self.batch_size
             for a in range(0, len(todo), bs):
                 chunk = np.array(todo[a : a + bs], np.int64)
-                r, ids, lps, widths = self._call_heads([prefixes[i] for i in chunk], floors[chunk])
+                r, ids, lps, widths, off = self._call_heads([prefixes[i] for i in chunk], floors[chunk])
                 parts_row.append(chunk[r])
                 parts_ids.append(ids)
                 parts_lp.append(lps)
                 full[chunk] = widths
+                if off is not None:
+                    if offs is None:
+                        offs = np.full(n, np.nan)
+                    offs[chunk] = off
                 self.stats.forwards += len(chunk)
         elif self._batch is not None:
             bs = self.batch_size
@@ -337,13 +342,14 @@ class StepOracle:
                 return heads
         t0 = time.perf_counter()
         heads = build_heads(parts_row, parts_ids, parts_lp, full, n, presorted)
+        heads.offs = offs
         self.stats.parse_seconds += t_parse + time.perf_counter() - t0
         return heads
 
     def _call_heads(
         self, prefixes: list[tuple], floors: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """One ``batch_next_heads`` call, checked: ``(row, ids, lps, widths)`` with ``lps >= floors[row]``.
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """One ``batch_next_heads`` call, checked: ``(row, ids, lps, widths, offsets)`` with ``lps >= floors[row]``.
 
         The contract and what is checked: :func:`arenum.step.tables.parse_heads`.
         """
@@ -355,9 +361,9 @@ class StepOracle:
         st.model_seconds += t1 - t0
         st.calls += 1
         st.batch_calls += 1
-        row, ids, lps, widths = parse_heads(raw, prefixes, floors, self._parser)
+        row, ids, lps, widths, offsets = parse_heads(raw, prefixes, floors, self._parser)
         st.parse_seconds += time.perf_counter() - t1
-        return row, ids, lps, widths
+        return row, ids, lps, widths, offsets
 
     def fetch_rows(self, prefixes: list[tuple], *, remember: bool = False,
                    known: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> tuple[np.ndarray, np.ndarray]:

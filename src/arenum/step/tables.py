@@ -72,13 +72,16 @@ class Heads:
 
     ids int64 ``(M,)``, lps float64 ``(M,)`` (descending within a row, ties in the model's order),
     lens int64 ``(n,)``, full int64 ``(n,)`` = finite entries in the whole row (``lens < full`` means
-    the head was cut).
+    the head was cut); ``offs`` float64 ``(n,)`` or ``None``: each row's offset where the adapter
+    gave one (``batch_next_heads``' fifth array; NaN where unknown), a store's hint, never trusted
+    for a value (``arenum.exact.records.f32_rows`` checks it).
     """
 
-    __slots__ = ("ids", "lps", "lens", "full")
+    __slots__ = ("ids", "lps", "lens", "full", "offs")
 
-    def __init__(self, ids: np.ndarray, lps: np.ndarray, lens: np.ndarray, full: np.ndarray) -> None:
-        self.ids, self.lps, self.lens, self.full = ids, lps, lens, full
+    def __init__(self, ids: np.ndarray, lps: np.ndarray, lens: np.ndarray, full: np.ndarray,
+                 offs: np.ndarray | None = None) -> None:
+        self.ids, self.lps, self.lens, self.full, self.offs = ids, lps, lens, full, offs
 
 
 class Scratch:
@@ -468,8 +471,8 @@ def collect_rows(tabs, rows, floors, parts_row, parts_ids, parts_lp, full) -> No
 # ---------------------------------------------------------------------- heads
 def parse_heads(
     raw: Any, prefixes: list[tuple], floors: np.ndarray, ps: Parser
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Check one ``batch_next_heads`` result: ``(row, ids, lps, widths)`` with ``lps >= floors[row]``.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """Check one ``batch_next_heads`` result: ``(row, ids, lps, widths, offsets)`` with ``lps >= floors[row]``.
 
     Contract: ``batch_next_heads(prefixes, floors) -> (counts, tokens, log_probs, widths)``, all
     1-D arrays: ``counts[i]`` entries of prefix ``i`` (rows concatenated in prefix order, equal
@@ -477,15 +480,25 @@ def parse_heads(
     (more is allowed: they are dropped here), integer tokens, and ``widths[i]`` the number of
     finite entries of the whole table. The callback guarantees each whole table is normalized;
     what can be seen is checked: cardinality, shapes, NaN, ``> 0``, duplicate tokens,
-    ``counts <= widths``, and a head whose probabilities sum above ``1 + norm_tol``.
+    ``counts <= widths``, and a head whose probabilities sum above ``1 + norm_tol``. A fifth array
+    ``offsets`` (float64, one per prefix, NaN where unknown) may follow: row ``i``'s log-probs are
+    ``float64(float32 value) - offsets[i]``; a store uses it to keep the row in 4 bytes an entry and
+    checks it there, so a wrong offset costs bytes, never a value (``offsets`` is ``None`` without it).
     """
     n = len(prefixes)
-    if not (isinstance(raw, (tuple, list)) and len(raw) == 4):
+    if not (isinstance(raw, (tuple, list)) and len(raw) in (4, 5)):
         raise TypeError(
-            "batch_next_heads must return a (counts, tokens, log_probs, widths) tuple of arrays, "
+            "batch_next_heads must return a (counts, tokens, log_probs, widths[, offsets]) tuple of arrays, "
             f"got {type(raw).__name__}"
         )
-    counts, toks, lps, widths = (np.asarray(x) for x in raw)
+    counts, toks, lps, widths = (np.asarray(x) for x in raw[:4])
+    offsets = None
+    if len(raw) == 5 and raw[4] is not None:
+        offsets = np.asarray(raw[4])
+        if offsets.shape != (n,) or offsets.dtype.kind != "f":
+            raise ValueError(f"batch_next_heads: offsets must be {n} floats, one per prefix, got "
+                             f"{offsets.dtype} {offsets.shape}")
+        offsets = offsets.astype(np.float64, copy=False)
     for name, a, m in (("counts", counts, n), ("widths", widths, n)):
         if a.ndim != 1 or a.dtype.kind not in "iu":
             raise TypeError(f"batch_next_heads: {name} must be a 1-D integer array, got {a.dtype} {a.shape}")
@@ -545,7 +558,7 @@ def parse_heads(
     keep = lps >= floors[row]
     if not keep.all():
         row, ids, lps = row[keep], ids[keep], lps[keep]
-    return row, ids, lps, widths
+    return row, ids, lps, widths, offsets
 
 
 def build_heads(parts_row: list, parts_ids: list, parts_lp: list, full: np.ndarray, n: int,

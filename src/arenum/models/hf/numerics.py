@@ -11,7 +11,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["HeadParts", "LogSoftmax64", "as_numpy"]
+__all__ = ["HeadParts", "LogSoftmax64", "as_numpy", "row_offsets"]
+
+
+def row_offsets(lse: np.ndarray, logits: torch.Tensor, scale: float) -> np.ndarray:
+    """Each row's offset for ``batch_next_heads`` (``docs/store.md``): ``lse`` where the row's
+    log-probs are ``float64(float32 logit) - lse`` (``scale == 1`` and logits of at most 32 bits:
+    a store keeps the row as float32 logits plus this one float64, rebuilt bit for bit), else NaN."""
+    if scale != 1.0 or logits.dtype == torch.float64:
+        return np.full(lse.shape, np.nan)
+    return np.asarray(lse, np.float64)
 
 
 def as_numpy(logits: torch.Tensor) -> np.ndarray:
@@ -63,25 +72,32 @@ class LogSoftmax64:
             lse[a : a + step] = mx + np.log(w.sum(axis=1))
         return lse
 
-    def _write_rows_cpu(self, dst: np.ndarray, x: np.ndarray, scale: float) -> None:
-        """``dst = float64(x) * scale - lse`` row by row (``dst`` float64, same shape)."""
+    def _write_rows_cpu(self, dst: np.ndarray, x: np.ndarray, scale: float) -> np.ndarray:
+        """``dst = float64(x) * scale - lse`` row by row (``dst`` float64, same shape); returns ``lse``."""
         lse = self._lse_cpu(x, scale)
         self._scaled64(x, dst, scale)
         dst -= lse[:, None]
+        return lse
 
     def rows(self, logits: torch.Tensor, scale: float, host: bool) -> torch.Tensor:
         """float64 log-softmax over the last axis, any leading shape (a CPU tensor when ``host``)."""
+        return self.rows_lse(logits, scale, host)[0]
+
+    def rows_lse(self, logits: torch.Tensor, scale: float, host: bool) -> tuple[torch.Tensor, np.ndarray]:
+        """:meth:`rows` and each row's ``lse`` (float64 numpy, the leading shape): the log-probs are
+        ``float64(logit) * scale - lse`` exactly as computed (:func:`row_offsets`)."""
         shape = logits.shape
         V = shape[-1]
         if host:
             x = as_numpy(logits.reshape(-1, V))
             out = np.empty(x.shape, np.float64)
-            self._write_rows_cpu(out, x, scale)
-            return torch.from_numpy(out).reshape(shape)
+            lse = self._write_rows_cpu(out, x, scale)
+            return torch.from_numpy(out).reshape(shape), lse.reshape(shape[:-1])
         x64 = logits.to(torch.float64)
         if scale != 1.0:
             x64 = x64 * scale
-        return x64.sub_(torch.logsumexp(x64, dim=-1, keepdim=True))
+        lse_t = torch.logsumexp(x64, dim=-1, keepdim=True)
+        return x64.sub_(lse_t), lse_t.squeeze(-1).cpu().numpy()
 
     def write(self, dst: np.ndarray, rows: list[int], logits: torch.Tensor, scale: float, host: bool) -> None:
         """``dst[rows] = log_softmax(scale * logits)`` in float64 (``dst`` a numpy array)."""
@@ -98,10 +114,11 @@ class LogSoftmax64:
 
     def heads(
         self, logits: torch.Tensor, floors: np.ndarray, scale: float, host: bool
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Entries with log-prob ``>= floors[r]`` of each row: ``(row, col, logp)``, row-major.
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Entries with log-prob ``>= floors[r]`` of each row: ``(row, col, logp, lse)``, row-major,
+        ``lse`` each row's float64 log-sum-exp (``logp = float64(logit) * scale - lse[row]``).
 
-        The same numbers as :meth:`rows`; only the selected entries leave the device.
+        The same numbers as :meth:`rows`; only the selected entries and ``lse`` leave the device.
         """
         if host:
             x = as_numpy(logits)
@@ -118,11 +135,11 @@ class LogSoftmax64:
                 vals *= scale
             vals -= lse[r]
             ok = vals >= floors[r]
-            return r[ok], c[ok], vals[ok]
-        lp = self.rows(logits, scale, host)
+            return r[ok], c[ok], vals[ok], lse
+        lp, lse = self.rows_lse(logits, scale, host)
         f = torch.as_tensor(floors, dtype=torch.float64, device=lp.device)
         r, c = torch.nonzero(lp >= f[:, None], as_tuple=True)
-        return r.cpu().numpy(), c.cpu().numpy(), lp[r, c].cpu().numpy()
+        return r.cpu().numpy(), c.cpu().numpy(), lp[r, c].cpu().numpy(), lse
 
 
 class HeadParts:

@@ -5,6 +5,7 @@ this module normalizes their logits in float64 (with :mod:`.numerics`) and answe
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Any, Iterable, Iterator, Sequence
@@ -17,7 +18,7 @@ from .forward import CausalLMStats, ModelRunner
 from .kv import KVStore
 from .load import (check_settings, check_tokenizer, context_limit, encode_prompt, load_checkpoint, resolve_device,
                    resolve_dtype, resolve_special, token_ids, vocab_size_of)
-from .numerics import HeadParts, LogSoftmax64
+from .numerics import HeadParts, LogSoftmax64, row_offsets
 
 __all__ = ["CausalLMOracle"]
 
@@ -121,6 +122,7 @@ class CausalLMOracle:
         self.dtype = first.dtype if first is not None else (tdtype or torch.float32)
         self.stats = CausalLMStats()
         self._prompt_logprobs: np.ndarray | None = None
+        self._prompt_offset = math.nan  # the prompt row's offset (batch_next_heads)
         self._norm = LogSoftmax64()
         self._store_limit_set = False
 
@@ -158,6 +160,7 @@ class CausalLMOracle:
         new.__dict__.update(self.__dict__)
         new.stats = CausalLMStats()
         new._prompt_logprobs = None
+        new._prompt_offset = math.nan
         new._kv = self._kv.empty_copy()
         new._run = self._run.for_prompt(self._encode_prompt(prompt), new._kv)
         new._norm = LogSoftmax64()
@@ -254,9 +257,12 @@ class CausalLMOracle:
             return self._prompt_logprobs
         with torch.inference_mode():
             logits = self._run.prompt_logits(self.stats)
-            lp = self._logprobs(logits[0, -1]).cpu().numpy()
+            row = logits[0, -1]
+            lp_t, lse = self._norm.rows_lse(row, self.logit_scale, self._host_math(row))
+            lp = lp_t.cpu().numpy()
         if lp.shape != (self.vocab_size,):
             raise ValueError(f"model returned logits of width {lp.shape[-1]}, expected {self.vocab_size}")
+        self._prompt_offset = float(row_offsets(np.reshape(lse, 1), row, self.logit_scale)[0])
         self._prompt_logprobs = lp
         return lp
 
@@ -281,9 +287,12 @@ class CausalLMOracle:
         """``dst[rows] = log_softmax(logit_scale * logits)`` in float64 (``dst`` a numpy array)."""
         self._norm.write(dst, rows, logits, self.logit_scale, self._host_math(logits))
 
-    def _heads_of(self, logits: torch.Tensor, floors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Entries with log-prob ``>= floors[r]`` of each row: ``(row, col, logp)``, row-major."""
-        return self._norm.heads(logits, floors, self.logit_scale, self._host_math(logits))
+    def _heads_of(self, logits: torch.Tensor, floors: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Entries with log-prob ``>= floors[r]`` of each row: ``(row, col, logp)``, row-major, and
+        each row's offset (:func:`.numerics.row_offsets`)."""
+        r, c, v, lse = self._norm.heads(logits, floors, self.logit_scale, self._host_math(logits))
+        return r, c, v, row_offsets(lse, logits, self.logit_scale)
 
     # ------------------------------------------------------------------ callbacks
     def next_logprobs(self, prefix: Sequence[int]) -> np.ndarray:
@@ -305,12 +314,15 @@ class CausalLMOracle:
 
     def batch_next_heads(
         self, prefixes: Sequence[Sequence[int]], floors: Sequence[float]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Table heads: for each prefix, the tokens whose log-prob is ``>= floors[i]``.
 
-        Returns ``(counts, tokens, log_probs, widths)`` (see ``docs/core.md``): ``counts[i]``
+        Returns ``(counts, tokens, log_probs, widths, offsets)`` (see ``docs/core.md``): ``counts[i]``
         entries per prefix, concatenated in prefix order with ascending token ids inside a row,
-        float64 log-probs bit-identical to :meth:`batch_next_logprobs`, and ``widths[i] = V``.
+        float64 log-probs bit-identical to :meth:`batch_next_logprobs`, ``widths[i] = V``, and
+        ``offsets[i]`` the row's float64 log-sum-exp, so that every log-prob of row ``i`` is
+        ``float64(float32 logit) - offsets[i]`` (NaN when that does not hold: a ``logit_scale``
+        other than 1, float64 logits); a store keeps such a row in 4 bytes an entry (``docs/store.md``).
         The rows are normalized and cut where the model runs, so only the heads are copied out;
         the core's prefix tree uses this instead of full rows (wired by :meth:`enumerable`).
         """
@@ -324,6 +336,7 @@ class CausalLMOracle:
         if fl.shape[0] != n:
             raise ValueError(f"batch_next_heads: {fl.shape[0]} floors for {n} prefixes")
         parts = HeadParts()
+        offsets = np.full(n, math.nan)
         for rows, logits in self._level_logits(keys):
             ix = np.asarray(rows, dtype=np.int64)
             if logits is None:
@@ -331,12 +344,14 @@ class CausalLMOracle:
                 assert lp is not None
                 for i in ix.tolist():
                     parts.add_row(i, lp, fl[i])
+                offsets[ix] = self._prompt_offset
             else:
-                r, c, v = self._heads_of(logits, fl[ix])
+                r, c, v, off = self._heads_of(logits, fl[ix])
                 parts.add(ix[r], c, v)
+                offsets[ix] = off
         counts, tokens, logps = parts.assemble(n)
         self.stats.callback_seconds += time.perf_counter() - t_start
-        return counts, tokens, logps, np.full(n, self.vocab_size, np.int64)
+        return counts, tokens, logps, np.full(n, self.vocab_size, np.int64), offsets
 
     @staticmethod
     def _keys(prefixes: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
