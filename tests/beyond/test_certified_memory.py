@@ -84,3 +84,68 @@ def test_eval_curve_builds_the_counts_once_one_rounding_at_a_time(monkeypatch):
     sweeps = got_e.certified()._sweeps
     assert sweeps and all(sw.ring is None and sw.N is None for sw in sweeps.values())
     assert any(sw.ring is not None or sw.N is not None for sw in want_e.certified()._sweeps.values())
+
+
+class _EagerSteps(certified.LazySteps):
+    """The step tables as first written: int64 cells, every probability made at once."""
+
+    def __missing__(self, lower):
+        import math
+
+        from arenum.beyond.certified_steps import StepEdges, merged_steps
+
+        _, lp, nxt, _ = self.tables.step_tables(self.terminating)
+        possible = lp > -math.inf
+        cost = (np.ceil if lower else np.floor)(np.where(possible, -lp, 0.0) / self.delta).astype(np.int64)
+        prob = np.where(possible, np.exp(lp), 0.0)
+        e = self[lower] = StepEdges(*merged_steps(np.where(possible, nxt, 0).astype(np.int32), cost, prob, possible, lower),
+                                    self.B)
+        return e
+
+
+def _all_brackets(cc: CertifiedCounter, ts) -> list:
+    out = [(b.lo, b.hi) for t in ts for b in (cc.count_bracket(t), cc.rank_bracket(t))]
+    out += [(b.lo, b.hi) for t in ts[::3] for b in (cc.mass_bracket(t),)]
+    return out + [cc.threshold_bracket(k) for k in (1, 10, 1000)]
+
+
+@pytest.mark.parametrize("jit", ["numba", "numpy"])
+def test_lean_step_tables_give_the_same_brackets_under_each_preset(monkeypatch, jit):
+    """int32 cells and indices, probabilities made only when a mass DP (or merged steps) reads them:
+    every bracket bit for bit the eager tables' under each policy preset, a count DP never makes the
+    probabilities, and the brackets hold the brute-forced truth of a short cap."""
+    from arenum import why_rejected
+    from arenum.constraints import PRESETS, Policy, policy
+
+    if jit == "numpy":
+        monkeypatch.setattr(certified, "_compiled_sweep", lambda: None)
+    m = NGramModel.fit(["Pass1!", "abc12", "Xy#9z", "summer", "Abc!2", "dragon1", "P@ss", "Zz1!", "A1b2C3", "quiz", "queen",
+                        "quote", "q1!", "quit"], order=2)  # "u" after "q": a step of about 0.9, rounded to 0 at 1 bit
+    ts = [float(t) for t in np.linspace(-1.0, -45.0, 10)]
+    unmerged, zero = 0, False
+    for c in [None] + [policy(n) for n in sorted(PRESETS)] + [Policy(min_len=3, min_classes=2)]:
+        short = c is not None and c.name == "policy(min_len=3, classes>=2)"
+        ar = m.enumerable(max_len=5 if short else 15, constraint=c)
+        fs = ar.finite_state_tables()
+        res = 1.0 if c is None else 1 / 4  # 1 bit: likely steps round down to zero cells (resolved in a cell)
+        lean = CertifiedCounter(fs, ar.support, resolution_bits=res, max_bits=70)
+        eager = CertifiedCounter(fs, ar.support, resolution_bits=res, max_bits=70)
+        eager._edges = _EagerSteps(fs, True, eager.delta, certified._Sweep.B)
+        counts = [(b.lo, b.hi) for t in ts for b in (lean.count_bracket(t),)]
+        e = lean._edges[True]
+        if e.weight is None:  # merged steps need their probabilities at once
+            unmerged += 1
+            assert callable(e._prob) and e._c_prob is None, c  # the counts never made the probabilities
+        assert e.cost.dtype == e.c_src.dtype == e.c_cost.dtype == e.by_target[0].dtype == np.int32
+        assert _all_brackets(lean, ts) == _all_brackets(eager, ts), c
+        zero |= bool(lean._edges[False].c_zero.any())
+        assert counts == [(b.lo, b.hi) for t in ts for b in (eager.count_bracket(t),)]
+        if short:  # brute force: every sequence of the support, filtered
+            toks = [t for t in range(m.vocab_size) if t != m.eos]
+            seqs = [x + (m.eos,) for n in range(5) for x in itertools.product(toks, repeat=n)
+                    if why_rejected(c, m.decode(x)) is None]
+            sc = np.asarray(m.score_sequences(seqs))
+            for t in ts:
+                b = lean.count_bracket(t)
+                assert b.lo <= int((sc >= t).sum()) <= b.hi
+    assert unmerged >= 2 and zero  # the plain n-gram and some products keep their tables unmerged

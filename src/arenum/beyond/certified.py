@@ -191,7 +191,7 @@ class _Sweep:
         step = max(1, (1 << 22) // max(1, V * B))  # states per chunk: ~32 MB of windows
         for a in range(0, S, step):
             sl = slice(a, a + step)
-            idx = e.nxt[sl].astype(np.int64) * W + (np.maximum(K - e.cost[sl], -P) + P - o)  # window starts
+            idx = e.nxt[sl].astype(np.int64) * W + (np.maximum(K - e.cost[sl].astype(np.int64), -P) + P - o)  # window starts
             idx[~bulk[sl]] = S * W  # the zero row
             G = win[idx]  # (chunk, V, B) copies of contiguous windows
             if self.mass:
@@ -207,7 +207,7 @@ class _Sweep:
         e, S, P = self.e, self.S, self.B
         if len(e.c_src):
             nz = ~e.c_zero
-            vals = read[e.c_nxt[nz], k - e.c_cost[nz] + P - o]  # cost < B = P: inside the padding at worst
+            vals = read[e.c_nxt[nz], k - e.c_cost[nz].astype(np.int64) + P - o]  # cost < B = P: inside the padding at worst
             if self.mass:
                 vals = vals * e.c_prob[nz]
             elif e.c_weight is not None:
@@ -217,7 +217,7 @@ class _Sweep:
             v += np.where(self.end_cost <= k, self.end_prob if self.mass else 1.0, 0.0)
         self._slack(v)
         if e.c_zero.any():
-            zs, zn, zp = e.c_src[e.c_zero], e.c_nxt[e.c_zero], e.c_prob[e.c_zero]
+            zs, zn, zp = e.c_src[e.c_zero], e.c_nxt[e.c_zero], e.c_prob[e.c_zero] if self.mass else None  # counts: no p
             base = v
             zw = None if e.c_weight is None else e.c_weight[e.c_zero]
             for _ in range(e.zero_depth + 1):

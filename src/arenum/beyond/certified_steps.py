@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any, Callable
 
 import numpy as np
 
@@ -21,19 +22,25 @@ __all__ = ["merged_steps", "StepEdges", "LazySteps"]
 _U = 2.0**-53  # unit roundoff of float64
 
 
-def merged_steps(nx: np.ndarray, cost: np.ndarray, prob: np.ndarray, possible: np.ndarray, lower: bool
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+def merged_steps(nx: np.ndarray, cost: np.ndarray, prob: np.ndarray | Callable[[], np.ndarray], possible: np.ndarray,
+                 lower: bool) -> tuple[np.ndarray, np.ndarray, Any, np.ndarray, np.ndarray | None]:
     """``(next, cost, prob, possible, weight)`` of one rounding, with the steps of a state that share
     their next state and their cell merged into one step of integer ``weight`` (their number) and
     probability (their sum, widened by ``(m + 4) u`` for ``m`` summed): the same DP values, each a sum
     of fewer terms.  Done only when it shrinks the tables four times or more (a PCFG's groups of
     thousands of strings, a few hundred distinct cells), else the tables are kept (``weight`` None)
-    with ``prob`` widened by ``4 u``."""
+    with ``prob`` widened by ``4 u``.  ``prob`` may be a callable making it: it is then called only
+    to merge, and kept tables get a callable making the widened probabilities when first read (a
+    count DP never reads them); whether to merge is told from the first rows when they already
+    show distinct steps (an n-gram: no full sort of its tables)."""
     pad = 1 - 4 * _U if lower else 1 + 4 * _U
     S, V = nx.shape
     if not possible.any():
-        return nx, cost, prob * pad, possible, None
-    base = int(cost[possible].max()) + 1
+        return nx, cost, _padded(prob, pad), possible, None
+    base = int(np.max(cost, where=possible, initial=0)) + 1
+    head = max(1, (1 << 20) // max(1, V))  # the first rows alone: an n-gram is told from them
+    if S > head and 4 * _width(nx[:head], cost[:head], possible[:head], base) > V:
+        return nx, cost, _padded(prob, pad), possible, None
     key = np.where(possible, nx.astype(np.int64) * base + cost, -1)  # (next state, cell) of each step; -1: impossible
     order = np.argsort(key, axis=1, kind="stable")  # per state: impossible steps first, then by key
     ks = np.take_along_axis(key, order, axis=1)
@@ -42,7 +49,9 @@ def merged_steps(nx: np.ndarray, cost: np.ndarray, prob: np.ndarray, possible: n
     per_state = new.sum(axis=1)
     width = int(per_state.max())
     if 4 * width > V:  # an n-gram: its steps lead to distinct states
-        return nx, cost, prob * pad, possible, None
+        return nx, cost, _padded(prob, pad), possible, None
+    if callable(prob):
+        prob = prob()
     valid = (ks >= 0).ravel()
     g = (np.cumsum(new.ravel()) - 1)[valid]  # the merged step of each possible step
     n_new = int(per_state.sum())
@@ -59,6 +68,23 @@ def merged_steps(nx: np.ndarray, cost: np.ndarray, prob: np.ndarray, possible: n
     return out_n, out_c, out_p, out_ok, out_w
 
 
+def _width(nx: np.ndarray, cost: np.ndarray, possible: np.ndarray, base: int) -> int:
+    """The most distinct ``(next state, cell)`` pairs of one state's possible steps."""
+    key = np.where(possible, nx.astype(np.int64) * base + cost, -1)
+    key.sort(axis=1)
+    new = key >= 0
+    new[:, 1:] &= key[:, 1:] != key[:, :-1]
+    return int(new.sum(axis=1).max()) if len(key) else 0
+
+
+def _padded(prob: Any, pad: float) -> Any:
+    """``prob * pad``, or, for a callable making ``prob``, a callable making it when first read (a
+    count DP without merged steps never reads the probabilities: 8 bytes a step not held)."""
+    if callable(prob):
+        return lambda: prob() * pad
+    return prob * pad
+
+
 class StepEdges:
     """The transitions of one rounding as dense ``(S, V)`` tables: next state, cell cost, probability.
 
@@ -68,28 +94,49 @@ class StepEdges:
     where they fit: a 5-gram's steps number millions). Memory: about 60 bytes a possible step.
     """
 
-    def __init__(self, nxt: np.ndarray, cost: np.ndarray, prob: np.ndarray, possible: np.ndarray,
-                 weight: np.ndarray | None, B: int) -> None:
+    def __init__(self, nxt: np.ndarray, cost: np.ndarray, prob: np.ndarray | Callable[[], np.ndarray],
+                 possible: np.ndarray, weight: np.ndarray | None, B: int) -> None:
         self.S = nxt.shape[0]
-        self.nxt, self.cost, self.prob, self.possible = nxt, cost, prob, possible  # (S, V) each
+        narrow = self.S < 2**31 and int(np.max(cost, where=possible, initial=0)) < 2**31
+        it = np.int32 if narrow else np.int64  # indices and cells: int32 where they fit (the same values)
+        self.nxt, self.cost, self.possible = nxt, cost.astype(it, copy=False), possible  # (S, V) each
+        self._prob = prob  # (S, V), or a callable making it when first read (:attr:`prob`)
         self.weight = weight  # (S, V) float64 integer multiplicities of merged steps (count DPs), or None
         self.degree = int(possible.sum(axis=1).max()) if possible.size else 0
         self.bulk = possible & (cost >= B)  # (S, V) bool
         cs, cj = np.nonzero(possible & (cost < B))
-        self.c_src, self.c_nxt, self.c_cost, self.c_prob = cs, nxt[cs, cj], cost[cs, cj], prob[cs, cj]
-        self.c_weight = None if weight is None else weight[cs, cj]
+        self.c_src, self._c_col = cs.astype(it), cj.astype(it)  # copies: the (2, n) int64 result goes
+        del cs, cj
+        self.c_nxt, self.c_cost = nxt[self.c_src, self._c_col], self.cost[self.c_src, self._c_col]
+        self.c_weight = None if weight is None else weight[self.c_src, self._c_col]
         self.c_zero = self.c_cost == 0
+        self._c_prob: np.ndarray | None = None
         src, col = np.nonzero(possible)
         self.n_edges = len(src)
-        fn, fc = nxt[src, col], cost[src, col]  # (E,) each: the possible steps, for the min-plus DP
+        fn, fc = nxt[src, col], self.cost[src, col]  # (E,) each: the possible steps, for the min-plus DP
         del col
+        src = src.astype(it)
         o = np.argsort(fn, kind="stable")  # grouped by next state: one reduceat per min-plus step
         fn = fn[o]
         first = np.flatnonzero(np.r_[True, fn[1:] != fn[:-1]]) if len(o) else np.zeros(0, np.int64)
-        narrow = self.S < 2**31 and (not len(fc) or int(fc.max()) < 2**31)
-        it = np.int32 if narrow else np.int64
-        self.by_target = (src[o].astype(it), fc[o].astype(it), first, fn[first])
-        self.zero_depth = self._zero_depth(cs[self.c_zero], self.c_nxt[self.c_zero]) if self.c_zero.any() else 0
+        self.by_target = (src[o], fc[o].astype(it, copy=False), first, fn[first])
+        del src, fc, o, fn
+        self.zero_depth = self._zero_depth(self.c_src[self.c_zero], self.c_nxt[self.c_zero]) if self.c_zero.any() else 0
+
+    @property
+    def prob(self) -> np.ndarray:
+        """``(S, V)`` float64: each step's probability, widened for the rounding (made on first read
+        when it was given as a callable: the mass DPs and merged steps read it, a count DP does not)."""
+        if callable(self._prob):
+            self._prob = self._prob()
+        return self._prob
+
+    @property
+    def c_prob(self) -> np.ndarray:
+        """The probabilities of the cheap steps (``c_src``), read from :attr:`prob` on first use."""
+        if self._c_prob is None:
+            self._c_prob = self.prob[self.c_src, self._c_col]
+        return self._c_prob
 
     def _zero_depth(self, src: np.ndarray, nxt: np.ndarray) -> int:
         """Longest path of zero-cost edges (they are resolved within one cell); cycles are refused."""
@@ -118,9 +165,18 @@ class LazySteps(dict):
         _, lp, nxt, _ = self.tables.step_tables(self.terminating)
         possible = lp > -math.inf  # (S, V)
         cost = np.where(possible, -lp, 0.0) / self.delta  # exact: delta is a power of two
-        cost = (np.ceil if lower else np.floor)(cost).astype(np.int64)
-        prob = np.where(possible, np.exp(lp), 0.0)
+        (np.ceil if lower else np.floor)(cost, out=cost)
+        big = float(np.max(cost, where=possible, initial=0.0)) >= 2**31
+        cost = cost.astype(np.int64 if big else np.int32)  # cells: int32 where they fit (the same integers)
+        del lp
         nx = np.where(possible, nxt, 0).astype(np.int32 if self.tables.n_states < 2**31 else np.int64)
+        del nxt
+        tables, terminating = self.tables, self.terminating
+
+        def prob() -> np.ndarray:  # made when first read (a count DP of an n-gram never does)
+            lp = tables.step_tables(terminating)[1]
+            return np.where(lp > -math.inf, np.exp(lp), 0.0)
+
         e = self[lower] = StepEdges(*merged_steps(nx, cost, prob, possible, lower), self.B)
         self.seconds += time.perf_counter() - t0
         return e
