@@ -460,3 +460,26 @@ def test_a_short_support_answers_a_deep_count_exactly_without_the_dp():
     assert e.certified().stats["cells"] == {}  # no DP grown
     deep = model.enumerable(max_len=6, max_prefixes=30)  # a long one still asks the DP, and brackets
     check_count(deep.count(-40.0), _ngram_truth(model, 6).count(-40.0), {"certified"})
+
+
+def test_the_whole_support_past_the_cap_is_counted_by_the_dp():
+    """``count(-inf)`` past the caps (the CLI's ``count --min-log-prob -inf``): the support's least
+    score is finite, so the DP counts there (every sequence scores at least it): the truth, not
+    ``[head, inf]`` with the head's count as the point."""
+    model = _ngram()
+    for max_len in (4, 5, 6):
+        truth = _ngram_truth(model, max_len)
+        e = model.enumerable(max_len=max_len, max_prefixes=10)
+        with pytest.raises(BudgetExceeded):
+            e.seek_index().count(-math.inf)  # the exact build cannot
+        floor = e.answers.support_floor(e.certified())
+        assert floor <= truth.s.min() <= floor + 1e-9  # the least score, to rounding
+        for r in (e.count(-math.inf), e.count_bracket(-math.inf)):
+            check_count(r, len(truth.s), {"certified"})
+            lo, hi = (r.ci_lo, r.ci_hi) if hasattr(r, "ci_lo") else (r.lo, r.hi)
+            assert lo == hi == len(truth.s)  # a few cells under the least score: both ends take them all
+    from arenum.beyond import CertifiedCounter
+
+    cc = CertifiedCounter(e.finite_state_tables(), e.support, max_bits=4)  # the least score past its depth
+    r = e.answers._cert_count(cc, -math.inf)
+    assert r.lo <= len(truth.s) <= r.hi and r.lo < r.hi and r.method == "certified"

@@ -59,13 +59,14 @@ class Answers:
         self.beyond = beyond
         self.estimates = estimates and beyond is not None
         self.certified = certified and beyond is not None
+        self._floor: tuple[CertifiedCounter, float] | None = None  # (counter, its support_floor)
 
     # ------------------------------------------------------------------ the regime ladder
     def regime(self, build: Callable[[], R], exact: Callable[[R], R], *, t: float = 0.0,
                sub_support: Callable[[R], R] | None = None,
                certified: Callable[[CertifiedCounter], R] | None = None,
                estimate: Callable[[MonteCarloEstimator, ExactHead | None], R] | None = None,
-               bracket: Callable[[ExactIndex], R] | None = None) -> R:
+               bracket: Callable[[ExactIndex], R] | None = None, whole: bool = False) -> R:
         """The one regime decision of every query: the first rung that applies makes the record.
 
         ``build()`` deepens the index to the query's budget (it raises
@@ -76,8 +77,9 @@ class Answers:
 
         past a resource cap:
 
-        - ``certified(cc)``: a finite-state model's DP (``method='certified'``); not for
-          ``t = -inf`` (the whole support: its count stays the indexed one) nor under ``branch_cap``;
+        - ``certified(cc)``: a finite-state model's DP (``method='certified'``); not under
+          ``branch_cap``, and for ``t = -inf`` (the whole support) only when ``whole`` (a count) and
+          the support's least score is finite (:meth:`support_floor`: the count there is the same);
         - ``estimate(est, head)``: a Monte Carlo estimate, only when estimates are allowed;
         - ``bracket(idx)``: a certified bracket around the deepest index built (``method='bracket'``);
         - none of these: the :class:`~arenum.errors.BudgetExceeded` propagates.
@@ -93,7 +95,7 @@ class Answers:
                 raise BudgetExceeded("the certified count shows the exact build would pass a cap")
             x = build()
         except BudgetExceeded:
-            cc = self._certified_counter(t) if certified is not None else None
+            cc = self._certified_counter(t, whole) if certified is not None else None
             if cc is not None:
                 self.beyond.certified_note("answering past the exact budget")
                 return _stamp(certified(cc), "certified")
@@ -125,12 +127,42 @@ class Answers:
         self.beyond.certified_note("checking the exact build's size")
         return seek.surely_over_caps(cc.count_lower(t), per)
 
-    def _certified_counter(self, t: float) -> CertifiedCounter | None:
+    def _certified_counter(self, t: float, whole: bool = False) -> CertifiedCounter | None:
         """The certified counter past a cap (never under ``branch_cap``: it counts the whole support;
-        nor for ``t = -inf``, the whole support, whose count past a cap stays the indexed one)."""
-        if not self.certified or self._capped or t == -math.inf:
+        for ``t = -inf``, the whole support, only when ``whole`` and its least score is finite)."""
+        if not self.certified or self._capped or (t == -math.inf and not whole):
             return None
-        return self.beyond.certified()
+        cc = self.beyond.certified()
+        if t == -math.inf and cc is not None and self.support_floor(cc) == -math.inf:
+            return None
+        return cc
+
+    def support_floor(self, cc: CertifiedCounter) -> float:
+        """The least score of any sequence of the support (``-inf`` when it has none): a min-plus walk
+        of ``cc``'s tables over the length cap, from the start state. Every sequence scores ``>=`` it,
+        so ``count(-inf) == count(support_floor)``. Computed once per counter (``cap`` passes over
+        the tables)."""
+        if self._floor is not None and self._floor[0] is cc:
+            return self._floor[1]
+        import numpy as np
+
+        tab = cc.tables
+        _, lp, nxt, end = tab.step_tables(cc.terminating)
+        ok = np.isfinite(lp) & (nxt >= 0)
+        lp, nxt = np.where(ok, lp, np.inf), np.where(ok, nxt, 0)
+        fin_end = np.where(np.isfinite(end), end, np.inf)
+        # least score of a completion from each state: eos now, or after one more token (terminating:
+        # at most cap - 1 tokens then eos; fixed length: exactly cap tokens)
+        least = fin_end.copy() if cc.terminating else np.zeros(tab.n_states)
+        for _ in range(cc.cap - 1 if cc.terminating else cc.cap):
+            step = np.concatenate([(lp[i:i + 4096] + least[nxt[i:i + 4096]]).min(axis=1)  # rows in blocks:
+                                   for i in range(0, tab.n_states, 4096)])  # temporaries of 4096 rows
+            least = np.minimum(fin_end, step) if cc.terminating else step
+        v = float(least[tab.start])
+        # a true floor under float rounding: a sum of cap terms in another order differs by a few ulps
+        floor = v - abs(v) * (cc.cap + 2) * 4 * 2.0**-52 if math.isfinite(v) else -math.inf
+        self._floor = (cc, floor)
+        return floor
 
     def _estimator(self) -> tuple[MonteCarloEstimator, ExactHead | None]:
         """The automatic regime's estimator: before its draws are made (once), the exact head is
@@ -177,6 +209,10 @@ class Answers:
 
     def _cert_count(self, cc: CertifiedCounter, t: float) -> CountBracket:
         """The certified count bracket, its lower end raised to the exact head's count below ``T``."""
+        if t == -math.inf:  # the whole support: its count at (a few cells under) its least score
+            t = self.support_floor(cc)
+            below = t - (cc.cap + 2) * cc.delta  # the lower DP's rounding (a cell a step) takes them all in
+            t = below if below >= -cc.max_cells * cc.delta else t
         b = cc.count_bracket(t)
         n, T = self._head()
         lo = max(b.lo, n) if T >= t else b.lo
@@ -226,7 +262,7 @@ class Answers:
 
         return self.regime(
             lambda: seek.count(t), CountResult, t=t, sub_support=None if t > 0 else sub_support,
-            certified=certified, estimate=lambda est, head: est.count(t, head=head),
+            certified=certified, estimate=lambda est, head: est.count(t, head=head), whole=True,
         )
 
     def count_bracket(self, t: float) -> CountBracket:
@@ -246,7 +282,7 @@ class Answers:
             sub_support=lambda c: CountBracket(c, c + seek.dropped_bound(t)),
             certified=lambda cc: self._cert_count(cc, t),
             estimate=(lambda est, head: est.count(t, head=head)) if estimate else None,
-            bracket=lambda idx: CountBracket(idx.N if idx.T >= t else 0, mass_count_bound(t)),
+            bracket=lambda idx: CountBracket(idx.N if idx.T >= t else 0, mass_count_bound(t)), whole=True,
         )
 
     # ------------------------------------------------------------------ positions

@@ -113,7 +113,8 @@ def exact_curve(enum: Any, max_rank: int, n_points: int = 40) -> list[CurvePoint
         answers = getattr(enum, "answers", None)
         if answers is not None:  # a position query may fail before building: build what the caps allow
             answers.deepen_head()
-        held = int(enum.count_bracket(-math.inf).lo)  # past the cap: the sequences indexed so far
+        head = enum.exact_head() if hasattr(enum, "exact_head") else None  # past the cap: the sequences
+        held = head.count if head is not None else int(enum.count_bracket(-math.inf).lo)  # indexed so far
         if held < 1:
             raise BudgetExceeded(f"no sequence is affordable exactly (rank {ks[-1]:,} asked)")
         ks = log_ranks(min(held, ks[-1]), int(n_points))

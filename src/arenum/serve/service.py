@@ -186,7 +186,7 @@ class Service:
         self.constraint = constraint_name(enum)  # None: every sequence of the model counts
         self.plain = Answers(enum.seek_index(), enum.support)  # no certified DP, no estimate: never slow
         t0 = time.perf_counter()
-        self.indexed = int(enum.count_bracket(-math.inf).lo)  # builds the index from the stored tree
+        self.indexed = int(self.plain.count_bracket(-math.inf).lo)  # the index of the stored tree (no DP)
         st = enum.stats
         self.built_bits = float(st["built_bits"])
         self.prefixes = int(st["tree_prefixes"])
