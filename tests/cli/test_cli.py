@@ -180,6 +180,13 @@ def test_budget_cap_gives_brackets(model_path):
         assert method == "certified" and c["count_lo"] < c["count"] < c["count_hi"], c
         assert c["count_lo"] <= uncapped.count(-25 * LN2) <= c["count_hi"]
     assert "[certified bracket]" in ok("count", "--bits", "25", "-m", model_path, "--max-forwards", "30")
+    # --certify-resolution: the grid of those brackets; a coarser one holds the truth in a wider bracket
+    fine, coarse = (ok_json("count", "--bits", "25", "-m", model_path, "--max-forwards", "30", "--max-len", "8",
+                            *r) for r in ([], ["--certify-resolution", "0.5"]))
+    assert coarse["count_lo"] <= fine["count_lo"] <= fine["count_hi"] <= coarse["count_hi"]
+    assert coarse["count_hi"] - coarse["count_lo"] > fine["count_hi"] - fine["count_lo"]
+    assert "--certify-resolution must be > 0" in fails("count", "--bits", "5", "-m", model_path,
+                                                     "--certify-resolution", "0")
 
 
 def test_nucleus_past_what_the_support_holds_says_unreachable(model_path):

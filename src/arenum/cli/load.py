@@ -207,9 +207,14 @@ def load_model(args: argparse.Namespace) -> Loaded:
         if n:  # refused before the model loads, in the command line's words
             raise CLIError(f"store {args.store} holds a {n}-worker cluster's trees (worker-0 .. worker-{n - 1}): "
                            f"open it with --workers {n}, or give another folder to --store")
-        return _load_model(args)
+        m = _load_model(args)
+        if getattr(args, "certify_resolution", None) is not None:
+            m.enum.certified_resolution_bits = args.certify_resolution
+        return m
     if getattr(args, "exact_limit", None) is not None:
         raise CLIError("--exact-limit (estimates) is not available with --workers")
+    if getattr(args, "certify_resolution", None) is not None:
+        raise CLIError("--certify-resolution (certified brackets) is not available with --workers")
     store = getattr(args, "store", None)
     args.store = None  # the local copy (strings to token ids and back) keeps no store
     try:

@@ -169,6 +169,9 @@ def _model_opts(model: str) -> argparse.ArgumentParser:
     g.add_argument("--max-forwards", type=_int_type("--max-forwards", 1), default=DEFAULT_MAX_FORWARDS,
                    metavar="N", help=f"cap on model evaluations for exact answers; past it answers are "
                                      f"brackets or errors (default {DEFAULT_MAX_FORWARDS:,})")
+    g.add_argument("--certify-resolution", type=_float_type("--certify-resolution", 0.0, 64.0, lo_open=True), metavar="R",
+                   help="finite-state models: grid cell in bits of the certified brackets past --max-forwards "
+                        "(default 1/32; a coarser grid is faster and smaller, its brackets wider)")
     e = model_opts.add_argument_group("estimates past the exact budget")
     e.add_argument("--exact-limit", type=_int_type("--exact-limit", 1), metavar="N",
                    help="rank/count/threshold needing more than N forwards are answered by a Monte Carlo "
