@@ -23,6 +23,8 @@ from arenum.exact.snapshot import pack_state, unpack_state
 from arenum.exact.storefiles import manifest_crc
 from arenum.testing import RandomModel
 
+from .test_store_size import _records
+
 
 def _bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, np.float64).view(np.int64)
@@ -123,20 +125,6 @@ ar = AutoregressiveEnumerable(no_model, max_len=2, eos=None, store=sys.argv[1], 
 t = ar.threshold(int(sys.argv[2]))
 print(json.dumps({"t": repr(t), "slice": repr(ar.slice(0, int(sys.argv[3]))), "forwards": ar.stats["forwards"]}))
 """
-
-
-def _records(p):
-    """The decoded records of a store's journal."""
-    from arenum.exact.storefiles import JOURNAL_HEADER as H
-
-    man = json.loads((p / "manifest.json").read_text())
-    data = (p / f"journal-{man['generation']}.bin").read_bytes()
-    pos, out = 0, []
-    while pos < len(data):
-        n = H.unpack_from(data, pos)[1]
-        out.append(decode_record(data[pos + H.size : pos + H.size + n]))
-        pos += H.size + n
-    return out
 
 
 def _gpt2():
