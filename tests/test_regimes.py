@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -434,11 +435,12 @@ def test_certified_steps_report_progress_before_their_first_block():
     model = _ngram()
     seen: list[dict] = []
     e = model.enumerable(max_len=6, max_prefixes=30, progress=seen.append)
+    first_load = "arenum.beyond.sweepjit" not in sys.modules  # the kernels load once a process, said then
     assert e.rank(model.encode("ccbca")).method == "certified"
     cert = [d for d in seen if d.get("phase") == "certified"]
     first = next(i for i, d in enumerate(cert) if d["cells_todo"])
     notes = [d["dp"] for d in cert[:first]]
-    assert notes[0] == "building its tables" and ("loading its compiled kernels" in notes) == kernels.allows_numba()
+    assert notes[0] == "building its tables" and ("loading its compiled kernels" in notes) == (kernels.allows_numba() and first_load)
     assert {"answering past the exact budget", "checking the exact build's size"} & set(notes)
     assert all("forwards" in d for d in cert)
     assert _bar_text(cert[0]) == "certified DP: building its tables"

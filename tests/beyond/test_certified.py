@@ -386,7 +386,7 @@ def test_sliding_buffer_gives_the_same_floats(monkeypatch):
 
     m = NGramModel.fit(["ab", "abc", "b", "ca", "aab"], order=3, smoothing="kn")
     sup = Support.terminating(m.eos, m.eos, 1024)
-    monkeypatch.setattr(certified, "_compiled_sweep", lambda: None)  # the numpy sweep's buffer
+    monkeypatch.setattr(certified, "_compiled_sweep", lambda progress=None: None)  # the numpy sweep's buffer
     monkeypatch.setattr(certified._Sweep, "GROW", 10**6)
     whole = CertifiedCounter(m.finite_state(), sup, resolution_bits=1 / 64)
     ts = (-3.0, -12.0, -40.0, -25.0, -60.0)

@@ -46,7 +46,7 @@ def test_compiled_sweep_equals_numpy_bit_for_bit(monkeypatch, seed):
     sup = Support.terminating(m.eos, m.eos, 400)  # the cap does not bind: the one-pass sweep
     ts = [-x for x in np.linspace(0.5, 90.0, 25)]
     res, bits = {}, rng.choice([1 / 8, 1 / 32, 1 / 64])
-    for name, jit in (("numpy", lambda: None), ("numba", certified._compiled_sweep)):
+    for name, jit in (("numpy", lambda progress=None: None), ("numba", certified._compiled_sweep)):
         monkeypatch.setattr(certified, "_compiled_sweep", jit)
         cc = CertifiedCounter(m.finite_state(), sup, resolution_bits=bits)
         res[name] = _answers(cc, ts)
@@ -67,7 +67,7 @@ def test_compiled_minplus_equals_numpy(monkeypatch, seed):
     seen = set()
     for cap in (3, 12, 400):
         got = {}
-        for name, jit in (("numpy", lambda: None), ("numba", certified._compiled_sweep)):
+        for name, jit in (("numpy", lambda progress=None: None), ("numba", certified._compiled_sweep)):
             monkeypatch.setattr(certified, "_compiled_sweep", jit)
             cc = CertifiedCounter(m.finite_state(), Support.terminating(m.eos, m.eos, cap))
             got[name] = [(cc._uncapped(lower, K), cc._minplus[lower][1], cc._minplus[lower][0].tolist())
@@ -89,7 +89,7 @@ def test_compiled_sweep_rings_per_state_hold_what_they_are_read_for(monkeypatch,
     sup = Support.terminating(m.eos, m.eos, 400)
     ts = [-x for x in np.linspace(0.5, 150.0, 30)]
     res = {}
-    for name, jit in (("numpy", lambda: None), ("numba", certified._compiled_sweep)):
+    for name, jit in (("numpy", lambda progress=None: None), ("numba", certified._compiled_sweep)):
         monkeypatch.setattr(certified, "_compiled_sweep", jit)
         cc = CertifiedCounter(m.finite_state(), sup, resolution_bits=1 / 16)
         res[name] = _answers(cc, ts)
@@ -117,7 +117,7 @@ def test_compiled_sweep_merged_steps_and_interrupt(monkeypatch):
     sup = Support.terminating(V - 1, V - 1, 10**6)
     ts = [-x for x in np.linspace(1.0, 200.0, 20)]
     want = _answers(CertifiedCounter(fs, sup), ts)  # default: the compiled sweep
-    monkeypatch.setattr(certified, "_compiled_sweep", lambda: None)
+    monkeypatch.setattr(certified, "_compiled_sweep", lambda progress=None: None)
     assert _answers(CertifiedCounter(fs, sup), ts) == want
     monkeypatch.undo()
     monkeypatch.setattr(certified._Sweep, "JIT_UPDATES", 1)  # one block of cells a call

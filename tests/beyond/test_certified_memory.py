@@ -37,7 +37,7 @@ def _answers(cc: CertifiedCounter, ts) -> list:
 @pytest.mark.parametrize("cap", [6, 400])  # 6: brute force (the per-length sweep when it binds); 400: the rings
 def test_prepare_counts_releases_the_tables_and_answers_the_same(monkeypatch, seed, jit, cap):
     if jit == "numpy":
-        monkeypatch.setattr(certified, "_compiled_sweep", lambda: None)
+        monkeypatch.setattr(certified, "_compiled_sweep", lambda progress=None: None)
     m = _model(seed)
     sup = Support.terminating(m.eos, m.eos, cap)
     t0 = -25.0
@@ -118,7 +118,7 @@ def test_lean_step_tables_give_the_same_brackets_under_each_preset(monkeypatch, 
     from arenum.constraints import PRESETS, Policy, policy
 
     if jit == "numpy":
-        monkeypatch.setattr(certified, "_compiled_sweep", lambda: None)
+        monkeypatch.setattr(certified, "_compiled_sweep", lambda progress=None: None)
     m = NGramModel.fit(["Pass1!", "abc12", "Xy#9z", "summer", "Abc!2", "dragon1", "P@ss", "Zz1!", "A1b2C3", "quiz", "queen",
                         "quote", "q1!", "quit"], order=2)  # "u" after "q": a step of about 0.9, rounded to 0 at 1 bit
     ts = [float(t) for t in np.linspace(-1.0, -45.0, 10)]

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import time
 import warnings
 from typing import Any, Callable
@@ -90,12 +91,13 @@ def _ceil_int(v: float) -> int | float:
     return int(math.ceil(v)) if math.isfinite(v) else math.inf
 
 
-def _compiled_sweep() -> Any:
-    """The module of the compiled sweep when compiled code is in use (:func:`arenum.step.kernels.
-    allows_numba`: ``ARENUM_KERNELS=numpy`` or no numba gives the numpy path, the same values; the
-    step kernels themselves are not loaded for it), else ``None``."""
+def _compiled_sweep(progress: Any = None) -> Any:
+    """The compiled sweep's module if compiled code is in use (:func:`arenum.step.kernels.allows_numba`; else
+    ``None``: the numpy path, the same values), its first load told to ``progress``."""
     if not kernels.allows_numba():
         return None
+    if progress is not None and __name__.rpartition(".")[0] + ".sweepjit" not in sys.modules:
+        progress({"phase": "certified", "dp": "loading its compiled kernels", "cells_done": 0, "cells_todo": 0})
     try:
         from . import sweepjit
     except ImportError:
@@ -311,7 +313,7 @@ class _Sweep:
             if self.ring is None and self.N is None:  # a row restored from a store: rebuilt from cell 0
                 self.row = np.zeros(0)
             if self._jit is False:
-                self._jit = _compiled_sweep()
+                self._jit = _compiled_sweep(self.progress)
             K = max(K, int(self.K * 1.25) + 1)
             if self._jit is not None:
                 try:
@@ -406,6 +408,7 @@ class CertifiedCounter:
         t0 = time.perf_counter()
         _, lp, nxt, end = tables.step_tables(self.terminating)
         S = self.S = tables.n_states
+        self._degree = int((lp > -math.inf).sum(axis=1).max()) if lp.size else 0  # StepEdges.degree's count
         #: the step tables of each rounding (``True``: lower), made the first time a DP is swept or a
         #: min-plus step taken: a counter whose rows come from a store answers within them without
         self._edges = LazySteps(tables, self.terminating, self.delta, _Sweep.B)
@@ -443,7 +446,7 @@ class CertifiedCounter:
         big = np.iinfo(np.int64).max // 4
         if least[1] + (self.cap - r) * self._cheapest_step(lower) > K:
             return True  # every further step costs at least the cheapest one: no walk needed
-        jit = _compiled_sweep()
+        jit = _compiled_sweep(self.progress)
         if jit is not None:  # the same steps, compiled
             m, r = jit.minplus(m, *self._edges[lower].by_target, K, self.cap, r, big)
         while r < self.cap and int(m.min()) <= K:
@@ -580,10 +583,7 @@ class CertifiedCounter:
             return 0
         return _floor_int(self._value(True, False, self._cells(t)[0]))
 
-    @property
-    def max_degree(self) -> int:
-        """The most possible steps of one state (its table's width)."""
-        return self._edges[False].degree
+    max_degree = property(lambda self: self._degree, doc="The most possible steps of one state (no step table made).")
 
     def rank_bracket(self, s: float) -> CountBracket:
         """Certified ``lo <= #{x : s(x) > s} <= hi``: the count at the next float above ``s``."""

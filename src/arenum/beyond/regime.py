@@ -18,7 +18,7 @@ from .draws import FiniteStateSampler
 from .estimate import ExactHead, MonteCarloEstimator
 from ..exact import PrefixTree
 from ..settings import Settings
-from ..step import FiniteStateTables, StepOracle, kernels
+from ..step import FiniteStateTables, StepOracle
 from ..support import Support
 from .sampling import SAMPLE_BYTES_PER_DRAW, check_sample_bytes, draw_samples
 
@@ -122,13 +122,7 @@ class BeyondExact:
                              f"the enumerable with eos={self.settings.eos!r}")
         cc = self._certified.get(r)
         if cc is None:
-            cc = CertifiedCounter(fs, self.support, resolution_bits=r)
-            if kernels.allows_numba():
-                self.certified_note("loading its compiled kernels")
-                try:
-                    from . import sweepjit  # noqa: F401 - its import (numba's) here, said, not in the first block
-                except ImportError:
-                    pass
+            cc = CertifiedCounter(fs, self.support, resolution_bits=r)  # numba: at its first DP (said then)
             cc.progress = self._tree_progress
             if self.keep_in is not None:
                 self._keep(cc, *self.keep_in)
