@@ -133,8 +133,8 @@ class Answers:
         if not self.certified or self._capped or (t == -math.inf and not whole):
             return None
         cc = self.beyond.certified()
-        if t == -math.inf and cc is not None and self.support_floor(cc) == -math.inf:
-            return None
+        if t == -math.inf and cc is not None and self.support_floor(cc) < -cc.max_cells * cc.delta:
+            return None  # no least score, or one past the DP's depth: its count would be a lower end only
         return cc
 
     def support_floor(self, cc: CertifiedCounter) -> float:
@@ -148,15 +148,16 @@ class Answers:
 
         tab = cc.tables
         _, lp, nxt, end = tab.step_tables(cc.terminating)
-        ok = np.isfinite(lp) & (nxt >= 0)
-        lp, nxt = np.where(ok, lp, np.inf), np.where(ok, nxt, 0)
         fin_end = np.where(np.isfinite(end), end, np.inf)
         # least score of a completion from each state: eos now, or after one more token (terminating:
         # at most cap - 1 tokens then eos; fixed length: exactly cap tokens)
         least = fin_end.copy() if cc.terminating else np.zeros(tab.n_states)
         for _ in range(cc.cap - 1 if cc.terminating else cc.cap):
-            step = np.concatenate([(lp[i:i + 4096] + least[nxt[i:i + 4096]]).min(axis=1)  # rows in blocks:
-                                   for i in range(0, tab.n_states, 4096)])  # temporaries of 4096 rows
+            step = np.empty(tab.n_states)
+            for i in range(0, tab.n_states, 4096):  # rows in blocks: temporaries of 4096 rows, no table copy
+                b, n = lp[i:i + 4096], nxt[i:i + 4096]
+                ok = np.isfinite(b) & (n >= 0)
+                step[i:i + 4096] = np.where(ok, b + least[np.where(ok, n, 0)], np.inf).min(axis=1)
             least = np.minimum(fin_end, step) if cc.terminating else step
         v = float(least[tab.start])
         # a true floor under float rounding: a sum of cap terms in another order differs by a few ulps

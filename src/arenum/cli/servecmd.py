@@ -94,15 +94,19 @@ def cmd_serve(args: argparse.Namespace) -> Output:
                   proxy_headers=False)  # no proxy in front: no X-Forwarded-* parsing on every request
     try:
         if args.workers == 1:
+            sock = listen_socket(args.host, args.port, reuse_port=False)  # a port in use: said before the DP
             if cfg.certify_bits:
                 say(f"computing the certified DP to {cfg.certify_bits:g} bits for ranks past the index, if the model "
                     "has finite-state tables (--certify-bits; 0 skips it)")
-            svc = Service.open(cfg, temporary=temporary)
+            try:
+                svc = Service.open(cfg, temporary=temporary)
+            except BaseException:
+                sock.close()
+                raise
             try:
                 info = svc.info()
                 cert = (f", certified brackets to {info['certified_bits']:g} bits ({info['warm_seconds']:.1f} s)"
                         if info["certified_bits"] else "")
-                sock = listen_socket(args.host, args.port, reuse_port=False)  # --port 0: the port it got is printed
                 say(f"serving {info['model']} at {url_of(sock)} ({info['indexed_sequences']:,} "
                     f"sequences held exactly, to {info['built_bits']:.1f} bits{cert}; Ctrl-C stops)")
                 try:  # as uvicorn.run: the server re-raises the SIGINT it stopped on once it has shut down

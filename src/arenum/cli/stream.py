@@ -11,8 +11,8 @@ ONE round toward that plan (``SeekIndex.ensure_count(need, aim=...)``: the budge
 histograms and the counts' growth, as ``threshold`` plans its own rounds), and the chunk is what
 that round made, whatever its size: closing in on an exact chunk size took about four rounds a
 chunk, each with a fixed cost per level of the tree. So a reader that stops after ``N`` lines has
-cost the build of about ``1.25 N`` positions at most (what ``threshold(N)`` builds, and at most a
-quarter as much again: 1.10 N at 10^5, 1.03 N at 10^6), plus the lines its pipe held unread and
+cost the build of about ``1.25 N`` positions (what ``threshold(N)`` builds, and about a quarter as
+much again, planned from the histograms, not a bound: 1.10 N at 10^5, 1.03 N at 10^6), plus the lines its pipe held unread and
 at least the first 256; one that has gone is noticed before the next build (``POLLERR``), also
 one that read the whole chunk and closes right after (``head -N``: it is given 5 ms). The
 order is the exact descending order of every other command (``slice``/``unrank``), chunk boundaries

@@ -162,6 +162,8 @@ def _pool_with_offsets(p: str, lp: np.ndarray, keep: np.ndarray, lo: np.ndarray,
     if not ok.any():
         return False
     mask = np.repeat(ok, keep)
+    if 4 * int(mask.sum()) + 8 * (int((~mask).sum()) + int(nz.sum())) >= 8 * lp.shape[0]:
+        return False  # short heads: an offset a head costs more than the 4 bytes an entry saves
     files[p + "pool_lp"] = v[mask]
     files[p + "pool_lp~f64"] = lp[~mask]
     files[p + "pool_lp~off"] = np.where(ok, lo, np.nan)[nz]
