@@ -73,13 +73,14 @@ class AutoregressiveEnumerable:
     log-probs are within ``eps`` nats of a TRUE model's, e.g. a bf16 run; every count, threshold, rank
     and mass becomes a certified bracket for the true model, ``method='logprob_error'``, see
     :mod:`arenum.bounded`); ``keep_margin_bits`` (stored table heads reach this many bits below a
-    build's budget); ``max_prefixes`` / ``max_sequences`` (caps on an exact build; beyond them answers
+    build's budget; at least 6 for tables wider than 1,024 entries); ``max_prefixes`` / ``max_sequences`` (caps on an exact build; beyond them answers
     become brackets or raise :class:`BudgetExceeded`); ``max_bytes`` (one memory budget in bytes for the
     tree, the index and the memoized full tables, which take at most a quarter; ``"auto"``: half the
     physical memory, ``None``: none; past it the same brackets or :class:`BudgetExceeded` naming it;
     ``stats["memory_bytes"]`` says what is held); ``table_bytes`` (the part of it in which whole
     next-token tables are kept, so no prefix is scored twice while they fit: tables up to 1024 entries,
-    or wider when a forward costs more than sorting; past it only heads are kept and each re-score
+    or wider when a forward (the model's own time, timed on rounds that asked for heads) costs more
+    than sorting one; past it only heads are kept and each re-score
     doubles a head's depth; ``"auto"``: ``min(2 GiB, max_bytes / 4)``, ``None``: no limit); ``store``
     (a folder keeping the tree on disk: reopening answers without forwards, a crash loses at most the
     batch in flight; ``fingerprint`` identifies the model, by default a hash of its root table;

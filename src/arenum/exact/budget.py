@@ -18,7 +18,7 @@ import math
 from typing import Callable
 
 __all__ = ["BUDGET_HINT", "position_floor", "position_beyond_message", "fetch_round", "ROUND_ENTRY_BYTES",
-           "EXPAND_CHILD_BYTES"]
+           "EXPAND_CHILD_BYTES", "keep_whole", "WHOLE_WIDTH"]
 
 ROUND_ENTRY_BYTES = 96
 """Bytes a fetch round holds for a while per table entry it reads (the model's output, the sorted
@@ -60,6 +60,42 @@ def fetch_round(batch: int, widest: int, max_bytes: int | None, entries: int = 1
     if max_bytes is not None:
         entries = min(entries, max(1, max_bytes // (_ROUND_SHARE * ROUND_ENTRY_BYTES)))
     return max(batch, 1, entries // max(widest, 1))
+
+
+WHOLE_WIDTH = 1024
+"""Tables up to this wide are stored whole while they fit ``table_bytes``."""
+_KEEP_ALL_ENTRIES = 1 << 20  # a tree holding fewer entries stores every table whole
+_SORT_SECONDS_PER_ENTRY = 5e-9  # rough cost of sorting a table, per entry and bit of its width
+
+
+def keep_whole(entries: int, widest: int, table_bytes: int | None, entry_bytes: int,
+               head_seconds: float | None) -> bool:
+    """Store the next tables whole (no prefix is then ever scored twice)? ``entries``: the entries the
+    tree would hold with them; ``widest``: the widest table seen; ``head_seconds``: what a prefix
+    costs the tree on rounds that asked for heads (the model's forward as the tree pays it, timed;
+    ``None`` before one such round).
+
+    Tiny trees: always. Otherwise only while ``entries * entry_bytes`` fits ``table_bytes``, and for
+    tables wider than :data:`WHOLE_WIDTH` only when a forward costs more than sorting a whole table
+    (which is what keeping one costs: a 50,257-entry table takes about 4 ms to sort and 0.6 MB to
+    hold, more than a small transformer's forward on a CPU). A wide table is never judged by rounds
+    that fetched whole tables (their time includes the sort itself), so the first round past the
+    tiny tree asks for heads and is timed.
+
+    >>> keep_whole(1000, 50_257, None, 12, None), keep_whole(2 << 20, 50_257, None, 12, None)
+    (True, False)
+    >>> keep_whole(2 << 20, 50_257, None, 12, 0.002), keep_whole(2 << 20, 50_257, None, 12, 0.01)
+    (False, True)
+    >>> keep_whole(2 << 20, 64, None, 12, None), keep_whole(2 << 20, 64, 1 << 20, 12, None)
+    (True, False)
+    """
+    if entries < _KEEP_ALL_ENTRIES:
+        return True
+    if table_bytes is not None and entries * entry_bytes > table_bytes:
+        return False
+    if widest <= WHOLE_WIDTH:
+        return True
+    return head_seconds is not None and head_seconds >= _SORT_SECONDS_PER_ENTRY * widest * math.log2(widest)
 
 
 def position_beyond_message(n: int, floor: int, cap: int) -> str:

@@ -17,8 +17,10 @@ float64 (every entry with ``score + lp >= floor`` is stored; ``-inf`` when the w
 completion's score ``score + eos_lp`` from two aligned columns instead of gathering from the pool.
 
 Whole tables are stored while their entries fit ``table_bytes`` (12 bytes an entry), for tables up
-to ``WHOLE_WIDTH`` entries wide or wider ones when sorting one costs less than the model's mean
-forward: no prefix is then ever scored twice. Past it, stored heads keep the entries that can
+to ``budget.WHOLE_WIDTH`` entries wide or wider ones when sorting one costs less than a forward, timed on
+rounds that asked for heads (:func:`arenum.exact.budget.keep_whole`): no prefix is then ever scored twice.
+Once a table wider than that is seen, heads reach at least ``WIDE_MARGIN_BITS`` (6) below the budget:
+a wide head is a small share of its table, and a re-score costs a forward. Past it, stored heads keep the entries that can
 matter a little below the budget asked for (``keep_margin_bits``); a deeper budget re-scores a prefix
 whose head is too short (``stats.refetches``), and each re-score at least doubles how far below the
 prefix's score its head reaches. A level's pool holds its stored heads back to back: ``pool_lp``
@@ -35,7 +37,7 @@ from typing import Callable
 
 import numpy as np
 
-from .budget import BUDGET_HINT, EXPAND_CHILD_BYTES, ROUND_ENTRY_BYTES, fetch_round
+from .budget import BUDGET_HINT, EXPAND_CHILD_BYTES, ROUND_ENTRY_BYTES, WHOLE_WIDTH, fetch_round, keep_whole
 from ._arrays import seg_first_below
 from .._guard import deferred_interrupts, held
 from .frontier import Frontier, hist_cum
@@ -73,7 +75,7 @@ class PrefixTree:
         self.fixed_len = support.fixed_len
         self.eos_id = eos_id = support.eos_id
         self.cap = support.cap
-        self.keep_margin_bits = float(keep_margin_bits)
+        self.margin_bits = float(keep_margin_bits)  # as asked; keep_margin_bits: as applied
         self.table_bytes = table_bytes  # whole tables while stored entries fit (None: always)
         self.prefix = tuple(prefix_ids)  # conditioning ids prepended to every model call
         # last level whose nodes are prefixes (its nodes make completions but no child nodes)
@@ -93,6 +95,7 @@ class PrefixTree:
         self.fetched_nodes = 0
         self._pool_entries = 0
         self._widest = 0  # the widest whole table seen (entries)
+        self._head_cost = [0.0, 0]  # seconds and prefixes of the fetch calls that asked for heads (_keep_whole)
         self._key_cache: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
         self._tuples: dict = {}  # deep levels: prefix tuples of the level fetched last and the one above
         self.progress: Callable[[dict], None] | None = None  # called after every fetched chunk
@@ -169,6 +172,11 @@ class PrefixTree:
             return list(rows)
         return [o.tokens(pre) + o.tokens(r) for r in paths]
 
+    @property
+    def keep_margin_bits(self) -> float:
+        """Bits below the budget asked that heads reach: as given, >= 6 for wide tables (module docstring)."""
+        return max(self.margin_bits, WIDE_MARGIN_BITS) if self._widest > WHOLE_WIDTH else self.margin_bits
+
     # ------------------------------------------------------------------ fetching
     def _fetch(self, d: int, nodes: np.ndarray, keep: float, max_bytes: int | None = None) -> None:
         """Score ``nodes`` of level ``d`` (one forward each) and store their heads down to ``keep``
@@ -201,7 +209,11 @@ class PrefixTree:
                 keeps[refetch] = np.minimum(keep, 2 * old_floor[refetch] - s[refetch])
             # a superset in lp terms (float slack), then the exact test on s + lp
             floors = np.full(m, -math.inf) if keep_all else (keeps - s) - 1e-9 * (1.0 + np.abs(keeps))
+            t_model = o.stats.model_seconds
             heads = o.fetch_heads(self._prefix_tuples(d, ns), floors)
+            if not keep_all:  # the model's own time on heads: what a re-score would cost (_keep_whole)
+                self._head_cost[0] += o.stats.model_seconds - t_model
+                self._head_cost[1] += m
             klp, kid, klen = heads.lps, heads.ids, heads.lens
             kx = np.repeat(s, klen)
             kx += klp  # s + lp, the score of each entry (computed once, consumed by the commit)
@@ -237,20 +249,10 @@ class PrefixTree:
                 chunk = min(full_chunk, 2 * chunk)
 
     def _keep_whole(self, m: int) -> bool:
-        """Store the next ``m`` tables whole? While they fit ``table_bytes``, if narrow (``WHOLE_WIDTH``)
-        or cheaper to sort than the model's mean forward; tiny trees always."""
-        entries = self._pool_entries + m * self._widest
-        if entries < _KEEP_ALL_ENTRIES:
-            return True
-        tb = self.table_bytes
-        if tb is not None and entries * _ENTRY_BYTES > tb:
-            return False
-        w = self._widest
-        if w <= WHOLE_WIDTH:
-            return True
-        st = self.oracle.stats
-        per_forward = st.model_seconds / st.forwards if st.forwards else 0.0
-        return per_forward >= _SORT_SECONDS_PER_ENTRY * w * math.log2(w)
+        """Store the next ``m`` tables whole? (:func:`~arenum.exact.budget.keep_whole`)"""
+        secs, rows = self._head_cost
+        return keep_whole(self._pool_entries + m * self._widest, self._widest, self.table_bytes, _ENTRY_BYTES,
+                          secs / rows if rows else None)
 
     # ------------------------------------------------------------------ commits (arenum.exact.records)
     def apply(self, kind: str, rec: dict, seq: int | None = None) -> None:
@@ -638,10 +640,8 @@ class PrefixTree:
                 assert (lev.floor[live] <= T).all()
 
 
-WHOLE_WIDTH = 1024  # tables up to this wide are stored whole while they fit table_bytes
-_KEEP_ALL_ENTRIES = 1 << 20
-_SORT_SECONDS_PER_ENTRY = 5e-9  # rough cost of sorting a table, per entry and bit of its width
 _NODE_BYTES = 65  # bytes of one node's columns (57 for a fixed-length tree)
+WIDE_MARGIN_BITS = 6.0  # the least keep margin once a table wider than budget.WHOLE_WIDTH is seen (module docstring)
 _ENTRY_BYTES = 12  # bytes of one stored table entry (float64 log-prob and int32 token)
 _TUPLE_CACHE_DEPTH = 24  # from this depth on, model-call prefixes are built from their parents' (_prefix_tuples)
 _FETCH_ENTRIES = 1 << 18  # about this many stored entries are fetched per round of PrefixTree._fetch
