@@ -131,13 +131,10 @@ def compare_pcfg(m: NGramModel, ar, c, pick: list[str], res: float, a: argparse.
     pm = PCFGModel.fit(a.train_list)
     pe = pm.enumerable(constraint=c, max_prefixes=a.exact_prefixes)
     pe.certified_resolution_bits = res
-    seqs: list = []
-    for w in pick:
-        try:
-            q = tuple(pm.encode(w))
-        except (ValueError, KeyError):
-            q = None
-        seqs.append(q if q is not None and pm.score_sequences([q])[0] > -math.inf else None)
+    from bench_pcfg import encode_all  # noqa: E402 (this folder: the script's own)
+
+    seqs = [tuple(q) if q is not None and pm.score_sequences([tuple(q)])[0] > -math.inf else None
+            for q in encode_all(pm, pick)]
     curves.append(guessing_curve(pe, seqs, labels=pick, name="PCFG"))
     curves.append(min_auto(curves))
     what = "held-out made compliant" if a.made_compliant else "held-out"

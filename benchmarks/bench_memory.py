@@ -38,9 +38,7 @@ CASE = textwrap.dedent("""
                                   batch_size=64, max_bytes=mib << 20)
     ar.count(-3.0)  # warm: the oracle's buffers, the first tables
     from arenum.step import kernels
-    if kernels.allows_numba():  # the compiled kernels' code (~100 MB, numba and LLVM) is the library's, not
-        kernels.set_backend("numba")  # the query's: loaded before the baseline, not halfway through the draws
-        kernels.set_backend(None)
+    kernels.preload()  # the compiled kernels' code is the library's, loaded before the baseline
     base = rss()
     t0 = time.perf_counter()
     status = "done"

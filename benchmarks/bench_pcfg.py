@@ -43,11 +43,12 @@ def split() -> tuple[list[str], list[str]]:
 
 
 def encode_all(model, lines: list[str]) -> list:
+    """Each line's tokens under ``model``, ``None`` where it cannot encode the line."""
     out = []
     for s in lines:
         try:
             out.append(model.encode(s))
-        except ValueError:
+        except (ValueError, KeyError):
             out.append(None)
     return out
 

@@ -23,7 +23,7 @@ import pytest
 
 from arenum import AutoregressiveEnumerable, BudgetExceeded
 from arenum.models import NGramModel
-from arenum.report import guessing_curve
+from arenum.report import guessing_curve, nucleus_json
 from arenum.results import CountBracket, point_value
 from arenum.testing import RandomModel, brute_force
 
@@ -141,6 +141,7 @@ def check_mass(m, truth: float, methods):
 
 
 def check_nucleus(r, truth_size: int | None, exact_ok: bool):
+    assert r.method in ("exact", "bracket", "logprob_error") and (r.method == "exact") <= r.exact
     if r.exact:
         assert exact_ok and r.size == truth_size and r.point_method == "exact"
         return
@@ -337,8 +338,9 @@ def test_bounded_error_regime():
     for k in (5, 20):  # p = a head's own mass: the true nucleus lies between the declared one's at
         p = float(heads[k - 1])  # p e**-D (<= k) and p e**D (> k), a bracket of width
         r = e.nucleus_size(p)
-        assert not r.exact and r.size_lo < r.size_hi and r.reachable
+        assert not r.exact and r.size_lo < r.size_hi and r.reachable and r.method == "logprob_error"
         check_nucleus(r, truth.nucleus(p), False)
+        assert nucleus_json(r)["method"] == "logprob_error" and " method=" not in repr(r)
     assert e.nucleus_size(0.999).size_hi is None and not e.nucleus_size(0.999).exact  # p e**D > 1: open above
 
 

@@ -128,4 +128,5 @@ class BoundedAnswers(Answers):
         return CountDPTopPResult(size=lo.size_lo, size_lo=lo.size_lo, size_hi=size_hi,
                                  mass_lo=math.exp(-D) * lo.mass_lo, mass_hi=min(1.0, math.exp(D) * (hi or lo).mass_hi),
                                  threshold=lo.threshold, p=p, truncated=lo.truncated or (hi is not None and hi.truncated),
-                                 exact=size_hi == lo.size_lo and not lo.truncated, reachable=reachable)
+                                 exact=size_hi == lo.size_lo and not lo.truncated, reachable=reachable,
+                                 method="logprob_error")

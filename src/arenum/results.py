@@ -377,6 +377,8 @@ class CountDPTopPResult:
         nothing left out): no set of sequences holds ``p``; ``size`` is then the whole support's
         size and the repr says so. ``None`` when a cap stopped the build before it could tell.
     point_method: how ``size`` was obtained (``'exact'``, ``'geometric_middle'``, ``'lower_end'``).
+    method: the regime: ``'exact'``, ``'bracket'`` (float rounding, a cap or ``branch_cap``) or
+        ``'logprob_error'`` (:mod:`arenum.bounded`); not in the repr nor in equality.
     """
 
     size: int | float
@@ -390,39 +392,26 @@ class CountDPTopPResult:
     exact: bool
     reachable: bool | None = True
     point_method: str | None = None
+    method: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "method", self.method or ("exact" if self.exact else "bracket"))
         hi = self.size_hi if self.size_hi is not None else math.inf
         sz, pm = _point(self.exact, "bracket", self.size_lo, hi, "size", self.size, self.point_method)
         object.__setattr__(self, "size", sz)
         object.__setattr__(self, "point_method", pm)
 
     def __repr__(self) -> str:
-        body = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__dataclass_fields__)
+        body = ", ".join(f"{k}={getattr(self, k)!r}" for k, f in self.__dataclass_fields__.items() if f.repr)
         if self.reachable is False:
             body = (f"UNREACHABLE: the support holds at most {self.mass_hi:.6g} < p={self.p!r}; " + body)
         return f"{type(self).__name__}({body})"
 
     # the seed system's names
-    @property
-    def size_lower(self) -> int:
-        """Alias of ``size_lo``."""
-        return self.size_lo
-
-    @property
-    def size_upper(self) -> int | None:
-        """Alias of ``size_hi``."""
-        return self.size_hi
-
-    @property
-    def mass_lower(self) -> float:
-        """Alias of ``mass_lo``."""
-        return self.mass_lo
-
-    @property
-    def mass_upper(self) -> float:
-        """Alias of ``mass_hi``."""
-        return self.mass_hi
+    size_lower = property(lambda self: self.size_lo, doc="Alias of ``size_lo``.")
+    size_upper = property(lambda self: self.size_hi, doc="Alias of ``size_hi``.")
+    mass_lower = property(lambda self: self.mass_lo, doc="Alias of ``mass_lo``.")
+    mass_upper = property(lambda self: self.mass_hi, doc="Alias of ``mass_hi``.")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

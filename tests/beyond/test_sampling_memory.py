@@ -74,9 +74,7 @@ _RSS_CASE = textwrap.dedent("""
     warm = ar.monte_carlo(4000, head=False, seed=1)  # the oracle's buffers; its draws stay cached (counted)
     warm.count(-20.0), warm.threshold(100)
     from arenum.step import kernels
-    if kernels.allows_numba():  # the compiled kernels' code is the library's, loaded before the baseline
-        kernels.set_backend("numba")
-        kernels.set_backend(None)
+    kernels.preload()  # the compiled kernels' code is the library's, loaded before the baseline
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     held = ar.stats["memory_bytes"] + ar.stats["table_cache_bytes"] + SAMPLE_BYTES_PER_DRAW * 4000
     n = int(0.9 * ((mib << 20) - held) / SAMPLE_BYTES_PER_DRAW)  # as many draws as the budget takes, nearly

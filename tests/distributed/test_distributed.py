@@ -373,6 +373,32 @@ def test_a_worker_that_cannot_load_the_model_fails_construction_with_its_own_mes
         DistributedEnumerable(ModelSpec.ngram(tmp_path / "missing.npz", max_len=4), 2)
 
 
+def test_workers_the_cluster_cancelled_before_they_ran_are_started_again(ray_session, tmp_path, monkeypatch):
+    from arenum.distributed import backend as be
+
+    spec = ModelSpec.ngram(_ngram_file(tmp_path), max_len=6, batch_size=64)
+    real, starts, fails = be.RayBackend.map, [], [2]
+
+    def flaky(self, method, args):
+        if method == "ping" and len(starts) < 3 + fails[0]:
+            starts.append(list(self.actors))
+            if fails[0]:
+                fails[0] -= 1
+                raise WorkerError("a worker could not start or died: The actor never ran - it was cancelled "
+                                  "before it started running")
+        return real(self, method, args)
+
+    monkeypatch.setattr(be.RayBackend, "map", flaky)
+    with DistributedEnumerable(spec, 2) as dist:  # two cancelled starts, then one that runs
+        assert dist.threshold(10) == spec()[0].threshold(10)
+    assert len(starts) == 3 and len({id(a) for s in starts for a in s}) == 6
+    starts.clear()
+    fails[0] = be._START_TRIES  # a cluster that never runs them: its error, after that many starts
+    with pytest.raises(WorkerError, match="never ran"):
+        DistributedEnumerable(spec, 2)
+    assert len(starts) == be._START_TRIES
+
+
 def test_a_worker_killed_mid_build_is_restarted_and_resumes_from_its_store(ray_session, tmp_path):
     fac = EnumerableFactory(40, seed=7, peak=1.0, form="dense", batched=True,
                             options={"max_len": 4, "batch_size": 32})

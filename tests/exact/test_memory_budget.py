@@ -22,9 +22,7 @@ CASE = textwrap.dedent("""
                                   batch_size=64, max_bytes=mib << 20)
     ar.count(-3.0)  # warm: the oracle's buffers, the first tables
     from arenum.step import kernels
-    if kernels.allows_numba():  # the compiled kernels' code (numba, ~100 MB) is the library's, not the
-        kernels.set_backend("numba")  # build's: loaded before the baseline, not halfway through the build
-        kernels.set_backend(None)
+    kernels.preload()  # the compiled kernels' code is the library's, loaded before the baseline
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     try:
         ar.threshold(10**9)

@@ -104,7 +104,7 @@ def test_narrowed_and_coded_columns_read_back_bit_for_bit(tmp_path):
     man = json.loads((p / "manifest.json").read_text())
     g = p / f"gen-{man['generation']}"
     assert man["encoding"].get("L3.pool_lp") == "dict" and np.load(g / "L3.pool_lp.npy").dtype == np.uint8
-    assert np.load(g / "L3.pool_tok.npy").dtype == np.int8 and np.load(g / "L4.parent.npy").dtype == np.int16
+    assert np.load(g / "L3.pool_tok.npy").dtype == np.uint8 and np.load(g / "L4.parent.npy").dtype == np.int16
     assert not any((g / f"L3.{k}.npy").exists() for k in DERIVED)
     ar2 = AutoregressiveEnumerable(m, max_len=L, store=p, fingerprint="f")
     assert ar2.slice(0, n) == want and ar2.stats["forwards"] == 0
@@ -267,11 +267,11 @@ def _records(p):
     return out
 
 
-@pytest.mark.parametrize("shift, kid_dtype, snap_dtype", [(0, np.uint16, np.int8), (40_000, np.uint16, np.uint16),
+@pytest.mark.parametrize("shift, kid_dtype, snap_dtype", [(0, np.uint16, np.uint8), (40_000, np.uint16, np.uint16),
                                                         (70_000, np.int32, np.int32)])
 def test_token_ids_are_written_in_the_narrowest_type_and_read_back_bit_for_bit(shift, kid_dtype, snap_dtype):
     """A fetch record carries token ids as uint16 (ids up to 65,535) or int32; the snapshot writes
-    them in the narrowest type (uint16 where int16 cannot hold them) and reads every column back."""
+    them in the narrowest type (uint8 where one byte holds them) and reads every column back."""
     from arenum.exact.records import narrow_ids
 
     m = RandomModel(list(range(9)), seed=4)

@@ -41,11 +41,10 @@ def merged_steps(nx: np.ndarray, cost: np.ndarray, prob: np.ndarray | Callable[[
     head = max(1, (1 << 20) // max(1, V))  # the first rows alone: an n-gram is told from them
     if S > head and 4 * _width(nx[:head], cost[:head], possible[:head], base) > V:
         return nx, cost, _padded(prob, pad), possible, None
-    key = np.where(possible, nx.astype(np.int64) * base + cost, -1)  # (next state, cell) of each step; -1: impossible
+    key = _step_keys(nx, cost, possible, base)
     order = np.argsort(key, axis=1, kind="stable")  # per state: impossible steps first, then by key
     ks = np.take_along_axis(key, order, axis=1)
-    new = ks >= 0
-    new[:, 1:] &= ks[:, 1:] != ks[:, :-1]  # the first step of each distinct (next, cell)
+    new = _firsts(ks)  # the first step of each distinct (next, cell)
     per_state = new.sum(axis=1)
     width = int(per_state.max())
     if 4 * width > V:  # an n-gram: its steps lead to distinct states
@@ -68,13 +67,23 @@ def merged_steps(nx: np.ndarray, cost: np.ndarray, prob: np.ndarray | Callable[[
     return out_n, out_c, out_p, out_ok, out_w
 
 
+def _step_keys(nx: np.ndarray, cost: np.ndarray, possible: np.ndarray, base: int) -> np.ndarray:
+    """Each step's ``(next state, cell)`` as one int64 key; -1 for an impossible step."""
+    return np.where(possible, nx.astype(np.int64) * base + cost, -1)
+
+
+def _firsts(ks: np.ndarray) -> np.ndarray:
+    """In rows of sorted keys, the first step of each distinct possible key."""
+    new = ks >= 0
+    new[:, 1:] &= ks[:, 1:] != ks[:, :-1]
+    return new
+
+
 def _width(nx: np.ndarray, cost: np.ndarray, possible: np.ndarray, base: int) -> int:
     """The most distinct ``(next state, cell)`` pairs of one state's possible steps."""
-    key = np.where(possible, nx.astype(np.int64) * base + cost, -1)
+    key = _step_keys(nx, cost, possible, base)
     key.sort(axis=1)
-    new = key >= 0
-    new[:, 1:] &= key[:, 1:] != key[:, :-1]
-    return int(new.sum(axis=1).max()) if len(key) else 0
+    return int(_firsts(key).sum(axis=1).max()) if len(key) else 0
 
 
 def _padded(prob: Any, pad: float) -> Any:

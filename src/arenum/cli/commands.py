@@ -376,7 +376,8 @@ def cmd_nucleus(args: argparse.Namespace, m: Loaded) -> Output:
 
     r = m.enum.nucleus_size(args.p)
     cost, cline = _cost(m, before, t0)
-    guarantee = "exact" if r.exact else ("bracket (truncated by the cap)" if r.truncated else "bracket")
+    guarantee = "exact" if r.exact else ("logprob_error bracket" if r.method == "logprob_error" else "bracket")
+    guarantee += " (truncated by the cap)" if r.truncated else ""
     doc = {"command": "nucleus", **_header(m), **nucleus_json(r), **cost}
     if r.exact:
         size = f"{r.size:,}"

@@ -73,14 +73,20 @@ class RayBackend:
         start_ray(address)
         actor = ray.remote(ShardWorker).options(max_restarts=-1, max_task_retries=-1, num_cpus=num_cpus,
                                                 num_gpus=num_gpus)
-        self.actors = [actor.remote(factory, j, stores[j], fingerprint) for j in range(n)]
         self.n = n
-        try:
-            self.map("ping", [()] * n)  # every worker built its model, or the first one's error is raised
-        except BaseException:
-            for a in self.actors:
-                ray.kill(a, no_restart=True)
-            raise
+        for attempt in range(_START_TRIES):
+            self.actors = [actor.remote(factory, j, stores[j], fingerprint) for j in range(n)]
+            try:
+                self.map("ping", [()] * n)  # every worker built its model, or the first one's error is raised
+                break
+            except BaseException as exc:
+                for a in self.actors:
+                    ray.kill(a, no_restart=True)
+                # an actor the cluster cancelled before it ran (a busy machine) is started again; a
+                # worker whose own constructor failed is not
+                if attempt + 1 < _START_TRIES and isinstance(exc, WorkerError) and _NEVER_RAN in str(exc):
+                    continue
+                raise
 
     def _get(self, ref: Any) -> Any:
         ray = self.ray
@@ -115,6 +121,10 @@ class RayBackend:
             for a in self.actors:
                 self.ray.kill(a, no_restart=True)
             self.actors = []
+
+
+_START_TRIES = 3  # starts of the workers when the cluster cancels an actor before it runs
+_NEVER_RAN = "cancelled before it started"  # Ray's words for that
 
 
 def _gather(calls: list[Callable[[], Any]]) -> list[Any]:

@@ -50,7 +50,7 @@ class MergedTree:
         self.lock = threading.RLock()
         self.leaf_level = support.leaf_level
         self.fixed_len = support.fixed_len
-        self.keep_margin_bits = float(keep_margin_bits)
+        self.margin_bits = float(keep_margin_bits)
         self.oracle = SimpleNamespace(batch_size=batch_size)
         self.progress = None
         self.rounds = 0  # deepen rounds sent to the workers
@@ -73,6 +73,11 @@ class MergedTree:
     @property
     def built(self) -> float:
         return max(s["built"] for s in self.summaries)
+
+    @property
+    def keep_margin_bits(self) -> float:
+        """The margin the workers' trees apply (wider for wide tables: :class:`PrefixTree`)."""
+        return max([self.margin_bits] + [s.get("margin", self.margin_bits) for s in self.summaries])
 
     @property
     def depth_truncated(self) -> bool:

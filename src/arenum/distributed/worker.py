@@ -190,7 +190,8 @@ class ShardWorker:
         st = self.oracle.stats.as_dict()
         out = {"built": t.built, "depth_truncated": t.depth_truncated, "h_comp": _trim(t.h_comp),
                "h_pref": _trim(t.h_pref), "hist_len": len(t.h_comp), "fetched": t.fetched_nodes, "memory": t.memory_bytes(),
-               "nbytes": t.nbytes, "nodes": t.n_nodes, "stats": st, "pid": os.getpid(), "busy": self.busy}
+               "nbytes": t.nbytes, "nodes": t.n_nodes, "stats": st, "pid": os.getpid(), "busy": self.busy,
+               "margin": t.keep_margin_bits}
         if self.store is not None:
             out["store_forwards"], out["store_replayed"] = self.store.forwards, self.store.replayed
             out["restored"], out["probe_forwards"] = self._restored, self.store.probe_forwards

@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from .levels import COLUMNS
-from .records import f32_rows, from_f32_rows
+from .records import f32_rows, from_f32_rows, narrow_ids
 from .._validate import LN2
 
 __all__ = ["pack_state", "unpack_state", "choose_pack", "measure_cut", "note_offsets", "DERIVED", "SECONDS_PER_BYTE"]
@@ -61,15 +61,12 @@ def _narrow(a: np.ndarray) -> np.ndarray:
 
 
 def _narrow_ids(a: np.ndarray) -> np.ndarray:
-    """Token ids (never negative) in the smallest integer type holding them: signed as
-    :func:`_narrow`, or unsigned 8/16-bit where that is narrower (a 50,257-token vocabulary: 2 bytes)."""
-    out = _narrow(a)
-    if a.size and out.itemsize > 1 and int(a.min()) >= 0:
-        hi = int(a.max())
-        for t in (np.uint8, np.uint16):
-            if hi <= np.iinfo(t).max and np.dtype(t).itemsize < out.itemsize:
-                return a.astype(t)
-    return out
+    """Token ids (never negative) in the smallest type holding them: the journal's rule
+    (:func:`~.records.narrow_ids`), and one byte (uint8) where every id fits in one."""
+    if a.size == 0:
+        return a.astype(np.int8)
+    out = narrow_ids(a)
+    return a.astype(np.uint8) if out.dtype == np.uint16 and int(a.max()) <= 0xFF else out
 
 
 def _floats(name: str, a: np.ndarray, files: dict, enc: dict) -> None:

@@ -71,7 +71,7 @@ def mass_json(r: MassBracket | Estimate) -> dict:
 def nucleus_json(r: CountDPTopPResult) -> dict:
     """Every field of the record, ``bits`` of its boundary, ``reachable`` and the guarantee."""
     d = r.as_dict()
-    d.update(bits=-r.threshold / LN2, **_guarantee(r.exact, "exact" if r.exact else "bracket", r.point_method))
+    d.update(bits=-r.threshold / LN2, **_guarantee(r.exact, r.method, r.point_method))
     return d
 
 

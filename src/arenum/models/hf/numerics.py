@@ -81,7 +81,18 @@ class LogSoftmax64:
 
     def rows(self, logits: torch.Tensor, scale: float, host: bool) -> torch.Tensor:
         """float64 log-softmax over the last axis, any leading shape (a CPU tensor when ``host``)."""
-        return self.rows_lse(logits, scale, host)[0]
+        if host:
+            return self.rows_lse(logits, scale, host)[0]
+        x64, lse_t = self._device_lse(logits, scale)  # on the device: no copy of the lse to the host
+        return x64.sub_(lse_t)
+
+    @staticmethod
+    def _device_lse(logits: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(float64(logits) * scale, its log-sum-exp over the last axis, kept as a dimension)``."""
+        x64 = logits.to(torch.float64)
+        if scale != 1.0:
+            x64 = x64 * scale
+        return x64, torch.logsumexp(x64, dim=-1, keepdim=True)
 
     def rows_lse(self, logits: torch.Tensor, scale: float, host: bool) -> tuple[torch.Tensor, np.ndarray]:
         """:meth:`rows` and each row's ``lse`` (float64 numpy, the leading shape): the log-probs are
@@ -93,10 +104,7 @@ class LogSoftmax64:
             out = np.empty(x.shape, np.float64)
             lse = self._write_rows_cpu(out, x, scale)
             return torch.from_numpy(out).reshape(shape), lse.reshape(shape[:-1])
-        x64 = logits.to(torch.float64)
-        if scale != 1.0:
-            x64 = x64 * scale
-        lse_t = torch.logsumexp(x64, dim=-1, keepdim=True)
+        x64, lse_t = self._device_lse(logits, scale)
         return x64.sub_(lse_t), lse_t.squeeze(-1).cpu().numpy()
 
     def write(self, dst: np.ndarray, rows: list[int], logits: torch.Tensor, scale: float, host: bool) -> None:
