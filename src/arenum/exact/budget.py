@@ -18,7 +18,7 @@ import math
 from typing import Callable
 
 __all__ = ["BUDGET_HINT", "position_floor", "position_beyond_message", "fetch_round", "ROUND_ENTRY_BYTES",
-           "EXPAND_CHILD_BYTES", "keep_whole", "WHOLE_WIDTH"]
+           "EXPAND_CHILD_BYTES", "keep_whole", "WHOLE_WIDTH", "TIMED_HEAD_ROWS"]
 
 ROUND_ENTRY_BYTES = 96
 """Bytes a fetch round holds for a while per table entry it reads (the model's output, the sorted
@@ -66,21 +66,24 @@ WHOLE_WIDTH = 1024
 """Tables up to this wide are stored whole while they fit ``table_bytes``."""
 _KEEP_ALL_ENTRIES = 1 << 20  # a tree holding fewer entries stores every table whole
 _SORT_SECONDS_PER_ENTRY = 5e-9  # rough cost of sorting a table, per entry and bit of its width
+TIMED_HEAD_ROWS = 256
+"""Prefixes fetched for heads before a forward's time is trusted (a small round's time is mostly
+the call's own overhead): until then wide tables get heads."""
 
 
 def keep_whole(entries: int, widest: int, table_bytes: int | None, entry_bytes: int,
                head_seconds: float | None) -> bool:
     """Store the next tables whole (no prefix is then ever scored twice)? ``entries``: the entries the
     tree would hold with them; ``widest``: the widest table seen; ``head_seconds``: what a prefix
-    costs the tree on rounds that asked for heads (the model's forward as the tree pays it, timed;
-    ``None`` before one such round).
+    costs the tree on rounds that asked for heads (the model's own time, timed; ``None`` before
+    :data:`TIMED_HEAD_ROWS` prefixes were).
 
     Tiny trees: always. Otherwise only while ``entries * entry_bytes`` fits ``table_bytes``, and for
     tables wider than :data:`WHOLE_WIDTH` only when a forward costs more than sorting a whole table
     (which is what keeping one costs: a 50,257-entry table takes about 4 ms to sort and 0.6 MB to
     hold, more than a small transformer's forward on a CPU). A wide table is never judged by rounds
-    that fetched whole tables (their time includes the sort itself), so the first round past the
-    tiny tree asks for heads and is timed.
+    that fetched whole tables (their callbacks copy every entry out), so the rounds past the tiny
+    tree ask for heads until :data:`TIMED_HEAD_ROWS` prefixes have been timed.
 
     >>> keep_whole(1000, 50_257, None, 12, None), keep_whole(2 << 20, 50_257, None, 12, None)
     (True, False)

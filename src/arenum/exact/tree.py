@@ -37,7 +37,8 @@ from typing import Callable
 
 import numpy as np
 
-from .budget import BUDGET_HINT, EXPAND_CHILD_BYTES, ROUND_ENTRY_BYTES, WHOLE_WIDTH, fetch_round, keep_whole
+from .budget import (BUDGET_HINT, EXPAND_CHILD_BYTES, ROUND_ENTRY_BYTES, TIMED_HEAD_ROWS, WHOLE_WIDTH, fetch_round,
+                     keep_whole)
 from ._arrays import seg_first_below
 from .._guard import deferred_interrupts, held
 from .frontier import Frontier, hist_cum
@@ -212,8 +213,7 @@ class PrefixTree:
             t_model = o.stats.model_seconds
             heads = o.fetch_heads(self._prefix_tuples(d, ns), floors)
             if not keep_all:  # the model's own time on heads: what a re-score would cost (_keep_whole)
-                self._head_cost[0] += o.stats.model_seconds - t_model
-                self._head_cost[1] += m
+                self._head_cost = [self._head_cost[0] + o.stats.model_seconds - t_model, self._head_cost[1] + m]
             klp, kid, klen = heads.lps, heads.ids, heads.lens
             kx = np.repeat(s, klen)
             kx += klp  # s + lp, the score of each entry (computed once, consumed by the commit)
@@ -252,7 +252,7 @@ class PrefixTree:
         """Store the next ``m`` tables whole? (:func:`~arenum.exact.budget.keep_whole`)"""
         secs, rows = self._head_cost
         return keep_whole(self._pool_entries + m * self._widest, self._widest, self.table_bytes, _ENTRY_BYTES,
-                          secs / rows if rows else None)
+                          secs / rows if rows >= TIMED_HEAD_ROWS else None)
 
     # ------------------------------------------------------------------ commits (arenum.exact.records)
     def apply(self, kind: str, rec: dict, seq: int | None = None) -> None:
