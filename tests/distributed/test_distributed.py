@@ -377,26 +377,37 @@ def test_workers_the_cluster_cancelled_before_they_ran_are_started_again(ray_ses
     from arenum.distributed import backend as be
 
     spec = ModelSpec.ngram(_ngram_file(tmp_path), max_len=6, batch_size=64)
-    real, starts, fails = be.RayBackend.map, [], [2]
+    real, calls, fails, seen = be.RayBackend._get, [], [1], []
+    never_ran = WorkerError("a worker could not start or died: The actor never ran - it was cancelled "
+                            "before it started running")
 
-    def flaky(self, method, args):
-        if method == "ping" and len(starts) < 3 + fails[0]:
-            starts.append(list(self.actors))
-            if fails[0]:
-                fails[0] -= 1
-                raise WorkerError("a worker could not start or died: The actor never ran - it was cancelled "
-                                  "before it started running")
-        return real(self, method, args)
+    def flaky(self, ref):  # the first ``fails`` results asked for (the start's pings) never ran
+        if len(calls) < fails[0]:
+            calls.append(1)
+            seen.append(list(self.actors))
+            raise never_ran
+        return real(self, ref)
 
-    monkeypatch.setattr(be.RayBackend, "map", flaky)
-    with DistributedEnumerable(spec, 2) as dist:  # two cancelled starts, then one that runs
+    monkeypatch.setattr(be.RayBackend, "_get", flaky)
+    with DistributedEnumerable(spec, 2) as dist:  # worker 0 cancelled once: it alone is started again
         assert dist.threshold(10) == spec()[0].threshold(10)
-    assert len(starts) == 3 and len({id(a) for s in starts for a in s}) == 6
-    starts.clear()
-    fails[0] = be._START_TRIES  # a cluster that never runs them: its error, after that many starts
+        first = seen[0]
+        assert dist.backend.actors[0] is not first[0] and dist.backend.actors[1] is first[1]
+    calls.clear()
+    fails[0] = 10 ** 9  # a cluster that never runs them: its error, after that many rounds of pings
     with pytest.raises(WorkerError, match="never ran"):
         DistributedEnumerable(spec, 2)
-    assert len(starts) == be._START_TRIES
+    assert len(calls) == 2 * be._START_TRIES
+
+
+def test_a_start_error_that_never_ran_reads_as_such(ray_session):
+    import ray.exceptions as rex
+
+    from arenum.distributed import backend as be
+
+    ctx = rex.ActorDiedErrorContext(never_started=True, actor_id=b"\x01" * 16)
+    err = be._start_error(rex.ActorDiedError(ctx))
+    assert isinstance(err, WorkerError) and be._NEVER_RAN in str(err)
 
 
 def test_a_worker_killed_mid_build_is_restarted_and_resumes_from_its_store(ray_session, tmp_path):

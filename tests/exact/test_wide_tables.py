@@ -98,3 +98,37 @@ def test_keep_whole_rule():
     assert keep_whole(big, 50_257, None, 12, 0.01)
     assert not keep_whole(big, 50_257, big * 12 - 1, 12, 0.01)  # past table_bytes: never
     assert keep_whole(big, WHOLE_WIDTH, None, 12, None)  # narrow: whole while they fit
+
+
+def test_the_first_build_of_a_wide_tree_already_reaches_the_wide_margin(monkeypatch):
+    # the margin widens once a wide table is seen at the root: the next level's first heads reach it
+    monkeypatch.setattr(budget, "_SORT_SECONDS_PER_ENTRY", 1e-3)
+    m = Timed(0.0, seed=4)
+    ar = AutoregressiveEnumerable(m, max_len=2, batch_next_logprobs=m.batch, batch_size=64)
+    T = -15.0 * math.log(2)
+    assert ar.count(T) == brute_count(m, T)
+    lev = ar._tree.levels[1]
+    cut = np.flatnonzero(lev.fetched & (lev.tlen < V))
+    assert cut.size > 100  # heads, not whole tables
+    T2 = -(15.0 + WIDE_MARGIN_BITS - 1) * math.log(2)  # a deeper budget within the margin: no re-score
+    assert ar.count(T2) == brute_count(m, T2)
+    assert ar.stats["refetches"] == 0 and m.calls == ar.stats["forwards"]
+    ar._tree._check()
+
+
+def test_a_reopened_store_keeps_the_wide_margin(tmp_path, monkeypatch):
+    monkeypatch.setattr(budget, "_SORT_SECONDS_PER_ENTRY", 1e-3)
+    T, T2 = -15.0 * math.log(2), -(15.0 + WIDE_MARGIN_BITS - 1) * math.log(2)
+    m = Timed(0.0, seed=6)
+    with AutoregressiveEnumerable(m, max_len=2, batch_next_logprobs=m.batch, batch_size=64,
+                                  store=tmp_path / "st", fingerprint="wide-6") as ar:
+        want = ar.count(T)
+        assert ar._tree.keep_margin_bits == WIDE_MARGIN_BITS
+    m2 = Timed(0.0, seed=6)
+    with AutoregressiveEnumerable(m2, max_len=2, batch_next_logprobs=m2.batch, batch_size=64,
+                                  store=tmp_path / "st", fingerprint="wide-6") as again:  # no probe: 0 forwards
+        assert again._tree.keep_margin_bits == WIDE_MARGIN_BITS  # restored from the store
+        assert again.count(T) == want and m2.calls == 0
+        assert again.count(T2) == brute_count(m2, T2)  # deeper, within the margin: new prefixes only
+        assert again.stats["refetches"] == 0
+        again._tree._check()

@@ -74,19 +74,29 @@ class RayBackend:
         actor = ray.remote(ShardWorker).options(max_restarts=-1, max_task_retries=-1, num_cpus=num_cpus,
                                                 num_gpus=num_gpus)
         self.n = n
-        for attempt in range(_START_TRIES):
-            self.actors = [actor.remote(factory, j, stores[j], fingerprint) for j in range(n)]
-            try:
-                self.map("ping", [()] * n)  # every worker built its model, or the first one's error is raised
-                break
-            except BaseException as exc:
-                for a in self.actors:
-                    ray.kill(a, no_restart=True)
-                # an actor the cluster cancelled before it ran (a busy machine) is started again; a
-                # worker whose own constructor failed is not
-                if attempt + 1 < _START_TRIES and isinstance(exc, WorkerError) and _NEVER_RAN in str(exc):
-                    continue
-                raise
+        self.actors = [actor.remote(factory, j, stores[j], fingerprint) for j in range(n)]
+        try:
+            for attempt in range(_START_TRIES):  # every worker built its model, or the first one's error is raised
+                errs: dict[int, Exception] = {}
+                for j, ref in enumerate([a.ping.remote() for a in self.actors]):
+                    try:
+                        self._get(ref)
+                    except Exception as exc:
+                        errs[j] = exc
+                if not errs:
+                    break
+                # an actor the cluster cancelled before it ran (a busy machine) is started again, alone
+                # (the others keep their stores open); a worker whose own constructor failed is not
+                if attempt + 1 == _START_TRIES or not all(isinstance(e, WorkerError) and _NEVER_RAN in str(e)
+                                                          for e in errs.values()):
+                    raise errs[min(errs)]
+                for j in errs:
+                    ray.kill(self.actors[j], no_restart=True)
+                    self.actors[j] = actor.remote(factory, j, stores[j], fingerprint)
+        except BaseException:
+            for a in self.actors:
+                ray.kill(a, no_restart=True)
+            raise
 
     def _get(self, ref: Any) -> Any:
         ray = self.ray

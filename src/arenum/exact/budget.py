@@ -79,9 +79,9 @@ def keep_whole(entries: int, widest: int, table_bytes: int | None, entry_bytes: 
     :data:`TIMED_HEAD_ROWS` prefixes were).
 
     Tiny trees: always. Otherwise only while ``entries * entry_bytes`` fits ``table_bytes``, and for
-    tables wider than :data:`WHOLE_WIDTH` only when a forward costs more than sorting a whole table
-    (which is what keeping one costs: a 50,257-entry table takes about 4 ms to sort and 0.6 MB to
-    hold, more than a small transformer's forward on a CPU). A wide table is never judged by rounds
+    tables wider than :data:`WHOLE_WIDTH` only when a forward costs at least this rule's estimate of
+    sorting a whole table (what keeping one costs; 5 ns an entry and bit of its width: about 4 ms for
+    a 50,257-entry table, which takes 0.6 MB to hold, more than a small transformer's forward on a CPU). A wide table is never judged by rounds
     that fetched whole tables (their callbacks copy every entry out), so the rounds past the tiny
     tree ask for heads until :data:`TIMED_HEAD_ROWS` prefixes have been timed.
 

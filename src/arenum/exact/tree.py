@@ -398,8 +398,8 @@ class PrefixTree:
                     f"an exact answer at {-T / LN2:.3f} bits needs more than max_prefixes={max_prefixes} "
                     f"live prefixes (at least {self.fetched_nodes + need.size}); {BUDGET_HINT}"
                 )
-            if need.size:
-                self._fetch(d, need, keep, max_bytes)
+            if need.size:  # the margin as applied now: wide tables seen on an earlier level widen it
+                self._fetch(d, need, min(keep, T - self.keep_margin_bits * LN2), max_bytes)
             if d < self.leaf_level:
                 self._expand(d, T, max_bytes)
         trunc = self.depth_truncated

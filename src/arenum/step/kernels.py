@@ -140,8 +140,12 @@ def preload() -> bool:
     if not allows_numba():
         return False
     prev = _state["choice"]
-    set_backend("numba")
-    _state["choice"] = prev
+    try:
+        set_backend("numba")
+    except KernelUnavailable:  # numba present but its compile failed: the numpy kernels stay
+        return False
+    finally:
+        _state["choice"] = prev
     return True
 
 
