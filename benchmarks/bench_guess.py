@@ -13,8 +13,9 @@ Timed in one process (``time.process_time``; the machine is shared and noisy: co
 - ``later ranks``: ``enum.rank`` of the ``--later`` strings after it, wall milliseconds (target 10 ms);
 - ``ranks``: ``enum.ranks`` of ``--n`` held-out passwords after it (exact where the built index reaches,
   else certified: one DP), against the Monte Carlo estimator: ``enum.monte_carlo(--samples)`` plus
-  ``est.rank`` of the same passwords (target: within 2x the estimator's time); then the same
-  ``enum.ranks`` on a fresh enumerable (the DP made from nothing to the deepest password).
+  ``est.rank`` of the same passwords (the DP already built by the ranks above); then the same
+  ``enum.ranks`` on a fresh enumerable (the DP made from nothing to the deepest password), which is
+  what the target (within 2x the estimator's time) compares: not met (docs/benchmarks.md).
 
 - ``from the store`` (``--store DIR``): the first rank keeps its certified tables in the store, then a
   fresh process opens it and ranks ``--deep`` (wall seconds, DP sweep seconds, forwards; target < 1 s).
@@ -108,7 +109,7 @@ def main() -> None:
                       "rank_lo": x.rank_lo, "rank_hi": x.rank_hi})
     out["later_ranks"] = later
     print(f"{'later ranks':>14}: " + ", ".join(f"{d['string']!r} {d['method']} {d['ms']:.2f} ms" for d in later)
-          + " (target 10 ms each)")
+          + " (target 10 ms each within the built depth; a deeper one grows the DP)")
 
     t0 = time.process_time()
     rs = enum.ranks(seqs)
@@ -127,14 +128,14 @@ def main() -> None:
                     "median_width_bits": widths[len(widths) // 2], "max_width_bits": widths[-1]}
     print(f"{'ranks':>14}: enum.ranks of {len(seqs)} held-out {t_ranks:.2f} s ({methods}; bracket width median "
           f"{widths[len(widths) // 2]:.3f} bits, max {widths[-1]:.3f}), Monte Carlo {a.samples:,} samples + "
-          f"{len(seqs)} ranks {t_mc:.2f} s: ratio {t_ranks / t_mc:.2f} (target <= 2)")
+          f"{len(seqs)} ranks {t_mc:.2f} s: ratio {t_ranks / t_mc:.2f} (the DP built)")
     fresh = model.enumerable(max_bytes=int(a.max_bytes))
     t0 = time.process_time()
     fresh.ranks(seqs)
     t_fresh = time.process_time() - t0
     out["ranks_fresh"] = {"seconds": t_fresh, "ratio": t_fresh / t_mc}
     print(f"{'ranks, fresh':>14}: the same on a fresh enumerable (the DP made to the deepest held-out) "
-          f"{t_fresh:.2f} s: ratio {t_fresh / t_mc:.2f}")
+          f"{t_fresh:.2f} s: ratio {t_fresh / t_mc:.2f} (target <= 2)")
     if a.store is not None:
         enum.close()
         code = ("import json, sys, time; sys.path.insert(0, sys.argv[1]); from arenum.models import NGramModel\n"
