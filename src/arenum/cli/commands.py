@@ -376,16 +376,16 @@ def cmd_nucleus(args: argparse.Namespace, m: Loaded) -> Output:
 
     r = m.enum.nucleus_size(args.p)
     cost, cline = _cost(m, before, t0)
-    guarantee = "exact" if r.exact else ("logprob_error bracket" if r.method == "logprob_error" else "bracket")
-    guarantee += " (truncated by the cap)" if r.truncated else ""
     doc = {"command": "nucleus", **_header(m), **nucleus_json(r), **cost}
+    tag = _tag(doc)  # the other commands' label of the same guarantee fields
+    tag = tag[:-1] + ", truncated by the cap]" if r.truncated else tag
     if r.exact:
         size = f"{r.size:,}"
     elif r.size_hi is None:
         size = f">= {r.size_lo:,}"
     else:
         size = f"~{r.size:,.1f} in [{r.size_lo:,}, {r.size_hi:,}]"
-    rows = [("p", f"{args.p:g}"), ("size", f"{size}  [{guarantee}]"),
+    rows = [("p", f"{args.p:g}"), ("size", f"{size}  {tag}"),
             ("mass", f"{r.mass_lo:.12g} .. {r.mass_hi:.12g}"), ("boundary", fmt_lp(r.threshold))]
     if r.reachable is False:
         rows.append(("unreachable", f"p = {args.p:g} cannot be reached: the whole support holds at most "

@@ -382,9 +382,7 @@ class PrefixTree:
         self.recover()
         if T >= self.built:
             return
-        if keep is None:
-            keep = T - self.keep_margin_bits * LN2
-        keep = min(keep, T)
+        keep = T if keep is None else min(keep, T)  # the margin is applied per level (below)
         self._goal_bits = -T / LN2 if T > -math.inf else math.inf  # for the progress callback only
         for d in range(self.leaf_level + 1):
             if d >= len(self.levels):
