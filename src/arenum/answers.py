@@ -447,7 +447,8 @@ class Answers:
         """:meth:`rank` of many finite scores. ``deepen``: each exactly as :meth:`rank` (builds within
         the caps). Otherwise no build: a score the exact index built so far reaches is ranked exactly
         (as :meth:`rank`), a deeper one of a finite-state model by the certified DP, made once to the
-        deepest score (then each is two lookups); without the DP, as :meth:`rank`."""
+        deepest score (then each is two lookups; :meth:`CertifiedCounter.prepare_ranks`); without the
+        DP, as :meth:`rank`."""
         scores = [float(x) for x in scores]
         built = self.seek.tree.built
         deep = [x for x in scores if x < built]
@@ -455,7 +456,7 @@ class Answers:
         if cc is None:
             return [self.rank(x) for x in scores]
         lo = min(deep)
-        cc.count_bracket(math.nextafter(lo, math.inf))  # the count DPs to the deepest cell, once
+        cc.prepare_ranks(math.nextafter(lo, math.inf))  # the count DPs to the deepest cell, once
         trunc = self.seek.tree.depth_truncated or self._capped
         return [self.rank(x) if x >= built else self._cert_rank(cc, x, trunc) for x in scores]
 

@@ -524,7 +524,7 @@ class AutoregressiveEnumerable:
     def ranks(self, sequences: Iterable[Sequence[Any]], *, deepen: bool = False) -> list[DensityRankResult]:
         """:meth:`rank` of many sequences, scored in one call. ``deepen=False``: no exact build: exact where the
         index built so far reaches, past it a finite-state model's certified brackets from one DP (made once to
-        the deepest), else as :meth:`rank`; ``deepen=True``: each as :meth:`rank`. ``ValueError`` as :meth:`rank`."""
+        the deepest: ``CertifiedCounter.prepare_ranks``), else as :meth:`rank`; ``deepen=True``: each as :meth:`rank`."""
         seqs = [self._as_tuple(s, "sequences[i]") for s in sequences]
         sc = self.score_sequences(seqs)
         for i in np.flatnonzero(sc == -math.inf)[:1]:

@@ -326,3 +326,102 @@ def test_a_lazy_cumulative_read_by_many_threads_at_once_is_computed_once():
         assert not errors and len(calls) == 1 and not r.cumulative_pending
         assert all(v == getattr(r, name) for name, v in got)
         assert r.cumulative_lo == 0.25 and r.cumulative_hi == 0.75 and 0.25 < r.cumulative < 0.75
+
+
+def _numpy_sweep(monkeypatch):
+    monkeypatch.setattr(certified, "_compiled_sweep", lambda progress=None: None)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_windowed_sweep_equals_numpy_bit_for_bit(monkeypatch, seed):
+    """A count DP built for one final depth (``prepare_counts``, ``ranks`` from nothing) sums each
+    state only from its cheapest completion to the horizon less its cheapest path from the start:
+    the start state's cells are the numpy sweep's bit for bit (likely cycles: zero-cost cells, counts
+    past 2**53), states are skipped on both sides, and a deeper count after it rebuilds, the same."""
+    rng = random.Random(100 + seed)
+    words = _words(70, seed, alphabet="abcdexyz") + ["ab" * rng.randint(3, 9)] * rng.randint(5, 40) + ["cxyz"] * 150
+    m = NGramModel.fit(words, order=3, smoothing=rng.choice(["kn", "wb"]))
+    sup = Support.terminating(m.eos, m.eos, 400)
+    bits = 1 / 16  # cells of 1/32 nat: "xy" -> "z" (p 0.98) rounds down to 0
+    deep = -rng.uniform(60.0, 90.0)
+    ts = [deep] + [-x for x in np.linspace(0.5, -deep, 20)]
+    _numpy_sweep(monkeypatch)
+    ref = CertifiedCounter(m.finite_state(), sup, resolution_bits=bits)
+    want = [(b.lo, b.hi) for b in map(ref.count_bracket, ts + [2 * deep])]
+    zero = any(e.c_zero.any() for e in ref._edges.values())
+    monkeypatch.undo()
+    cc = CertifiedCounter(m.finite_state(), sup, resolution_bits=bits)
+    windowed = 0
+    for lower, K in zip((True, False), cc._cells(deep)):  # one DP to a final cell, its windows looked at
+        sw = cc._sweep(lower, False, K)
+        sw.ensure(K, final=True)
+        if sw.levels is not None:
+            continue  # a binding cap: counted length by length (numpy), no window
+        windowed += 1
+        assert sw.horizon == K and sw.ring is not None
+        lo_cell, hi_cell = sw._windows
+        assert (lo_cell > 0).any() and ((hi_cell >= 0) & (hi_cell < K)).any()  # both ends skip work
+        assert hi_cell[cc.tables.start] == K
+    assert windowed
+    cc2 = CertifiedCounter(m.finite_state(), sup, resolution_bits=bits)
+    cc2.prepare_counts(deep)  # built, released
+    assert all(sw.ring is None and sw.horizon is None for sw in cc2._sweeps.values())
+    for c in (cc, cc2):
+        got = [(b.lo, b.hi) for b in map(c.count_bracket, ts + [2 * deep])]  # the last one deeper: rebuilt
+        assert got == want
+    assert zero  # "xy" -> "z": a step of probability near 1, a zero-cost cell in the upper DP
+    assert max(hi for _, hi in want if math.isfinite(hi)) > 2**53
+
+
+def test_windows_are_the_cheapest_paths():
+    """``sweepjit.windows``: each state's cheapest completion and the horizon less its cheapest path
+    from the start, against Bellman-Ford over the same steps (bulk, cheap and zero-cost)."""
+    from arenum.beyond import sweepjit
+
+    m = NGramModel.fit(_words(60, 7, alphabet="abcd") + ["abab"] * 30, order=3, smoothing="kn")
+    cc = CertifiedCounter(m.finite_state(), Support.terminating(m.eos, m.eos, 400), resolution_bits=1 / 16)
+    for lower in (True, False):
+        e, (end, _) = cc._edges[lower], cc._end[lower]
+        csr = sweepjit.csr_steps(e, False)
+        src, col = np.nonzero(e.possible)
+        nxt, cost = e.nxt[src, col].astype(np.int64), e.cost[src, col].astype(np.int64)
+        big = 1 << 62
+        h = np.minimum(end, big).astype(np.int64)
+        d = np.full(e.S, big, np.int64)
+        d[cc.tables.start] = 0
+        for _ in range(e.S + 1):
+            np.minimum.at(h, src, h[nxt] + cost)
+            np.minimum.at(d, nxt, d[src] + cost)
+        for horizon in (0, 500, big):
+            lo, hi = sweepjit.windows(csr[0], csr[1], csr[2], csr[4], csr[5], csr[6], csr[8], csr[9], end, True,
+                                      cc.tables.start, horizon)
+            assert lo.tolist() == h.tolist()
+            want = np.full(e.S, big) if horizon == big else np.where(d <= horizon, horizon - d, -1)
+            assert hi.tolist() == want.tolist()
+
+
+def test_windowed_sweep_interrupted_then_answers_the_same(monkeypatch):
+    """An interrupt between the compiled calls of a windowed build (``prepare_counts``) leaves its
+    ring and row in step: the counts after it, within and past its horizon, are an uninterrupted
+    counter's."""
+    m = NGramModel.fit(_words(80, 11, alphabet="abcde"), order=3, smoothing="kn")
+    sup = Support.terminating(m.eos, m.eos, 400)
+    ts = [-x for x in np.linspace(1.0, 80.0, 12)]
+    want = [(b.lo, b.hi) for b in map(CertifiedCounter(m.finite_state(), sup).count_bracket, ts)]
+    monkeypatch.setattr(certified._Sweep, "JIT_UPDATES", 1)  # one block of cells a call
+    rng = random.Random(3)
+    for trial in range(5):
+        cc = CertifiedCounter(m.finite_state(), sup)
+        calls, stop_at = [], rng.randint(1, 12)
+
+        def stop(d):
+            calls.append(d)
+            if len(calls) == stop_at:
+                raise KeyboardInterrupt
+        cc.progress = stop
+        with pytest.raises(KeyboardInterrupt):
+            cc.prepare_counts(-60.0)
+        cc.progress = None
+        cut = [sw for sw in cc._sweeps.values() if sw.horizon is not None]
+        assert len(cut) == 1 and cut[0].ring is not None and 0 <= cut[0].K < cut[0].horizon  # stopped mid-way
+        assert [(b.lo, b.hi) for b in map(cc.count_bracket, ts)] == want

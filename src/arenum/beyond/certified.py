@@ -59,6 +59,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._validate import exact_int, finite_float
+from . import sweepnp
 from .certified_steps import LazySteps, StepEdges
 from .estimate import mass_count_bound
 from .._guard import deferred_interrupts
@@ -80,6 +81,7 @@ cap over a policy's product with 24 million edges: minutes, then 1,024 sweeps)."
 DEFAULT_RESOLUTION_BITS = 1.0 / 32
 DEFAULT_MAX_BITS = 256.0
 _U = 2.0**-53  # unit roundoff of float64
+_NO_HORIZON = 1 << 62  # a growing sweep: every state summed at every cell
 _EXACT = 2.0**53  # float64 sums of integers below this are exact
 
 
@@ -136,6 +138,11 @@ class _Sweep:
         self.on_grow: Any = None
         self._jit: Any = False  # the compiled one-pass sweep's module, None: numpy (decided at the first build)
         self.ring: np.ndarray | None = None  # the compiled sweep's rings of each state's last cells, flat
+        #: the deepest cell this sweep is built for (``None``: any, it grows on demand): set by
+        #: :meth:`ensure` ``(K, final=True)`` on a sweep built from cell 0; each state is then summed
+        #: only to the last cell a start cell up to it reads, and a deeper cell rebuilds from cell 0
+        self.horizon: int | None = None
+        self._windows: tuple[np.ndarray, np.ndarray] | None = None  # the compiled sweep's (lo_cell, hi_cell)
         #: ``progress(dict)`` after every block of cells (``phase='certified'``, ``cells_done``, ``cells_todo``)
         self.progress: Any = None
 
@@ -160,7 +167,7 @@ class _Sweep:
         costs = self.e.cost[self.e.possible]
         return int(costs.max()) + 1 if costs.size else 1
 
-    def _report(self, done: int, todo: int) -> None:
+    def report(self, done: int, todo: int) -> None:
         if self.progress is not None:
             self.progress({"phase": "certified", "cells_done": done, "cells_todo": todo,
                            "dp": f"{'lower' if self.lower else 'upper'} {'mass' if self.mass else 'count'}"})
@@ -174,87 +181,13 @@ class _Sweep:
         return int(self.row.nbytes + (self.N.nbytes if self.N is not None else 0)
                    + (self.ring.nbytes if self.ring is not None else 0))
 
-    def _slack(self, v: np.ndarray) -> None:
+    def slack(self, v: np.ndarray) -> None:
         if self.mass:
             v *= self.factor
         else:
             big = v >= _EXACT
             if big.any():
                 v[big] *= self.factor
-
-    def _block(self, read: np.ndarray, K: int, B: int, bulk: np.ndarray, o: int) -> np.ndarray:
-        """``(S, B)``: the sums over the steps in ``bulk`` for cells ``K..K+B-1``, reading ``read``
-        (state-major, origin ``o``, ``PAD`` cells of padding, zero row ``S``)."""
-        e, P = self.e, self.B
-        S, V = e.nxt.shape
-        W = read.shape[1]
-        win = np.lib.stride_tricks.sliding_window_view(read.reshape(-1), B)
-        out = np.empty((S, B))
-        step = max(1, (1 << 22) // max(1, V * B))  # states per chunk: ~32 MB of windows
-        for a in range(0, S, step):
-            sl = slice(a, a + step)
-            idx = e.nxt[sl].astype(np.int64) * W + (np.maximum(K - e.cost[sl].astype(np.int64), -P) + P - o)  # window starts
-            idx[~bulk[sl]] = S * W  # the zero row
-            G = win[idx]  # (chunk, V, B) copies of contiguous windows
-            if self.mass:
-                G *= e.prob[sl, :, None]
-            elif e.weight is not None:
-                G *= e.weight[sl, :, None]
-            G.sum(axis=1, out=out[sl])
-        return out
-
-    def _finish_cell(self, v: np.ndarray, read: np.ndarray, k: int, o: int) -> np.ndarray:
-        """Add the cheap steps (unbounded mode) and the ends to the block sums ``v`` of cell ``k``;
-        resolve the zero-cost steps."""
-        e, S, P = self.e, self.S, self.B
-        if len(e.c_src):
-            nz = ~e.c_zero
-            vals = read[e.c_nxt[nz], k - e.c_cost[nz].astype(np.int64) + P - o]  # cost < B = P: inside the padding at worst
-            if self.mass:
-                vals = vals * e.c_prob[nz]
-            elif e.c_weight is not None:
-                vals = vals * e.c_weight[nz]
-            v += np.bincount(e.c_src[nz], weights=vals, minlength=S)
-        if self.end_cost is not None:
-            v += np.where(self.end_cost <= k, self.end_prob if self.mass else 1.0, 0.0)
-        self._slack(v)
-        if e.c_zero.any():
-            zs, zn, zp = e.c_src[e.c_zero], e.c_nxt[e.c_zero], e.c_prob[e.c_zero] if self.mass else None  # counts: no p
-            base = v
-            zw = None if e.c_weight is None else e.c_weight[e.c_zero]
-            for _ in range(e.zero_depth + 1):
-                w = v[zn] * zp if self.mass else (v[zn] if zw is None else v[zn] * zw)
-                v = base + np.bincount(zs, weights=w, minlength=S)
-                self._slack(v)
-        return v
-
-    def _slide(self, k: int, B: int) -> None:
-        """Make room in ``N`` for cells ``k..k+B-1``: move the last ``span + PAD`` cells to the front."""
-        N, P = self.N, self.B
-        if k + B - self.o + P <= N.shape[1]:
-            return
-        new_o = k - self.span - P
-        keep = N[:, new_o - self.o : k - self.o + P].copy()  # cells new_o - P .. k - 1
-        N[:, : keep.shape[1]] = keep
-        N[:, keep.shape[1]:] = 0.0
-        self.o = new_o
-
-    def _fill_unbounded(self, k0: int, k1: int) -> np.ndarray:
-        """Cells ``k0..k1`` of every state into ``N`` (sliding it as needed); the start state's values."""
-        P, start = self.B, self.start
-        out = np.empty(k1 - k0 + 1)
-        k = k0
-        while k <= k1:
-            B = min(P, k1 - k + 1)
-            self._slide(k, B)
-            N, o = self.N, self.o
-            blk = self._block(N, k, B, self.e.bulk, o)
-            for i in range(B):  # cheap steps may read cells of this block: cell by cell
-                N[: self.S, P + k + i - o] = v = self._finish_cell(blk[:, i], N, k + i, o)
-                out[k + i - k0] = v[start]
-            k += B
-            self._report(k - k0, k1 - k0 + 1)
-        return out
 
     def _fill_jit(self, K: int) -> None:
         """Cells up to ``K`` by the compiled sweep (:mod:`arenum.beyond.sweepjit`: the numpy sweep's
@@ -267,9 +200,14 @@ class _Sweep:
             self._roff, self._rmask = self._jit.ring_layout(S, self._csr, P)  # a ring per state, as far as it is read
             self.ring = np.zeros(int(self._roff[-1] + self._rmask[-1] + 1) if S else 0)
             self._order = np.lexsort(np.where(e.bulk, e.nxt, -1).T[::-1]).astype(np.int64)  # by next states
-        step = P * max(1, self.JIT_UPDATES // max(1, P * int(e.n_edges)))
         end_cost, end_val = (self.end_cost, (self.end_prob if self.mass else np.ones(S))) if self.end_cost is not None \
             else (np.zeros(S, np.int64), np.zeros(S))
+        if self._windows is None:  # each state's first cell and (to a horizon) last cell read
+            c = self._csr
+            self._windows = self._jit.windows(c[0], c[1], c[2], c[4], c[5], c[6], c[8], c[9], end_cost,
+                                              self.end_cost is not None, self.start,
+                                              _NO_HORIZON if self.horizon is None else self.horizon)
+        step = P * max(1, self.JIT_UPDATES // max(1, P * int(e.n_edges)))
         k0 = k = self.K + 1
         while k <= K:
             kb = min(K, k + step - 1)
@@ -277,44 +215,39 @@ class _Sweep:
             with deferred_interrupts():  # the ring and the row advance together
                 self._jit.fill(self.ring, self._roff, self._rmask, k, kb, P, *self._csr, e.zero_depth, end_cost, end_val,
                                self.end_cost is not None, self.mass or e.weight is not None, self.mass, self.factor,
-                               self.start, self._order, out)
+                               self.start, self._order, *self._windows, out)
                 self.row = np.concatenate([self.row, out])
             k = kb + 1
-            self._report(k - k0, K - k0 + 1)
+            self.report(k - k0, K - k0 + 1)
 
-    def _fill_level(self, read: np.ndarray, write: np.ndarray, K: int) -> None:
-        """Cells ``0..K`` of one level from the previous one: every step reads ``read``, a block at once."""
-        P, S = self.B, self.S
-        k = 0
-        while k <= K:
-            B = min(P, K - k + 1)
-            blk = self._block(read, k, B, self.e.possible, 0)
-            if self.end_cost is not None:
-                blk += np.where(self.end_cost[:, None] <= k + np.arange(B),
-                                (self.end_prob if self.mass else np.ones(S))[:, None], 0.0)
-            self._slack(blk)
-            write[:S, P + k : P + k + B] = blk
-            k += B
-
-    def ensure(self, K: int) -> None:
-        """Build cells ``0..K`` (at least)."""
+    def ensure(self, K: int, final: bool = False) -> None:
+        """Build cells ``0..K`` (at least). ``final``: no deeper cell will be asked of this build (it
+        is released once built, :meth:`release`): a sweep starting from cell 0 then sums each state
+        only as far as the start state's cells up to ``K`` read it (the compiled sweep: the same
+        values, less work the farther the states lie from the start)."""
         if K <= self.K:
             return
         try:
-            self._ensure(K)
+            self._ensure(K, final)
         finally:
             if self.on_grow is not None:
                 self.on_grow()
 
-    def _ensure(self, K: int) -> None:
+    def _ensure(self, K: int, final: bool = False) -> None:
         t0 = time.perf_counter()
         S, P = self.S, self.B
         if self.levels is None:
+            if self.horizon is not None and K > self.horizon:  # built for a shallower final cell: from 0
+                self.ring = self._windows = self.horizon = None
             if self.ring is None and self.N is None:  # a row restored from a store: rebuilt from cell 0
                 self.row = np.zeros(0)
             if self._jit is False:
                 self._jit = _compiled_sweep(self.progress)
             K = max(K, int(self.K * 1.25) + 1)
+            if self.horizon is not None:  # a windowed build resumed (after an interrupt): to its horizon at most
+                K = min(K, self.horizon)
+            elif self._jit is not None and self.ring is None:  # a sweep from cell 0: windowed if final
+                self.horizon, self._windows = (K if final else None), None
             if self._jit is not None:
                 try:
                     self._fill_jit(K)
@@ -328,7 +261,7 @@ class _Sweep:
                 if self.N is not None:
                     N[:, : self.N.shape[1]] = self.N
                 self.N = N
-            self.row = np.concatenate([self.row, self._fill_unbounded(self.K + 1, K)])
+            self.row = np.concatenate([self.row, sweepnp.fill_unbounded(self, self.K + 1, K)])
         else:
             K = max(K, int(self.K * 1.5) + 1)  # a rebuild: grow geometrically
             prev = np.zeros((S + 1, P + K + 1 + P))
@@ -336,9 +269,9 @@ class _Sweep:
                 prev[:S, P:] = 1.0
             cur = np.zeros_like(prev)
             for lv in range(self.levels):
-                self._fill_level(prev, cur, K)
+                sweepnp.fill_level(self, prev, cur, K)
                 prev, cur = cur, prev
-                self._report((lv + 1) * (K + 1), self.levels * (K + 1))
+                self.report((lv + 1) * (K + 1), self.levels * (K + 1))
             self.row = prev[self.start, P : P + K + 1].copy()
         self.seconds += time.perf_counter() - t0
 
@@ -347,7 +280,7 @@ class _Sweep:
         them again) and keep :attr:`row`: cells up to :attr:`K` still answer; a deeper one rebuilds
         from cell 0, as a row restored from a store does."""
         self.ring = self.N = None
-        self._csr = self._order = self._roff = self._rmask = None
+        self._csr = self._order = self._roff = self._rmask = self._windows = self.horizon = None
         self.o = 0
         self._e = edges
 
@@ -562,12 +495,22 @@ class CertifiedCounter:
             K = min(K, self.max_cells)
             if K < 0:
                 continue
-            self._sweep(lower, False, K).ensure(K)
+            self._sweep(lower, False, K).ensure(K, final=True)  # released below: each state summed as far as read
             self._n_edges = self._edges[lower].n_edges  # for stats, once the tables go
             for key, sw in self._sweeps.items():
                 if key[0] == lower:
                     sw.release(functools.partial(self._edges.__getitem__, lower))
             self._edges.pop(lower, None)
+
+    def prepare_ranks(self, t: float) -> None:
+        """Both count DPs down to score ``t`` for a batch of counts or ranks (``t`` the deepest): a
+        DP already growing (an earlier query's) grows on, else :meth:`prepare_counts` (each state
+        summed only as far as a count down to ``t`` reads it, one rounding at a time, released once
+        built: a later deeper count rebuilds from cell 0)."""
+        if any(sw.ring is not None or sw.N is not None for (_, mass, _), sw in self._sweeps.items() if not mass):
+            self.count_bracket(t)
+        else:
+            self.prepare_counts(t)
 
     def _edge_count(self) -> int:
         """The possible steps (one rounding's tables are made to count them, once)."""

@@ -2,7 +2,7 @@
 
 :func:`fill` computes cells ``k0..k1`` of one unbounded sweep of :mod:`arenum.beyond.certified` into
 ring buffers of each state's last cells (:func:`ring_layout`: as many as the costliest step into it reads back), with the same float operations in the same order as
-the numpy path (``_Sweep._block`` and ``_Sweep._finish_cell``), so both give the same values bit for
+the numpy path (:func:`arenum.beyond.sweepnp.block` and :func:`~arenum.beyond.sweepnp.finish_cell`), so both give the same values bit for
 bit (``tests/beyond/test_certified_fast.py`` compares them):
 
 - the bulk steps (cost ``>= B`` cells) of a state: ``acc = 0; acc += value * weight`` in column
@@ -16,10 +16,17 @@ No fused multiply-add (numba does not contract without ``fastmath``), no reorder
 
 Memory order (the same values): the bulk sums are made state-major (a window of ``B`` cells per
 step). A state without cheap steps then has its block's cells from them alone (``+ 0.0``, the end,
-the slack), state by state; the few with cheap steps (every state, with zero-cost steps) are summed
-cell by cell, reading the block's done cells in place; the block goes into the rings state by state
-once done. Cell by cell for every state, each cell touched a cache line of each of ``S`` rows: that
-pass took more than half the sweep's time.
+the slack), state by state; the few with cheap steps, and the states a zero-cost step joins, are
+summed cell by cell, reading the block's done cells in place, the zero-cost steps resolved among
+them (any other state's value after that resolution is its own, ``+ 0.0`` and scaled once more: it
+is made so state by state); the block goes into the rings state by state once done. Cell by cell
+for every state, each cell touched a cache line of each of ``S`` rows: that pass took more than half
+the sweep's time (one zero-cost step of the zxcvbn 4-gram's upper DP sent all 16,833 states there).
+
+Less work, the same values (:func:`windows`): a state is not summed below its cheapest completion
+(0 there) and a step whose reads all lie there is skipped; a build for one final cell (``horizon``)
+sums a state only up to the horizon less its cheapest path from the start, the last cell any start
+cell within the horizon reads.
 """
 from __future__ import annotations
 
@@ -102,10 +109,117 @@ def minplus(m: np.ndarray, src: np.ndarray, cost: np.ndarray, first: np.ndarray,
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def _slack(v: np.ndarray, mass: bool, factor: float) -> None:
-    for s in range(v.shape[0]):
-        if mass or v[s] >= _EXACT:
-            v[s] *= factor
+def _heap_push(hk: np.ndarray, hv: np.ndarray, n: int, key: int, val: int) -> int:
+    i = n
+    hk[i], hv[i] = key, val
+    while i > 0:
+        p = (i - 1) >> 1
+        if hk[p] <= hk[i]:
+            break
+        hk[p], hk[i] = hk[i], hk[p]
+        hv[p], hv[i] = hv[i], hv[p]
+        i = p
+    return n + 1
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _heap_pop(hk: np.ndarray, hv: np.ndarray, n: int) -> int:
+    n -= 1
+    hk[0], hv[0] = hk[n], hv[n]
+    i = 0
+    while True:
+        l, r, m = 2 * i + 1, 2 * i + 2, i
+        if l < n and hk[l] < hk[m]:
+            m = l
+        if r < n and hk[r] < hk[m]:
+            m = r
+        if m == i:
+            return n
+        hk[m], hk[i] = hk[i], hk[m]
+        hv[m], hv[i] = hv[i], hv[m]
+        i = m
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _dijkstra(ptr: np.ndarray, nxt: np.ndarray, cost: np.ndarray, dist: np.ndarray, big: int) -> None:
+    """Cheapest costs over the CSR graph ``(ptr, nxt, cost)`` (non-negative integers) from the
+    states whose ``dist`` is below ``big`` (their own cost), in place."""
+    S = dist.shape[0]
+    hk = np.empty(nxt.shape[0] + S, np.int64)
+    hv = np.empty(nxt.shape[0] + S, np.int64)
+    n = 0
+    for s in range(S):
+        if dist[s] < big:
+            n = _heap_push(hk, hv, n, dist[s], s)
+    while n > 0:
+        d, u = hk[0], hv[0]
+        n = _heap_pop(hk, hv, n)
+        if d > dist[u]:
+            continue
+        for e in range(ptr[u], ptr[u + 1]):
+            t = nxt[e]
+            nd = d + cost[e]
+            if nd < dist[t]:
+                dist[t] = nd
+                n = _heap_push(hk, hv, n, nd, t)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def windows(b_ptr: np.ndarray, b_nxt: np.ndarray, b_cost: np.ndarray, c_ptr: np.ndarray, c_nxt: np.ndarray,
+            c_cost: np.ndarray, z_ptr: np.ndarray, z_nxt: np.ndarray, end_cost: np.ndarray, has_end: bool,
+            start: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo_cell, hi_cell)`` of :func:`fill`: each state's cheapest completion (its first cell that
+    may be nonzero: the least of its end and of each step's cost plus its next state's; ``big`` for
+    none) and ``horizon`` less the cheapest path from ``start`` to it (``-1`` where none or past the
+    horizon; ``horizon`` at most ``2**62``: no window)."""
+    S = b_ptr.shape[0] - 1
+    big = np.int64(1) << 62
+    E = b_nxt.shape[0] + c_nxt.shape[0] + z_nxt.shape[0]
+    fptr = np.zeros(S + 1, np.int64)  # every step, forward (CSR by state) and backward (by next state)
+    rptr = np.zeros(S + 1, np.int64)
+    for s in range(S):
+        fptr[s + 1] = fptr[s] + (b_ptr[s + 1] - b_ptr[s]) + (c_ptr[s + 1] - c_ptr[s]) + (z_ptr[s + 1] - z_ptr[s])
+    fn = np.empty(E, np.int64)
+    fc = np.empty(E, np.int64)
+    for s in range(S):
+        i = fptr[s]
+        for e in range(b_ptr[s], b_ptr[s + 1]):
+            fn[i], fc[i] = b_nxt[e], b_cost[e]
+            i += 1
+        for e in range(c_ptr[s], c_ptr[s + 1]):
+            fn[i], fc[i] = c_nxt[e], c_cost[e]
+            i += 1
+        for e in range(z_ptr[s], z_ptr[s + 1]):
+            fn[i], fc[i] = z_nxt[e], 0
+            i += 1
+    for e in range(E):
+        rptr[fn[e] + 1] += 1
+    for s in range(S):
+        rptr[s + 1] += rptr[s]
+    fill_at = rptr[:-1].copy()
+    rn = np.empty(E, np.int64)
+    rc = np.empty(E, np.int64)
+    for s in range(S):
+        for e in range(fptr[s], fptr[s + 1]):
+            t = fn[e]
+            rn[fill_at[t]], rc[fill_at[t]] = s, fc[e]
+            fill_at[t] += 1
+    lo = np.full(S, big, np.int64)
+    if has_end:
+        for s in range(S):
+            lo[s] = min(end_cost[s], big)
+    else:
+        lo[:] = 0
+    _dijkstra(rptr, rn, rc, lo, big)
+    hi = np.full(S, big, np.int64)
+    if horizon >= big:
+        return lo, hi
+    d = np.full(S, big, np.int64)
+    d[start] = 0
+    _dijkstra(fptr, fn, fc, d, big)
+    for s in range(S):
+        hi[s] = horizon - d[s] if d[s] <= horizon else -1
+    return lo, hi
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -114,7 +228,8 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
          c_ptr: np.ndarray, c_nxt: np.ndarray, c_cost: np.ndarray, c_w: np.ndarray,
          z_ptr: np.ndarray, z_nxt: np.ndarray, z_w: np.ndarray, zero_depth: int,
          end_cost: np.ndarray, end_val: np.ndarray, has_end: bool, weighted: bool, mass: bool,
-         factor: float, start: int, order: np.ndarray, out: np.ndarray) -> None:
+         factor: float, start: int, order: np.ndarray, lo_cell: np.ndarray, hi_cell: np.ndarray,
+         out: np.ndarray) -> None:
     """Cells ``k0..k1`` of every state into ``ring[roff[s] + (k & rmask[s])]`` (cells before ``k0``
     already there, negative cells read as 0); ``out[k - k0]``: the start state's value at cell ``k``.
     Each state has its own ring of ``rmask[s] + 1`` cells (a power of two, more than the costliest
@@ -124,16 +239,32 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
     ``ptr[s]..ptr[s+1]``), with their next state, cost (cells) and weight (``weighted``: multiply
     the read value by it; else the value itself). ``order``: the states in the order their bulk sums
     are made (any order gives the same values; states that read the same rows close together keep
-    those rows in cache)."""
+    those rows in cache).
+
+    ``lo_cell[s]``: the first cell where state ``s`` may be nonzero (:func:`windows`: its cheapest
+    completion); below it the state is 0 and not summed, and a step whose reads all lie below it is
+    skipped (adding ``0.0`` changes nothing). ``hi_cell[s]``: the last cell of ``s`` any cell of the
+    start state up to the sweep's horizon reads (the horizon less the cheapest path from the start
+    to ``s``); past it ``s`` is not summed and its ring holds 0 or an older value, never read for a
+    start cell within the horizon (a step from a state summed at cell ``k`` reads a cell its next
+    state sums). The start state's values are the same bit for bit either way."""
     S = roff.shape[0]
     acc = np.empty((S, B))
     v = np.empty(S)
     base = np.empty(S)
     zero = z_ptr[S] > 0
-    n_cx = 0  # the states summed cell by cell: those with cheap steps (every state with zero-cost steps)
+    # the states summed cell by cell: those with cheap steps, and with zero-cost steps, those with
+    # them or read by them (resolved within a cell); the others are summed state by state
+    inx = np.zeros(S, np.bool_)
+    for s in range(S):
+        if c_ptr[s + 1] > c_ptr[s] or z_ptr[s + 1] > z_ptr[s]:
+            inx[s] = True
+        for e in range(z_ptr[s], z_ptr[s + 1]):
+            inx[z_nxt[e]] = True
+    n_cx = 0
     cx = np.empty(S, np.int64)
     for s in range(S):
-        if zero or c_ptr[s + 1] > c_ptr[s]:
+        if inx[s]:
             cx[n_cx] = s
             n_cx += 1
     k = k0
@@ -143,45 +274,57 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
             a = acc[s]
             for i in range(nb):
                 a[i] = 0.0
+            ns = min(nb, hi_cell[s] - k + 1)  # the cells of this block the state sums
+            if ns <= 0 or k + ns - 1 < lo_cell[s]:
+                continue
             for e in range(b_ptr[s], b_ptr[s + 1]):
                 n = b_nxt[e]
+                c0 = k - b_cost[e]
+                if c0 + ns - 1 < lo_cell[n]:
+                    continue  # every read a cell where the next state is 0: adds 0.0
                 o = roff[n]
                 m = rmask[n]
-                c0 = k - b_cost[e]
                 w = b_w[e] if weighted else 1.0
-                if c0 + nb - 1 < 0:
-                    continue  # wholly before cell 0: adds 0.0
                 st = c0 & m
-                if c0 >= 0 and st + nb <= m + 1:  # one contiguous window
-                    seg = ring[o + st : o + st + nb]
+                if c0 >= 0 and st + ns <= m + 1:  # one contiguous window
+                    seg = ring[o + st : o + st + ns]
                     if weighted:
-                        for i in range(nb):
+                        for i in range(ns):
                             a[i] += seg[i] * w
                     else:
-                        for i in range(nb):
+                        for i in range(ns):
                             a[i] += seg[i]
                 else:
-                    for i in range(nb):
+                    for i in range(ns):
                         c = c0 + i
                         if c >= 0:
                             x = ring[o + (c & m)]
                             a[i] += x * w if weighted else x
-        if not zero:  # a state without cheap steps: its cells from its bulk sums alone, state by state
-            for s in range(S):
-                if c_ptr[s + 1] > c_ptr[s]:
-                    continue
-                a = acc[s]
-                for i in range(nb):
-                    val = a[i] + 0.0
-                    if has_end:
-                        val += end_val[s] if end_cost[s] <= k + i else 0.0
+        for s in range(S):  # a state summed state by state: its cells from its bulk sums alone
+            if inx[s]:
+                continue
+            a = acc[s]
+            ns = min(nb, hi_cell[s] - k + 1)
+            if ns <= 0 or k + ns - 1 < lo_cell[s]:
+                continue  # zeros (below its first cell) or never read (past its last)
+            for i in range(ns):
+                val = a[i] + 0.0
+                if has_end:
+                    val += end_val[s] if end_cost[s] <= k + i else 0.0
+                if mass or val >= _EXACT:
+                    val *= factor
+                if zero:  # the zero-cost resolution adds nothing to it and scales it once more
+                    val = val + 0.0
                     if mass or val >= _EXACT:
                         val *= factor
-                    a[i] = val
+                a[i] = val
         for i in range(nb):  # cell by cell, the others: their cheap steps may read this block
             kk = k + i
             for j in range(n_cx):
                 s = cx[j]
+                if kk < lo_cell[s] or kk > hi_cell[s]:
+                    v[s] = 0.0  # 0 below its first cell; past its last never read
+                    continue
                 tmp = 0.0
                 for e in range(c_ptr[s], c_ptr[s + 1]):
                     c = kk - c_cost[e]
@@ -199,23 +342,29 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
                 if mass or val >= _EXACT:
                     val *= factor
                 v[s] = val
-            if zero:  # every state is in cx
-                base[:] = v
+            if zero:  # resolved among the states of cx: the zero-cost steps' both ends are there
+                for j in range(n_cx):
+                    base[cx[j]] = v[cx[j]]
                 for _ in range(zero_depth + 1):
-                    nv = np.empty(S)
-                    for s in range(S):
+                    for j in range(n_cx):
+                        s = cx[j]
                         tmp = 0.0
                         for e in range(z_ptr[s], z_ptr[s + 1]):
                             x = v[z_nxt[e]]
                             tmp += x * z_w[e] if weighted else x
-                        nv[s] = base[s] + tmp
-                    _slack(nv, mass, factor)
-                    v[:] = nv
+                        val = base[s] + tmp
+                        if mass or val >= _EXACT:
+                            val *= factor
+                        acc[s, i] = val  # the new values, kept apart until every state has read the old
+                    for j in range(n_cx):
+                        v[cx[j]] = acc[cx[j], i]
             for j in range(n_cx):
                 s = cx[j]
                 acc[s, i] = v[s]
             out[kk - k0] = acc[start, i]
         for s in range(S):  # the block into the rings, state by state
+            if hi_cell[s] < k or k + nb - 1 < lo_cell[s]:
+                continue  # past its last cell (never read) or before its first (the ring's zeros)
             o = roff[s]
             m = rmask[s]
             a = acc[s]

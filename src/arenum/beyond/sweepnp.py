@@ -1,0 +1,109 @@
+"""The numpy sweep of the certified DP (:mod:`arenum.beyond.certified`): the reference order of its
+additions and products, which the compiled sweep (:mod:`arenum.beyond.sweepjit`) repeats bit for bit.
+
+Functions of one ``_Sweep`` (``sw``: its step tables ``sw.e``, block ``sw.B``, buffer ``sw.N`` and
+origin ``sw.o``, ends, slack and progress): :func:`fill_unbounded` (one pass, ``K`` ascending, the
+buffer sliding) and :func:`fill_level` (one length from the previous one), from :func:`block` (the
+bulk steps of a block of cells, summed over tokens) and :func:`finish_cell` (the cheap steps, the
+ends, the slack and the zero-cost steps of one cell).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["block", "finish_cell", "slide", "fill_unbounded", "fill_level"]
+
+
+def block(sw: Any, read: np.ndarray, K: int, B: int, bulk: np.ndarray, o: int) -> np.ndarray:
+    """``(S, B)``: the sums over the steps in ``bulk`` for cells ``K..K+B-1``, reading ``read``
+    (state-major, origin ``o``, ``PAD`` cells of padding, zero row ``S``)."""
+    e, P = sw.e, sw.B
+    S, V = e.nxt.shape
+    W = read.shape[1]
+    win = np.lib.stride_tricks.sliding_window_view(read.reshape(-1), B)
+    out = np.empty((S, B))
+    step = max(1, (1 << 22) // max(1, V * B))  # states per chunk: ~32 MB of windows
+    for a in range(0, S, step):
+        sl = slice(a, a + step)
+        idx = e.nxt[sl].astype(np.int64) * W + (np.maximum(K - e.cost[sl].astype(np.int64), -P) + P - o)  # window starts
+        idx[~bulk[sl]] = S * W  # the zero row
+        G = win[idx]  # (chunk, V, B) copies of contiguous windows
+        if sw.mass:
+            G *= e.prob[sl, :, None]
+        elif e.weight is not None:
+            G *= e.weight[sl, :, None]
+        G.sum(axis=1, out=out[sl])
+    return out
+
+
+def finish_cell(sw: Any, v: np.ndarray, read: np.ndarray, k: int, o: int) -> np.ndarray:
+    """Add the cheap steps (unbounded mode) and the ends to the block sums ``v`` of cell ``k``;
+    resolve the zero-cost steps."""
+    e, S, P = sw.e, sw.S, sw.B
+    if len(e.c_src):
+        nz = ~e.c_zero
+        vals = read[e.c_nxt[nz], k - e.c_cost[nz].astype(np.int64) + P - o]  # cost < B = P: inside the padding at worst
+        if sw.mass:
+            vals = vals * e.c_prob[nz]
+        elif e.c_weight is not None:
+            vals = vals * e.c_weight[nz]
+        v += np.bincount(e.c_src[nz], weights=vals, minlength=S)
+    if sw.end_cost is not None:
+        v += np.where(sw.end_cost <= k, sw.end_prob if sw.mass else 1.0, 0.0)
+    sw.slack(v)
+    if e.c_zero.any():
+        zs, zn, zp = e.c_src[e.c_zero], e.c_nxt[e.c_zero], e.c_prob[e.c_zero] if sw.mass else None  # counts: no p
+        base = v
+        zw = None if e.c_weight is None else e.c_weight[e.c_zero]
+        for _ in range(e.zero_depth + 1):
+            w = v[zn] * zp if sw.mass else (v[zn] if zw is None else v[zn] * zw)
+            v = base + np.bincount(zs, weights=w, minlength=S)
+            sw.slack(v)
+    return v
+
+
+def slide(sw: Any, k: int, B: int) -> None:
+    """Make room in ``N`` for cells ``k..k+B-1``: move the last ``span + PAD`` cells to the front."""
+    N, P = sw.N, sw.B
+    if k + B - sw.o + P <= N.shape[1]:
+        return
+    new_o = k - sw.span - P
+    keep = N[:, new_o - sw.o : k - sw.o + P].copy()  # cells new_o - P .. k - 1
+    N[:, : keep.shape[1]] = keep
+    N[:, keep.shape[1]:] = 0.0
+    sw.o = new_o
+
+
+def fill_unbounded(sw: Any, k0: int, k1: int) -> np.ndarray:
+    """Cells ``k0..k1`` of every state into ``N`` (sliding it as needed); the start state's values."""
+    P, start = sw.B, sw.start
+    out = np.empty(k1 - k0 + 1)
+    k = k0
+    while k <= k1:
+        B = min(P, k1 - k + 1)
+        slide(sw, k, B)
+        N, o = sw.N, sw.o
+        blk = block(sw, N, k, B, sw.e.bulk, o)
+        for i in range(B):  # cheap steps may read cells of this block: cell by cell
+            N[: sw.S, P + k + i - o] = v = finish_cell(sw, blk[:, i], N, k + i, o)
+            out[k + i - k0] = v[start]
+        k += B
+        sw.report(k - k0, k1 - k0 + 1)
+    return out
+
+
+def fill_level(sw: Any, read: np.ndarray, write: np.ndarray, K: int) -> None:
+    """Cells ``0..K`` of one level from the previous one: every step reads ``read``, a block at once."""
+    P, S = sw.B, sw.S
+    k = 0
+    while k <= K:
+        B = min(P, K - k + 1)
+        blk = block(sw, read, k, B, sw.e.possible, 0)
+        if sw.end_cost is not None:
+            blk += np.where(sw.end_cost[:, None] <= k + np.arange(B),
+                            (sw.end_prob if sw.mass else np.ones(S))[:, None], 0.0)
+        sw.slack(blk)
+        write[:S, P + k : P + k + B] = blk
+        k += B
