@@ -16,12 +16,14 @@ No fused multiply-add (numba does not contract without ``fastmath``), no reorder
 
 Memory order (the same values): the bulk sums are made state-major (a window of ``B`` cells per
 step). A state without cheap steps then has its block's cells from them alone (``+ 0.0``, the end,
-the slack), state by state; the few with cheap steps, and the states a zero-cost step joins, are
-summed cell by cell, reading the block's done cells in place, the zero-cost steps resolved among
-them (any other state's value after that resolution is its own, ``+ 0.0`` and scaled once more: it
-is made so state by state); the block goes into the rings state by state once done. Cell by cell
-for every state, each cell touched a cache line of each of ``S`` rows: that pass took more than half
-the sweep's time (one zero-cost step of the zxcvbn 4-gram's upper DP sent all 16,833 states there).
+the slack), state by state, right after its bulk sums; the few with cheap steps, and the two ends of
+each zero-cost step, are summed cell by cell, reading the block's done cells in place. The zero-cost
+passes run over the sources of those steps only: a state without such steps comes out of every pass
+as ``base + 0.0`` scaled, the same each time, so it is made once (a state no such step touches: once
+more, at the end; state by state for those outside this cell-by-cell set). The block goes into the
+rings state by state once done. Cell by cell for every state, each cell touched a cache line of each
+of ``S`` rows: that pass took more than half the sweep's time (one zero-cost step of the zxcvbn
+4-gram's upper DP sent all 16,833 states there, and through both zero-cost passes).
 
 Less work, the same values (:func:`windows`): a state is not summed below its cheapest completion
 (0 there) and a step whose reads all lie there is skipped; a build for one final cell (``horizon``)
@@ -256,11 +258,16 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
     # the states summed cell by cell: those with cheap steps, and with zero-cost steps, those with
     # them or read by them (resolved within a cell); the others are summed state by state
     inx = np.zeros(S, np.bool_)
+    kind = np.zeros(S, np.int8)  # 1: an end of a zero-cost step (its source or its next state)
     for s in range(S):
         if c_ptr[s + 1] > c_ptr[s] or z_ptr[s + 1] > z_ptr[s]:
             inx[s] = True
         for e in range(z_ptr[s], z_ptr[s + 1]):
             inx[z_nxt[e]] = True
+            kind[s] = kind[z_nxt[e]] = 1
+    zs = np.flatnonzero(z_ptr[1:] > z_ptr[:-1])  # the sources of zero-cost steps
+    zr = np.flatnonzero(kind == 1)  # both ends
+    n_zs, n_zr = zs.shape[0], zr.shape[0]
     n_cx = 0
     cx = np.empty(S, np.int64)
     for s in range(S):
@@ -300,24 +307,18 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
                         if c >= 0:
                             x = ring[o + (c & m)]
                             a[i] += x * w if weighted else x
-        for s in range(S):  # a state summed state by state: its cells from its bulk sums alone
-            if inx[s]:
-                continue
-            a = acc[s]
-            ns = min(nb, hi_cell[s] - k + 1)
-            if ns <= 0 or k + ns - 1 < lo_cell[s]:
-                continue  # zeros (below its first cell) or never read (past its last)
-            for i in range(ns):
-                val = a[i] + 0.0
-                if has_end:
-                    val += end_val[s] if end_cost[s] <= k + i else 0.0
-                if mass or val >= _EXACT:
-                    val *= factor
-                if zero:  # the zero-cost resolution adds nothing to it and scales it once more
-                    val = val + 0.0
+            if not inx[s]:  # summed state by state: its cells from its bulk sums alone, done here
+                for i in range(ns):
+                    val = a[i] + 0.0
+                    if has_end:
+                        val += end_val[s] if end_cost[s] <= k + i else 0.0
                     if mass or val >= _EXACT:
                         val *= factor
-                a[i] = val
+                    if zero:  # the zero-cost resolution adds nothing to it and scales it once more
+                        val = val + 0.0
+                        if mass or val >= _EXACT:
+                            val *= factor
+                    a[i] = val
         for i in range(nb):  # cell by cell, the others: their cheap steps may read this block
             kk = k + i
             for j in range(n_cx):
@@ -342,12 +343,12 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
                 if mass or val >= _EXACT:
                     val *= factor
                 v[s] = val
-            if zero:  # resolved among the states of cx: the zero-cost steps' both ends are there
-                for j in range(n_cx):
-                    base[cx[j]] = v[cx[j]]
-                for _ in range(zero_depth + 1):
-                    for j in range(n_cx):
-                        s = cx[j]
+            if zero:  # resolved: each pass sums a source's zero-cost steps over the last pass's values
+                for j in range(n_zr):
+                    base[zr[j]] = v[zr[j]]
+                for it in range(zero_depth + 1):
+                    for j in range(n_zs):
+                        s = zs[j]
                         tmp = 0.0
                         for e in range(z_ptr[s], z_ptr[s + 1]):
                             x = v[z_nxt[e]]
@@ -355,9 +356,24 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
                         val = base[s] + tmp
                         if mass or val >= _EXACT:
                             val *= factor
-                        acc[s, i] = val  # the new values, kept apart until every state has read the old
-                    for j in range(n_cx):
-                        v[cx[j]] = acc[cx[j], i]
+                        acc[s, i] = val  # the new values, kept apart until every source has read the old
+                    for j in range(n_zs):
+                        v[zs[j]] = acc[zs[j], i]
+                    if it == 0:  # a state only read: base + 0.0, scaled, the same at every later pass
+                        for j in range(n_zr):
+                            s = zr[j]
+                            if z_ptr[s + 1] == z_ptr[s]:
+                                val = base[s] + 0.0
+                                if mass or val >= _EXACT:
+                                    val *= factor
+                                v[s] = val
+                for j in range(n_cx):
+                    s = cx[j]
+                    if kind[s] == 0:  # neither end of a zero-cost step: base + 0.0, scaled once more
+                        val = v[s] + 0.0
+                        if mass or val >= _EXACT:
+                            val *= factor
+                        v[s] = val
             for j in range(n_cx):
                 s = cx[j]
                 acc[s, i] = v[s]
