@@ -151,7 +151,10 @@ BLOCKS = blocks()
 
 @pytest.mark.parametrize("where,line,code,opts", BLOCKS, ids=[b[0] for b in BLOCKS])
 def test_doc_block_runs(where, line, code, opts, tmp_path, monkeypatch):
+    from arenum.step import kernels
+
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(kernels._state, "choice", kernels._state["choice"])  # a block's set_backend: its own
     ns: dict = {"__name__": "__docs__"}
     for name in opts.get("setup", []):
         if name == "local_workers":
