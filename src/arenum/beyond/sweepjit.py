@@ -73,9 +73,7 @@ def ring_layout(S: int, csr: tuple[np.ndarray, ...], B: int) -> tuple[np.ndarray
     ``B`` cells ends before ``k``: its cost is at least ``B``). A state that only likely steps reach
     keeps a short ring: for a 5-gram of passwords the rings hold a tenth of what one width for every
     state (the costliest step) would."""
-    far = np.zeros(S, np.int64)
-    np.maximum.at(far, csr[1], csr[2])  # bulk steps: (next, cost)
-    np.maximum.at(far, csr[5], csr[6])  # cheap steps
+    far = _farthest(S, csr[1], csr[2], csr[5], csr[6])  # bulk and cheap steps: (next, cost)
     size = np.full(S, B, np.int64)
     while True:
         short = size <= far
@@ -84,6 +82,17 @@ def ring_layout(S: int, csr: tuple[np.ndarray, ...], B: int) -> tuple[np.ndarray
         size[short] *= 2
     roff = np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64)
     return roff, size - 1
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _farthest(S: int, n1: np.ndarray, c1: np.ndarray, n2: np.ndarray, c2: np.ndarray) -> np.ndarray:
+    """The costliest step into each state (0 for none), over two lists of ``(next, cost)``."""
+    far = np.zeros(S, np.int64)
+    for i in range(n1.shape[0]):
+        far[n1[i]] = max(far[n1[i]], c1[i])
+    for i in range(n2.shape[0]):
+        far[n2[i]] = max(far[n2[i]], c2[i])
+    return far
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
