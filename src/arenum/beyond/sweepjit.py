@@ -233,6 +233,15 @@ def windows(b_ptr: np.ndarray, b_nxt: np.ndarray, b_cost: np.ndarray, c_ptr: np.
     return lo, hi
 
 
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _again(val: float, mass: bool, factor: float) -> float:
+    """``val + 0.0``, scaled as a summed cell is: a value a zero-cost pass leaves as it was."""
+    val = val + 0.0
+    if mass or val >= _EXACT:
+        val *= factor
+    return val
+
+
 @njit(cache=True, nogil=True, boundscheck=False)
 def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int, B: int,
          b_ptr: np.ndarray, b_nxt: np.ndarray, b_cost: np.ndarray, b_w: np.ndarray,
@@ -323,11 +332,7 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
                         val += end_val[s] if end_cost[s] <= k + i else 0.0
                     if mass or val >= _EXACT:
                         val *= factor
-                    if zero:  # the zero-cost resolution adds nothing to it and scales it once more
-                        val = val + 0.0
-                        if mass or val >= _EXACT:
-                            val *= factor
-                    a[i] = val
+                    a[i] = _again(val, mass, factor) if zero else val  # zero-cost passes: scaled once more
         for i in range(nb):  # cell by cell, the others: their cheap steps may read this block
             kk = k + i
             for j in range(n_cx):
@@ -372,17 +377,11 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
                         for j in range(n_zr):
                             s = zr[j]
                             if z_ptr[s + 1] == z_ptr[s]:
-                                val = base[s] + 0.0
-                                if mass or val >= _EXACT:
-                                    val *= factor
-                                v[s] = val
+                                v[s] = _again(base[s], mass, factor)
                 for j in range(n_cx):
                     s = cx[j]
                     if kind[s] == 0:  # neither end of a zero-cost step: base + 0.0, scaled once more
-                        val = v[s] + 0.0
-                        if mass or val >= _EXACT:
-                            val *= factor
-                        v[s] = val
+                        v[s] = _again(v[s], mass, factor)
             for j in range(n_cx):
                 s = cx[j]
                 acc[s, i] = v[s]
