@@ -336,10 +336,11 @@ def _numpy_sweep(monkeypatch):
 def test_windowed_sweep_equals_numpy_bit_for_bit(monkeypatch, seed):
     """A count DP built for one final depth (``prepare_counts``, ``ranks`` from nothing) sums each
     state only from its cheapest completion to the horizon less its cheapest path from the start:
-    the start state's cells are the numpy sweep's bit for bit (likely cycles: zero-cost cells, counts
-    past 2**53), states are skipped on both sides, and a deeper count after it rebuilds, the same."""
+    the start state's cells are the numpy sweep's bit for bit (a chain of likely steps: zero-cost
+    cells; counts past 2**53), states are skipped on both sides, and a deeper count after it
+    rebuilds, the same."""
     rng = random.Random(100 + seed)
-    words = _words(70, seed, alphabet="abcdexyz") + ["ab" * rng.randint(3, 9)] * rng.randint(5, 40) + ["cxyz"] * 150
+    words = _words(70, seed, alphabet="abcdexyz") + ["cxyz"] * 150
     m = NGramModel.fit(words, order=3, smoothing=rng.choice(["kn", "wb"]))
     sup = Support.terminating(m.eos, m.eos, 400)
     bits = 1 / 16  # cells of 1/32 nat: "xy" -> "z" (p 0.98) rounds down to 0
@@ -362,7 +363,7 @@ def test_windowed_sweep_equals_numpy_bit_for_bit(monkeypatch, seed):
         lo_cell, hi_cell = sw._windows
         assert (lo_cell > 0).any() and ((hi_cell >= 0) & (hi_cell < K)).any()  # both ends skip work
         assert hi_cell[cc.tables.start] == K
-    assert windowed
+    assert windowed == 2  # both roundings (no likely cycle: the cap does not bind)
     cc2 = CertifiedCounter(m.finite_state(), sup, resolution_bits=bits)
     cc2.prepare_counts(deep)  # built, released
     assert all(sw.ring is None and sw.horizon is None for sw in cc2._sweeps.values())
