@@ -20,6 +20,10 @@ Timed in one process (``time.process_time``; the machine is shared and noisy: co
 - ``from the store`` (``--store DIR``): the first rank keeps its certified tables in the store, then a
   fresh process opens it and ranks ``--deep`` (wall seconds, DP sweep seconds, forwards; target < 1 s).
 
+- ``by resolution`` (``--resolutions 0.0625 0.125 ...``): the same fresh ranks with a coarser grid
+  (``enum.certified_resolution_bits``): seconds, ratio and bracket widths (a coarser cell widens every
+  bracket by about its length times the cell).
+
 Run: ``python benchmarks/bench_guess.py`` (``--n 1000 --samples 100000 --deep correcthorsebatterystaple
 --max-bytes 1e9``; ``--store /tmp/guess-store`` for the store's reuse). Writes ``benchmarks/results/guess.json``.
 """
@@ -54,6 +58,9 @@ def main() -> None:
                     "there, and a fresh process then ranks --deep from it (seconds, DP sweeps, forwards)")
     ap.add_argument("--later", nargs="*", default=["Tr0ub4dor&3", "correcthorse", "correcthorsebatterystaple"],
                     help="strings ranked after the first (their milliseconds each)")
+    ap.add_argument("--resolutions", nargs="*", type=float, default=[],
+                    help="also rank the --n held-out on a fresh enumerable at each of these grid cells (bits; the "
+                    "default is 1/32): seconds, ratio to Monte Carlo and bracket widths, the trade a coarser grid makes")
     ap.add_argument("--density-only", action="store_true",
                     help="measure log_density against the model's own scoring only (seconds), then stop")
     a = ap.parse_args()
@@ -137,6 +144,27 @@ def main() -> None:
     out["ranks_fresh"] = {"seconds": t_fresh, "ratio": t_fresh / t_mc, "dp_seconds": dps}
     print(f"{'ranks, fresh':>14}: the same on a fresh enumerable (the DP made to the deepest held-out) "
           f"{t_fresh:.2f} s: ratio {t_fresh / t_mc:.2f} (target <= 2); " + ", ".join(f"{k} DP {v:.2f} s" for k, v in dps.items()) + " wall")
+    rows = []
+    for res in a.resolutions:
+        e = model.enumerable(max_bytes=int(a.max_bytes))
+        e.certified_resolution_bits = res
+        t0 = time.process_time()
+        xs = e.ranks(seqs)
+        t = time.process_time() - t0
+        w = sorted(math.log2((x.rank_hi + 1) / (x.rank_lo + 1)) for x in xs)
+        dps = {("lower" if k[0] else "upper"): sw.seconds for k, sw in e.certified()._sweeps.items() if not k[1]}
+        rows.append({"resolution_bits": res, "cell_bits": e.certified().resolution_bits, "seconds": t, "ratio": t / t_mc,
+                     "certified": sum(x.method == "certified" for x in xs), "median_width_bits": w[len(w) // 2],
+                     "max_width_bits": w[-1], "dp_seconds": dps})
+        del e
+    if rows:
+        out["ranks_fresh_by_resolution"] = rows
+        print(f"{'by resolution':>14}: {len(seqs)} ranks on a fresh enumerable, the grid's cell (bits, a power of two in nats) set before the first rank")
+        print(f"{'':>14}  {'asked':>7} {'cell bits':>9} {'seconds':>8} {'ratio':>6} {'width median':>12} {'max':>6}  DPs (s)")
+        for d in rows:
+            print(f"{'':>14}  {d['resolution_bits']:>7.4g} {d['cell_bits']:>9.4g} {d['seconds']:>8.2f} {d['ratio']:>6.2f} "
+                  f"{d['median_width_bits']:>12.3f} {d['max_width_bits']:>6.3f}  "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in d["dp_seconds"].items()))
     if a.store is not None:
         enum.close()
         code = ("import json, sys, time; sys.path.insert(0, sys.argv[1]); from arenum.models import NGramModel\n"

@@ -450,3 +450,43 @@ def test_a_long_terminating_cap_keeps_the_upper_end_in_one_pass():
     b = cc.count_bracket(-40.0)
     assert "hi_count_levels" in cc.stats["cells"]
     assert b.lo <= sum(1 for n in range(30) if n * math.log(0.98) + math.log(0.02) >= -40.0) <= b.hi
+
+
+@pytest.mark.parametrize("jit", ["numba", "numpy"])
+def test_a_coarser_grid_reads_smaller_blocks_with_the_same_brackets(monkeypatch, jit):
+    """The block a bulk step reads at once is about one nat of cells (64 at the default grid, 8 at
+    least): a coarser grid keeps its likely steps out of the cell-by-cell pass. The count and rank
+    brackets equal those of the 64-cell block (counts below 2**53: the same integers; past it, and
+    the masses, float sums in another order: to 1e-12) and hold brute force, for the one-pass sweep
+    (a long cap) and the per-length one (a binding cap)."""
+    from arenum.beyond import certified
+
+    if jit == "numpy":
+        monkeypatch.setattr(certified, "_compiled_sweep", lambda progress=None: None)
+    want = {1 / 128: 64, 1 / 32: 64, 1 / 16: 32, 1 / 8: 16, 1 / 4: 8, 1.0: 8}
+    m = _fit(3, "kn")
+    assert CertifiedCounter(m.finite_state(), Support.terminating(m.eos, m.eos, 5)).block == 64  # the default grid
+    big = False
+    for cap in (5, 300):
+        sup = Support.terminating(m.eos, m.eos, cap)
+        sc = _support_scores(m, Support.terminating(m.eos, m.eos, 5))
+        ts = [float(t) for t in np.quantile(sc, np.linspace(0.02, 1, 25))] + [-30.0, -55.0]
+        for res, block in want.items():
+            cc = CertifiedCounter(m.finite_state(), sup, resolution_bits=res)
+            assert cc.block == block, res
+            wide = CertifiedCounter(m.finite_state(), sup, resolution_bits=res)
+            wide.block = wide._edges.B = 64
+            for t in ts:  # past 2**53 (t = -55, cap 300) and for masses: float sums of the same terms in
+                for a, b in ((cc.count_bracket(t), wide.count_bracket(t)), (cc.rank_bracket(t), wide.rank_bracket(t)),
+                             (cc.mass_bracket(t), wide.mass_bracket(t))):  # another order, each end certified
+                    if isinstance(a.hi, int) and a.hi < 2**53:
+                        assert (a.lo, a.hi) == (b.lo, b.hi), (res, t)
+                    else:
+                        assert a.lo == pytest.approx(b.lo, rel=1e-12, abs=1e-300) and a.hi == pytest.approx(b.hi, rel=1e-12)
+                big |= cc.count_bracket(t).hi >= 2**53
+            assert all(sw.B == block for sw in cc._sweeps.values()) and all(sw.B == 64 for sw in wide._sweeps.values())
+            e = cc._edges[True]
+            assert np.array_equal(e.bulk, e.possible & (e.cost >= block))  # the steps read a block at a time
+            if cap == 5:
+                _check_all(cc, sc, n_t=20)
+    assert big  # some counts past 2**53

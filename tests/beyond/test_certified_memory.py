@@ -130,7 +130,7 @@ def test_lean_step_tables_give_the_same_brackets_under_each_preset(monkeypatch, 
         res = 1.0 if c is None else 1 / 4  # 1 bit: likely steps round down to zero cells (resolved in a cell)
         lean = CertifiedCounter(fs, ar.support, resolution_bits=res, max_bits=70)
         eager = CertifiedCounter(fs, ar.support, resolution_bits=res, max_bits=70)
-        eager._edges = _EagerSteps(fs, True, eager.delta, certified._Sweep.B)
+        eager._edges = _EagerSteps(fs, True, eager.delta, eager.block)
         counts = [(b.lo, b.hi) for t in ts for b in (lean.count_bracket(t),)]
         e = lean._edges[True]
         if e.weight is None:  # merged steps need their probabilities at once

@@ -120,7 +120,7 @@ class _Sweep:
     ``span + 3 PAD + GROW`` columns; the start state's row is kept whole.
     """
 
-    B = 64
+    B = 64  # the largest block; each counter sets its own (:attr:`CertifiedCounter.block`)
     GROW = 512
     JIT_UPDATES = 1 << 24
 
@@ -333,6 +333,9 @@ class CertifiedCounter:
         self.tables, self.support = tables, support
         self.delta = 2.0 ** math.floor(math.log2(r * math.log(2)))  # cell, nats: a power of two
         self.resolution_bits = self.delta / math.log(2)
+        #: cells a bulk step's read covers at once (:attr:`_Sweep.B`): about one nat of score (64 cells at
+        #: the default grid; 8 at least), so a coarser grid keeps the same steps bulk and sums fewer cells
+        self.block = int(min(_Sweep.B, max(8, 2 ** round(math.log2(1.0 / self.delta)))))
         self.max_bits = mb
         self.max_cells = int(math.ceil(mb * math.log(2) / self.delta))
         self.cap = support.cap
@@ -344,7 +347,7 @@ class CertifiedCounter:
         self._degree = int((lp > -math.inf).sum(axis=1).max()) if lp.size else 0  # StepEdges.degree's count
         #: the step tables of each rounding (``True``: lower), made the first time a DP is swept or a
         #: min-plus step taken: a counter whose rows come from a store answers within them without
-        self._edges = LazySteps(tables, self.terminating, self.delta, _Sweep.B)
+        self._edges = LazySteps(tables, self.terminating, self.delta, self.block)
         big = np.iinfo(np.int64).max // 4
         ec = -end / self.delta
         fin = np.isfinite(ec)
@@ -362,7 +365,7 @@ class CertifiedCounter:
         self.setup_seconds = time.perf_counter() - t0
         #: ``on_grow()`` after a DP grows (a store keeps the tables: :mod:`arenum.beyond.certstore`); ``None``: nothing
         self.on_grow: Any = None
-        #: ``progress(dict)`` while a DP grows (every block of 64 cells): ``phase='certified'``,
+        #: ``progress(dict)`` while a DP grows (every block of :attr:`block` cells): ``phase='certified'``,
         #: ``cells_done``/``cells_todo`` and the ``dp`` being built; ``None``: silent
         self.progress: Any = None
 
@@ -424,6 +427,7 @@ class CertifiedCounter:
         edges = functools.partial(self._edges.__getitem__, lower)  # made when the sweep first builds a cell
         sw = self._sweeps[key] = _Sweep(edges, end_cost, end_prob, self.S, self.tables.start,
                                         lower=lower, mass=mass, levels=levels, fixed=not self.terminating)
+        sw.B = self.block
         sw.on_grow = self._grew  # the counter's callback as it is when the sweep grows (a store sets it
         return sw                # after restoring the sweeps it read)
 
