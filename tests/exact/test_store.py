@@ -535,20 +535,22 @@ def test_cli_build_is_resumable_and_queries_answer_from_the_store(tmp_path, pw_m
 
 def test_cli_build_killed_then_rerun_resumes(tmp_path, pw_model):
     st = tmp_path / "st"
-    clean = json.loads(_cli("build", "-m", pw_model, "--budget", "3e5", "--store", tmp_path / "clean", "--json",
+    clean = json.loads(_cli("build", "-m", pw_model, "--budget", "1e5", "--store", tmp_path / "clean", "--json",
                             "-q").stdout)
     env = {k: v for k, v in os.environ.items() if k != "ARENUM_DEBUG"}
-    proc = subprocess.Popen([sys.executable, "-m", "arenum.cli", "build", "-m", str(pw_model), "--budget", "3e5",
+    proc = subprocess.Popen([sys.executable, "-m", "arenum.cli", "build", "-m", str(pw_model), "--budget", "1e5",
                              "--store", str(st), "-q"], env=env)
+    # killed once its journal holds 16 MiB of commits (about a tenth of this build's; before: 0.5 s after
+    # the manifest, of a build 3x this one's): mid-build whatever the machine's speed
     deadline = time.time() + 60
-    while time.time() < deadline and not (st / "manifest.json").exists():
-        time.sleep(0.05)
-    time.sleep(0.5)
+    while time.time() < deadline and not any(j.stat().st_size >= 16 << 20 for j in st.glob("journal-*.bin")):
+        time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    p = _cli("build", "-m", pw_model, "--budget", "3e5", "--store", st, "--json", "-q")
+    p = _cli("build", "-m", pw_model, "--budget", "1e5", "--store", st, "--json", "-q")
     assert p.returncode == 0, p.stderr.decode()
     r = json.loads(p.stdout)
+    assert r["resumed"] and 0 < r["forwards_before"] < r["store_forwards"]  # killed mid-build, its commits kept
     assert r["threshold_log_prob"] == clean["threshold_log_prob"]
     assert r["forwards_before"] + r["forwards"] == r["store_forwards"]
     assert r["store_forwards"] <= clean["forwards"] * 1.01 + 1024
