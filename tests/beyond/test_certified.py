@@ -454,8 +454,9 @@ def test_a_long_terminating_cap_keeps_the_upper_end_in_one_pass():
 
 @pytest.mark.parametrize("jit", ["numba", "numpy"])
 def test_a_coarser_grid_reads_smaller_blocks_with_the_same_brackets(monkeypatch, jit):
-    """The block a bulk step reads at once is about one nat of cells (64 at the default grid, 8 at
-    least): a coarser grid keeps its likely steps out of the cell-by-cell pass. The count and rank
+    """The block a bulk step of the one-pass sweep reads at once is about one nat of cells (64 at the
+    default grid, 8 at least): a coarser grid keeps its likely steps out of the cell-by-cell pass; the
+    per-length sweep reads 64-cell blocks of the same tables. The count and rank
     brackets equal those of the 64-cell block (counts below 2**53: the same integers; past it, and
     the masses, float sums in another order: to 1e-12) and hold brute force, for the one-pass sweep
     (a long cap) and the per-length one (a binding cap)."""
@@ -484,9 +485,11 @@ def test_a_coarser_grid_reads_smaller_blocks_with_the_same_brackets(monkeypatch,
                     else:
                         assert a.lo == pytest.approx(b.lo, rel=1e-12, abs=1e-300) and a.hi == pytest.approx(b.hi, rel=1e-12)
                 big |= cc.count_bracket(t).hi >= 2**53
-            assert all(sw.B == block for sw in cc._sweeps.values()) and all(sw.B == 64 for sw in wide._sweeps.values())
-            e = cc._edges[True]
-            assert np.array_equal(e.bulk, e.possible & (e.cost >= block))  # the steps read a block at a time
+            for key, sw in cc._sweeps.items():  # the one-pass sweep reads the small block, the per-length 64
+                B = block if key[2] is None else 64
+                assert sw.B == B and np.array_equal(sw.e.bulk, sw.e.possible & (sw.e.cost >= B)), (res, key)
+                assert sw.e.for_block(block) is cc._edges[key[0]]  # one set of tables, split per block
+            assert all(sw.B == 64 for sw in wide._sweeps.values())
             if cap == 5:
                 _check_all(cc, sc, n_t=20)
     assert big  # some counts past 2**53

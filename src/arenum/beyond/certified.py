@@ -148,10 +148,10 @@ class _Sweep:
 
     @property
     def e(self) -> StepEdges:
-        """The tables of this rounding (made on first use)."""
+        """The tables of this rounding (made on first use), split for this sweep's block :attr:`B`."""
         if not isinstance(self._e, StepEdges):
             self._e = self._e()
-        return self._e
+        return self._e.for_block(self.B)
 
     @functools.cached_property
     def factor(self) -> float:
@@ -263,6 +263,7 @@ class _Sweep:
                 self.N = N
             self.row = np.concatenate([self.row, sweepnp.fill_unbounded(self, self.K + 1, K)])
         else:
+            self.B = P = _Sweep.B  # per length (numpy): 64-cell blocks (a smaller one gathers every step a block)
             K = max(K, int(self.K * 1.5) + 1)  # a rebuild: grow geometrically
             prev = np.zeros((S + 1, P + K + 1 + P))
             if self.fixed:  # no token left: the empty completion, cost 0
@@ -333,8 +334,9 @@ class CertifiedCounter:
         self.tables, self.support = tables, support
         self.delta = 2.0 ** math.floor(math.log2(r * math.log(2)))  # cell, nats: a power of two
         self.resolution_bits = self.delta / math.log(2)
-        #: cells a bulk step's read covers at once (:attr:`_Sweep.B`): about one nat of score (64 cells at
-        #: the default grid; 8 at least), so a coarser grid keeps the same steps bulk and sums fewer cells
+        #: cells a bulk step's read covers at once in the one-pass sweep (:attr:`_Sweep.B`): about one nat
+        #: of score (64 cells at the default grid; 8 at least), so a coarser grid keeps the same steps bulk
+        #: and sums fewer cells; the per-length sweep reads 64 (:meth:`StepEdges.for_block`)
         self.block = int(min(_Sweep.B, max(8, 2 ** round(math.log2(1.0 / self.delta)))))
         self.max_bits = mb
         self.max_cells = int(math.ceil(mb * math.log(2) / self.delta))

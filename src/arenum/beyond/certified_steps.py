@@ -9,6 +9,7 @@ each rounding the first time it is read (a counter whose rows come from a store 
 """
 from __future__ import annotations
 
+import copy
 import math
 import time
 from typing import Any, Callable
@@ -112,14 +113,9 @@ class StepEdges:
         self._prob = prob  # (S, V), or a callable making it when first read (:attr:`prob`)
         self.weight = weight  # (S, V) float64 integer multiplicities of merged steps (count DPs), or None
         self.degree = int(possible.sum(axis=1).max()) if possible.size else 0
-        self.bulk = possible & (cost >= B)  # (S, V) bool
-        cs, cj = np.nonzero(possible & (cost < B))
-        self.c_src, self._c_col = cs.astype(it), cj.astype(it)  # copies: the (2, n) int64 result goes
-        del cs, cj
-        self.c_nxt, self.c_cost = nxt[self.c_src, self._c_col], self.cost[self.c_src, self._c_col]
-        self.c_weight = None if weight is None else weight[self.c_src, self._c_col]
-        self.c_zero = self.c_cost == 0
-        self._c_prob: np.ndarray | None = None
+        self._split(B, it)
+        self._views: dict[int, StepEdges] = {}  # other splits of these tables (:meth:`for_block`)
+        self._root = self
         src, col = np.nonzero(possible)
         self.n_edges = len(src)
         fn, fc = nxt[src, col], self.cost[src, col]  # (E,) each: the possible steps, for the min-plus DP
@@ -131,6 +127,35 @@ class StepEdges:
         self.by_target = (src[o], fc[o].astype(it, copy=False), first, fn[first])
         del src, fc, o, fn
         self.zero_depth = self._zero_depth(self.c_src[self.c_zero], self.c_nxt[self.c_zero]) if self.c_zero.any() else 0
+
+    def _split(self, B: int, it: Any) -> None:
+        """The bulk steps (cost ``>= B`` cells) and the cheap ones (``< B``, listed) for a block of ``B``."""
+        self.B = B
+        self.bulk = self.possible & (self.cost >= B)  # (S, V) bool
+        cs, cj = np.nonzero(self.possible & (self.cost < B))
+        self.c_src, self._c_col = cs.astype(it), cj.astype(it)  # copies: the (2, n) int64 result goes
+        del cs, cj
+        self.c_nxt, self.c_cost = self.nxt[self.c_src, self._c_col], self.cost[self.c_src, self._c_col]
+        self.c_weight = None if self.weight is None else self.weight[self.c_src, self._c_col]
+        self.c_zero = self.c_cost == 0
+        self._c_prob: np.ndarray | None = None
+
+    def for_block(self, B: int) -> "StepEdges":
+        """These steps split for a block of ``B`` cells (``self`` when it is :attr:`B`): the per-length
+        sweep reads 64-cell blocks where the one-pass sweep reads the counter's smaller block (a coarse
+        grid); the tables are shared, the bulk mask and the cheap lists made once."""
+        if B == self.B:
+            return self
+        root = self._root
+        if B == root.B:
+            return root
+        v = root._views.get(B)
+        if v is None:
+            v = copy.copy(root)
+            v._views = {}
+            v._split(B, root.c_src.dtype.type)
+            root._views[B] = v
+        return v
 
     @property
     def prob(self) -> np.ndarray:
