@@ -489,6 +489,7 @@ def test_a_coarser_grid_reads_smaller_blocks_with_the_same_brackets(monkeypatch,
                 B = block if key[2] is None else 64
                 assert sw.B == B and np.array_equal(sw.e.bulk, sw.e.possible & (sw.e.cost >= B)), (res, key)
                 assert sw.e.for_block(block) is cc._edges[key[0]]  # one set of tables, split per block
+                assert sw.e.prob is cc._edges[key[0]].prob  # the probabilities (mass DPs) made once
             assert all(sw.B == 64 for sw in wide._sweeps.values())
             if cap == 5:
                 _check_all(cc, sc, n_t=20)

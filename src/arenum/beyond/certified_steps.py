@@ -160,7 +160,10 @@ class StepEdges:
     @property
     def prob(self) -> np.ndarray:
         """``(S, V)`` float64: each step's probability, widened for the rounding (made on first read
-        when it was given as a callable: the mass DPs and merged steps read it, a count DP does not)."""
+        when it was given as a callable: the mass DPs and merged steps read it, a count DP does not).
+        A split for another block (:meth:`for_block`) reads its tables'."""
+        if self._root is not self:
+            return self._root.prob
         if callable(self._prob):
             self._prob = self._prob()
         return self._prob
