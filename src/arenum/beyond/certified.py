@@ -263,7 +263,6 @@ class _Sweep:
                 self.N = N
             self.row = np.concatenate([self.row, sweepnp.fill_unbounded(self, self.K + 1, K)])
         else:
-            self.B = P = _Sweep.B  # per length (numpy): 64-cell blocks (a smaller one gathers every step a block)
             K = max(K, int(self.K * 1.5) + 1)  # a rebuild: grow geometrically
             prev = np.zeros((S + 1, P + K + 1 + P))
             if self.fixed:  # no token left: the empty completion, cost 0
@@ -429,7 +428,8 @@ class CertifiedCounter:
         edges = functools.partial(self._edges.__getitem__, lower)  # made when the sweep first builds a cell
         sw = self._sweeps[key] = _Sweep(edges, end_cost, end_prob, self.S, self.tables.start,
                                         lower=lower, mass=mass, levels=levels, fixed=not self.terminating)
-        sw.B = self.block
+        # one pass: the grid's block; per length (numpy): 64 cells (a smaller one gathers every step a block)
+        sw.B = self.block if levels is None else _Sweep.B
         sw.on_grow = self._grew  # the counter's callback as it is when the sweep grows (a store sets it
         return sw                # after restoring the sweeps it read)
 
