@@ -443,3 +443,70 @@ def test_windowed_sweep_interrupted_then_answers_the_same(monkeypatch):
         cut = [sw for sw in cc._sweeps.values() if sw.horizon is not None]
         assert len(cut) == 1 and cut[0].ring is not None and 0 <= cut[0].K < cut[0].horizon  # stopped mid-way
         assert [(b.lo, b.hi) for b in map(cc.count_bracket, ts)] == want
+
+
+def _reach(S: int, steps: list[tuple[int, int]]) -> np.ndarray:
+    """``r[a, b]``: a path of one step or more from ``a`` to ``b`` (brute force)."""
+    r = np.zeros((S, S), np.bool_)
+    for a, b in steps:
+        r[a, b] = True
+    for k in range(S):
+        r |= r[:, k : k + 1] & r[k : k + 1, :]
+    return r
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_cheap_steps_summed_a_block_at_a_time_come_after_what_they_read(seed):
+    """``sweepjit._ahead`` on random step graphs: the states it lets sum their cheap steps a block at
+    a time are exactly those that reach neither a cycle of cheap steps nor an end of a zero-cost step
+    (a path through states with cheap steps, brute force), each listed after every such state it reads."""
+    from arenum.beyond import sweepjit
+
+    rng = random.Random(seed)
+    S = rng.randint(5, 40)
+    cheap = [[rng.randrange(S) for _ in range(rng.choice([0, 0, 1, 1, 2, 3]))] for _ in range(S)]
+    zero = [[rng.randrange(S)] if rng.random() < 0.05 else [] for _ in range(S)]
+    c_ptr = np.concatenate([[0], np.cumsum([len(c) for c in cheap])]).astype(np.int64)
+    z_ptr = np.concatenate([[0], np.cumsum([len(z) for z in zero])]).astype(np.int64)
+    c_nxt = np.array([n for c in cheap for n in c], np.int32)
+    z_nxt = np.array([n for z in zero for n in z], np.int32)
+    inx, kind = sweepjit._unfinished(S, c_ptr, z_ptr, z_nxt)
+    pre = sweepjit._ahead(S, inx, kind, z_ptr, c_ptr, c_nxt).tolist()
+    hard = {s for s in range(S) if zero[s]} | {n for z in zero for n in z}
+    assert {s for s in range(S) if kind[s]} == hard and {s for s in range(S) if inx[s]} == hard | {s for s in range(S) if cheap[s]}
+    steps = [(s, n) for s in range(S) if inx[s] for n in cheap[s] if inx[n]]
+    r = _reach(S, steps)
+    bad = {s for s in range(S) if s in hard or r[s, s]}
+    want = {s for s in range(S) if inx[s] and s not in bad and not any(r[s, b] for b in bad)}
+    assert len(pre) == len(set(pre)) and set(pre) == want
+    at = {s: i for i, s in enumerate(pre)}
+    assert all(at[n] < at[s] for s in pre for n in cheap[s] if inx[n])
+
+
+def test_cheap_steps_a_block_at_a_time_the_numpy_values_bit_for_bit(monkeypatch):
+    """A model with chains of likely steps (summed a block at a time), a likely cycle and a step of
+    probability near 1 (a zero-cost cell: those stay cell by cell): every group met in both
+    roundings' sweeps, and the answers the numpy sweep's bit for bit, counts past 2**53."""
+    from arenum.beyond import sweepjit
+
+    words = _words(70, 5, alphabet="abcdexyz") + ["cxyz"] * 150 + ["qrst"] * 60 + ["ab" * 6] * 40
+    m = NGramModel.fit(words, order=3, smoothing="kn")
+    sup = Support.terminating(m.eos, m.eos, 400)
+    ts = [-x for x in np.linspace(0.5, 80.0, 25)]
+    _numpy_sweep(monkeypatch)
+    want = _answers(CertifiedCounter(m.finite_state(), sup, resolution_bits=1 / 16), ts)
+    monkeypatch.undo()
+    cc = CertifiedCounter(m.finite_state(), sup, resolution_bits=1 / 16)
+    assert _answers(cc, ts) == want
+    assert max(hi for _, hi in want if math.isfinite(hi)) > 2**53
+    groups = []
+    for (lower, mass, levels), sw in cc._sweeps.items():
+        if levels is not None:
+            continue  # counted length by length (numpy)
+        c = sw._csr
+        inx, kind = sweepjit._unfinished(cc.S, c[4], c[8], c[9])
+        pre = sweepjit._ahead(cc.S, inx, kind, c[8], c[4], c[5])
+        groups.append((lower, len(pre), int(inx.sum()) - len(pre), int(kind.sum())))
+    assert {lower for lower, *_ in groups} == {True, False}
+    assert all(n_pre > 0 and n_cell > 0 for _, n_pre, n_cell, _ in groups)  # both ways in every sweep
+    assert any(zk > 0 for _, _, _, zk in groups)  # a zero-cost step (the upper rounding's)
