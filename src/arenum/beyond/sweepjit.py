@@ -41,9 +41,33 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
+from llvmlite import binding as _llvm
+from llvmlite import ir as _ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 _EXACT = 2.0**53
+#: a bulk step's window is asked for (:func:`_prefetch_cell`) this many steps before it is read: the
+#: hardware's own prefetch does not follow windows this short (8 cache lines) and scattered; the
+#: zxcvbn 4-gram's two count DPs take 10% less time
+_AHEAD = 8
+
+
+@intrinsic
+def _prefetch_cell(typingctx: Any, arr: Any, idx: Any) -> Any:
+    """Ask for the cache line holding ``arr[idx]`` (``llvm.prefetch``: a read, kept in every cache
+    level; a hint: no value changes)."""
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        i8p, i32 = _ir.IntType(8).as_pointer(), _ir.IntType(32)
+        name = "llvm.prefetch.p0" if _llvm.llvm_version_info >= (15,) else "llvm.prefetch.p0i8"
+        fn = cgutils.get_or_insert_function(builder.module, _ir.FunctionType(_ir.VoidType(), [i8p, i32, i32, i32]), name)
+        builder.call(fn, [builder.bitcast(ptr, i8p), _ir.Constant(i32, 0), _ir.Constant(i32, 3), _ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.void(arr, idx), codegen
 
 
 def csr_steps(e: Any, mass: bool) -> tuple[np.ndarray, ...]:
@@ -365,7 +389,21 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
             ns = min(nb, hi_cell[s] - k + 1)  # the cells of this block the state sums
             if ns <= 0 or k + ns - 1 < lo_cell[s]:
                 continue
-            for e in range(b_ptr[s], b_ptr[s + 1]):
+            e0, e1 = b_ptr[s], b_ptr[s + 1]
+            for e in range(e0, min(e1, e0 + _AHEAD)):  # the first windows asked for
+                cf = k - b_cost[e]
+                if cf >= 0:
+                    of, mf = roff[b_nxt[e]], rmask[b_nxt[e]]
+                    for q in range(0, ns, 8):
+                        _prefetch_cell(ring, of + ((cf + q) & mf))
+            for e in range(e0, e1):
+                f = e + _AHEAD  # the window read _AHEAD steps on, asked for now
+                if f < e1:
+                    cf = k - b_cost[f]
+                    if cf >= 0:
+                        of, mf = roff[b_nxt[f]], rmask[b_nxt[f]]
+                        for q in range(0, ns, 8):
+                            _prefetch_cell(ring, of + ((cf + q) & mf))
                 n = b_nxt[e]
                 c0 = k - b_cost[e]
                 if c0 + ns - 1 < lo_cell[n]:
