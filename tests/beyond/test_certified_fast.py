@@ -532,3 +532,46 @@ def test_the_bulk_windows_asked_for_ahead_compile_to_a_prefetch():
     assert total(a) == a.sum()
     asm = "\n".join(total.inspect_asm().values()).lower()
     assert "prefetch" in asm or "prfm" in asm  # x86-64, or aarch64
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cheapest_walks_rule_out_the_cap_as_the_min_plus_row_does(monkeypatch, seed):
+    """``_uncapped`` with the cheapest j-token walks from any state (a path of ``cap`` tokens holds
+    ``cap // j`` of them) decides as the min-plus row alone does, compiled or not, at depths where
+    the cap binds (a likely cycle, a short cap) and where it does not; where the walks decide, the
+    row is not walked (fewer passes)."""
+    rng = random.Random(seed)
+    words = _words(50, seed) + ["ab" * rng.randint(3, 9)] * rng.randint(0, 40)
+    m = NGramModel.fit(words, order=rng.choice([2, 3]), smoothing=rng.choice(["kn", "wb"]))
+    got, passes = {}, {}
+    for walks in (0, certified.WALKS_MAX):
+        monkeypatch.setattr(certified, "WALKS_MAX", walks)
+        for name, jit in (("numpy", lambda progress=None: None), ("numba", certified._compiled_sweep)):
+            monkeypatch.setattr(certified, "_compiled_sweep", jit)
+            out, rs = [], []
+            for cap in (3, 12, 60, 400):
+                cc = CertifiedCounter(m.finite_state(), Support.terminating(m.eos, m.eos, cap))
+                for K in (0, 40, 300, 3000, 20000):
+                    for lower in (True, False):
+                        out.append(cc._uncapped(lower, K))
+                        rs.append(cc._minplus[lower][1])
+            got[walks, name], passes[walks, name] = out, sum(rs)
+    assert len({tuple(v) for v in got.values()}) == 1
+    assert set(got[0, "numpy"]) == {True, False}
+    assert passes[certified.WALKS_MAX, "numpy"] <= passes[0, "numpy"]
+    assert passes[certified.WALKS_MAX, "numba"] == passes[certified.WALKS_MAX, "numpy"]
+    # no likely cycle: the walks decide at once where the row took passes
+    m = NGramModel.fit(_words(50, seed), order=3, smoothing="kn")
+    cc = CertifiedCounter(m.finite_state(), Support.terminating(m.eos, m.eos, 400))
+    K = cc.cap * cc._cheapest_step(True)  # the cheapest step alone does not rule it out
+    assert cc._uncapped(True, K) and cc._minplus[True][1] == 0 and len(cc._walks[True][0]) > 2
+    # kept with the min-plus rows: a counter restored from them knows it with no step table made;
+    # one restored from rows kept before the walks (no such entry) walks again, the same answer
+    for drop in (False, True):
+        state = {k: v for k, v in cc.state().items() if not (drop and k.startswith("ruled_out_"))}
+        back = CertifiedCounter(m.finite_state(), Support.terminating(m.eos, m.eos, 400))
+        back.restore(state)
+        assert back._uncapped(True, K) and (len(back._edges) == 0) == (not drop)
+    monkeypatch.setattr(certified, "WALKS_MAX", 0)
+    cc = CertifiedCounter(m.finite_state(), Support.terminating(m.eos, m.eos, 400))
+    assert cc._uncapped(True, K) and cc._minplus[True][1] > 0

@@ -80,6 +80,9 @@ paths cheap, and the min-plus check alone would take ``cap`` passes over the edg
 cap over a policy's product with 24 million edges: minutes, then 1,024 sweeps)."""
 DEFAULT_RESOLUTION_BITS = 1.0 / 32
 DEFAULT_MAX_BITS = 256.0
+WALKS_MAX = 16
+"""The longest walks whose cheapest cost (from any state) bounds a capped path (:meth:`CertifiedCounter._uncapped`):
+a path of ``n`` tokens holds ``n // j`` walks of ``j`` tokens, each at least the cheapest one."""
 _U = 2.0**-53  # unit roundoff of float64
 _NO_HORIZON = 1 << 62  # a growing sweep: every state summed at every cell
 _EXACT = 2.0**53  # float64 sums of integers below this are exact
@@ -363,6 +366,11 @@ class CertifiedCounter:
         self._minplus = {True: (m0, 0), False: (m0, 0)}  # cheapest rounded cost of r-token paths, r
         self._least: dict[bool, tuple[np.ndarray, int]] = {}  # each rounding's min-plus row and its minimum
         self._cheapest: dict[bool, int] = {}  # the cheapest step of each rounding (cells)
+        #: per rounding: the cheapest ``j``-token walk from any state (``[0, w_1, .., w_j]``) and its row
+        self._walks: dict[bool, tuple[list[int], np.ndarray]] = {}
+        #: per rounding: every cell up to this is shown uncapped by those walks (kept in a store with
+        #: the min-plus rows: a process reading it needs no step table to know it)
+        self._ruled_out: dict[bool, int] = {}
         self.setup_seconds = time.perf_counter() - t0
         #: ``on_grow()`` after a DP grows (a store keeps the tables: :mod:`arenum.beyond.certstore`); ``None``: nothing
         self.on_grow: Any = None
@@ -374,6 +382,8 @@ class CertifiedCounter:
     def _uncapped(self, lower: bool, K: int) -> bool:
         """Whether no path of ``cap`` tokens has rounded cost ``<= K`` (a min-plus DP, extended on
         demand): then the unbounded sweep counts exactly the completions the cap allows."""
+        if K <= self._ruled_out.get(lower, -1):
+            return True
         m, r = self._minplus[lower]
         least = self._least.get(lower)
         if least is None or least[0] is not m:  # a row is never changed in place: its minimum, once (a query
@@ -383,6 +393,8 @@ class CertifiedCounter:
         big = np.iinfo(np.int64).max // 4
         if least[1] + (self.cap - r) * self._cheapest_step(lower) > K:
             return True  # every further step costs at least the cheapest one: no walk needed
+        if self._walks_rule_out(lower, least[1], r, K):
+            return True  # every further j tokens cost at least the cheapest j-token walk
         jit = _compiled_sweep(self.progress)
         if jit is not None:  # the same steps, compiled
             m, r = jit.minplus(m, *self._edges[lower].by_target, K, self.cap, r, big)
@@ -394,6 +406,38 @@ class CertifiedCounter:
         self._minplus[lower] = (m, r)
         self._least[lower] = (m, int(m.min()))
         return self._least[lower][1] > K
+
+    def _walks_rule_out(self, lower: bool, least: int, r: int, K: int) -> bool:
+        """Whether the cheapest walks show that no path of ``cap`` tokens costs ``<= K``: its first
+        ``r`` cost at least ``least`` (the min-plus row's minimum), and its other ``cap - r`` tokens
+        hold ``(cap - r) // j`` disjoint walks of ``j`` tokens, each costing at least ``w_j``, the
+        cheapest ``j``-token walk from any state (``j <= WALKS_MAX``, made one pass over the steps
+        at a time, only as far as needed). The zxcvbn 4-gram: ``j = 2`` rules out its 1,024-token
+        cap at 67 bits, where the min-plus row took 112 passes; the same answer (the row's minimum
+        past ``K`` before ``cap`` passes, or at ``cap``) when the walks fall short."""
+        w, row = self._walks.get(lower) or ([0], None)
+        big = np.iinfo(np.int64).max // 4
+        j = 1
+        while j <= min(WALKS_MAX, self.cap - r):
+            if j == len(w):
+                if row is None:
+                    row = np.zeros(self.S, np.int64)  # walks from every state
+                src, cost, first, target = self._edges[lower].by_target
+                jit = _compiled_sweep(self.progress)
+                if jit is not None:
+                    row, _ = jit.minplus(row, src, cost, first, target, big, 1, 0, big)  # one pass
+                else:
+                    new = np.full(self.S, big, dtype=np.int64)
+                    new[target] = np.minimum.reduceat(np.minimum(row[src] + cost, big), first) if len(first) else big
+                    row = new
+                w = w + [int(row.min()) if row.size else big]
+                self._walks[lower] = (w, row)
+            bound = least + ((self.cap - r) // j) * w[j]
+            if bound > K:
+                self._ruled_out[lower] = max(self._ruled_out.get(lower, -1), bound - 1)
+                return True
+            j += 1
+        return False
 
     def _cheapest_step(self, lower: bool) -> int:
         """The fewest cells one possible step costs in this rounding (0 when there is none)."""
@@ -439,11 +483,13 @@ class CertifiedCounter:
 
     # ------------------------------------------------------------------ kept in a store (beyond/certstore.py)
     def state(self) -> dict[str, np.ndarray]:
-        """What the DPs built so far answer from: each sweep's start-state row and the min-plus DP of
-        each rounding (for :mod:`arenum.beyond.certstore`)."""
+        """What the DPs built so far answer from: each sweep's start-state row, the min-plus DP of each
+        rounding and the depth its cheapest walks rule the cap out to (for :mod:`arenum.beyond.certstore`)."""
         out = {f"row_{int(lo)}{int(ma)}_{lv or 0}": sw.row for (lo, ma, lv), sw in self._sweeps.items()}
         for lo, (m, r) in self._minplus.items():
             out[f"minplus_{int(lo)}"], out[f"minplus_r_{int(lo)}"] = m, np.array([r])
+        for lo, k in self._ruled_out.items():
+            out[f"ruled_out_{int(lo)}"] = np.array([k], np.int64)
         return out
 
     def restore(self, state: dict[str, np.ndarray]) -> None:
@@ -455,6 +501,8 @@ class CertifiedCounter:
                 self._new_sweep((k[4] == "1", k[5] == "1", lv or None)).row = np.asarray(v, np.float64)
         for lo in (True, False):
             self._minplus[lo] = (np.asarray(state[f"minplus_{int(lo)}"], np.int64), int(state[f"minplus_r_{int(lo)}"][0]))
+            if f"ruled_out_{int(lo)}" in state:  # a file written before the walks has none
+                self._ruled_out[lo] = int(state[f"ruled_out_{int(lo)}"][0])
 
     def _value(self, lower: bool, mass: bool, K: int) -> float:
         """The lower or upper DP at the start state at cell ``K`` (clamped at ``max_cells``)."""
