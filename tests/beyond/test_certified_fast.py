@@ -492,7 +492,7 @@ def test_cheap_steps_a_block_at_a_time_the_numpy_values_bit_for_bit(monkeypatch)
     words = _words(70, 5, alphabet="abcdexyz") + ["cxyz"] * 150 + ["qrst"] * 60 + ["ab" * 6] * 40
     m = NGramModel.fit(words, order=3, smoothing="kn")
     sup = Support.terminating(m.eos, m.eos, 400)
-    ts = [-x for x in np.linspace(0.5, 80.0, 25)]
+    ts = [-x for x in np.linspace(0.5, 50.0, 25)]  # deeper, the likely cycle binds the cap (per length, numpy)
     _numpy_sweep(monkeypatch)
     want = _answers(CertifiedCounter(m.finite_state(), sup, resolution_bits=1 / 16), ts)
     monkeypatch.undo()
