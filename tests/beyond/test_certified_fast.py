@@ -575,3 +575,24 @@ def test_cheapest_walks_rule_out_the_cap_as_the_min_plus_row_does(monkeypatch, s
     monkeypatch.setattr(certified, "WALKS_MAX", 0)
     cc = CertifiedCounter(m.finite_state(), Support.terminating(m.eos, m.eos, 400))
     assert cc._uncapped(True, K) and cc._minplus[True][1] > 0
+
+
+def test_walks_that_die_out_rule_the_cap_out_and_are_kept():
+    """An acyclic model (one token, then only the end): no walk of 2 tokens exists, so no path
+    reaches a 10-token cap at any depth; the depth kept for a store fits its int64 entry (5 walks of
+    2 tokens, each "costing" the no-walk sentinel, overflowed it), and a counter restored from it
+    needs no step table."""
+    V, lp = 3, np.full((2, 3), -np.inf)
+    lp[0, 0] = lp[0, 2] = math.log(0.5)
+    lp[1, 2] = 0.0
+    nxt = np.zeros((2, V), np.int32)
+    nxt[0, 0] = 1
+    fs = certified.FiniteStateTables(np.arange(V, dtype=np.int64), lp, lp[:, -1].copy(), nxt, 0, V - 1)
+    sup = Support.terminating(V - 1, V - 1, 10)
+    cc = CertifiedCounter(fs, sup)
+    assert cc._uncapped(True, 10**6) and cc._walks[True][0][2] >= np.iinfo(np.int64).max // 4
+    back = CertifiedCounter(fs, sup)
+    back.restore({k: np.asarray(v) for k, v in cc.state().items()})
+    assert back._uncapped(True, cc.max_cells) and len(back._edges) == 0
+    # the sequences: "" and "0", 0.5 each
+    assert [(b.lo, b.hi) for b in map(cc.count_bracket, (-0.1, -0.8, -50.0))] == [(0, 0), (2, 2), (2, 2)]

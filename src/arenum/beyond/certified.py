@@ -434,7 +434,7 @@ class CertifiedCounter:
                 self._walks[lower] = (w, row)
             bound = least + ((self.cap - r) // j) * w[j]
             if bound > K:
-                self._ruled_out[lower] = max(self._ruled_out.get(lower, -1), bound - 1)
+                self._ruled_out[lower] = max(self._ruled_out.get(lower, -1), min(bound - 1, big))  # big: no such walk
                 return True
             j += 1
         return False
