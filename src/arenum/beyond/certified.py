@@ -200,6 +200,7 @@ class _Sweep:
         e, P, S = self.e, self.B, self.S
         if self.ring is None:
             self._csr = self._jit.csr_steps(e, self.mass)
+            self._cheap = self._jit.cheap_order(S, self._csr)  # which states are summed how, in what order
             self._roff, self._rmask = self._jit.ring_layout(S, self._csr, P)  # a ring per state, as far as it is read
             self.ring = np.zeros(int(self._roff[-1] + self._rmask[-1] + 1) if S else 0)
             self._order = np.lexsort(np.where(e.bulk, e.nxt, -1).T[::-1]).astype(np.int64)  # by next states
@@ -218,7 +219,7 @@ class _Sweep:
             with deferred_interrupts():  # the ring and the row advance together
                 self._jit.fill(self.ring, self._roff, self._rmask, k, kb, P, *self._csr, e.zero_depth, end_cost, end_val,
                                self.end_cost is not None, self.mass or e.weight is not None, self.mass, self.factor,
-                               self.start, self._order, *self._windows, out)
+                               self.start, self._order, *self._windows, *self._cheap, out)
                 self.row = np.concatenate([self.row, out])
             k = kb + 1
             self.report(k - k0, K - k0 + 1)
@@ -283,7 +284,7 @@ class _Sweep:
         them again) and keep :attr:`row`: cells up to :attr:`K` still answer; a deeper one rebuilds
         from cell 0, as a row restored from a store does."""
         self.ring = self.N = None
-        self._csr = self._order = self._roff = self._rmask = self._windows = self.horizon = None
+        self._csr = self._cheap = self._order = self._roff = self._rmask = self._windows = self.horizon = None
         self.o = 0
         self._e = edges
 
@@ -390,22 +391,30 @@ class CertifiedCounter:
             least = self._least[lower] = (m, int(m.min()))  # asks this several times: a read, not a pass)
         if r >= self.cap or least[1] > K:
             return least[1] > K
-        big = np.iinfo(np.int64).max // 4
         if least[1] + (self.cap - r) * self._cheapest_step(lower) > K:
             return True  # every further step costs at least the cheapest one: no walk needed
         if self._walks_rule_out(lower, least[1], r, K):
             return True  # every further j tokens cost at least the cheapest j-token walk
-        jit = _compiled_sweep(self.progress)
-        if jit is not None:  # the same steps, compiled
-            m, r = jit.minplus(m, *self._edges[lower].by_target, K, self.cap, r, big)
-        while r < self.cap and int(m.min()) <= K:
-            src, cost, first, target = self._edges[lower].by_target
-            new = np.full(self.S, big, dtype=np.int64)
-            new[target] = np.minimum.reduceat(np.minimum(m[src] + cost, big), first)
-            m, r = new, r + 1
+        m, r = self._minplus_steps(lower, m, r, K, self.cap)
         self._minplus[lower] = (m, r)
         self._least[lower] = (m, int(m.min()))
         return self._least[lower][1] > K
+
+    def _minplus_steps(self, lower: bool, m: np.ndarray, r: int, K: int, cap: int) -> tuple[np.ndarray, int]:
+        """Min-plus steps of row ``m`` (the cheapest cost of ``r``-token walks to each state, ``big`` for
+        none) over this rounding's steps, taken while ``r < cap`` and some state costs ``<= K``:
+        ``(row, r)``, compiled (``sweepjit.minplus``) or numpy, the same integers."""
+        big = np.iinfo(np.int64).max // 4
+        src, cost, first, target = self._edges[lower].by_target
+        jit = _compiled_sweep(self.progress)
+        if jit is not None:
+            return jit.minplus(m, src, cost, first, target, K, cap, r, big)
+        while r < cap and int(m.min()) <= K:
+            new = np.full(self.S, big, dtype=np.int64)
+            if len(first):
+                new[target] = np.minimum.reduceat(np.minimum(m[src] + cost, big), first)
+            m, r = new, r + 1
+        return m, r
 
     def _walks_rule_out(self, lower: bool, least: int, r: int, K: int) -> bool:
         """Whether the cheapest walks show that no path of ``cap`` tokens costs ``<= K``: its first
@@ -422,14 +431,7 @@ class CertifiedCounter:
             if j == len(w):
                 if row is None:
                     row = np.zeros(self.S, np.int64)  # walks from every state
-                src, cost, first, target = self._edges[lower].by_target
-                jit = _compiled_sweep(self.progress)
-                if jit is not None:
-                    row, _ = jit.minplus(row, src, cost, first, target, big, 1, 0, big)  # one pass
-                else:
-                    new = np.full(self.S, big, dtype=np.int64)
-                    new[target] = np.minimum.reduceat(np.minimum(row[src] + cost, big), first) if len(first) else big
-                    row = new
+                row, _ = self._minplus_steps(lower, row, 0, big, 1)  # one pass
                 w = w + [int(row.min()) if row.size else big]
                 self._walks[lower] = (w, row)
             bound = least + ((self.cap - r) // j) * w[j]

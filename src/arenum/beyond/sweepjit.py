@@ -275,6 +275,13 @@ def _again(val: float, mass: bool, factor: float) -> float:
     return val
 
 
+def cheap_order(S: int, csr: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(inx, kind, pre)`` of :func:`fill` for the steps of :func:`csr_steps` (:func:`_unfinished`,
+    :func:`_ahead`): made once per sweep, not at each call."""
+    inx, kind = _unfinished(S, csr[4], csr[8], csr[9])
+    return inx, kind, _ahead(S, inx, kind, csr[8], csr[4], csr[5])
+
+
 @njit(cache=True, nogil=True, boundscheck=False)
 def _unfinished(S: int, c_ptr: np.ndarray, z_ptr: np.ndarray, z_nxt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(inx, kind)`` of :func:`fill`: the states not finished with their bulk sums (those with
@@ -344,7 +351,7 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
          z_ptr: np.ndarray, z_nxt: np.ndarray, z_w: np.ndarray, zero_depth: int,
          end_cost: np.ndarray, end_val: np.ndarray, has_end: bool, weighted: bool, mass: bool,
          factor: float, start: int, order: np.ndarray, lo_cell: np.ndarray, hi_cell: np.ndarray,
-         out: np.ndarray) -> None:
+         inx: np.ndarray, kind: np.ndarray, pre: np.ndarray, out: np.ndarray) -> None:
     """Cells ``k0..k1`` of every state into ``ring[roff[s] + (k & rmask[s])]`` (cells before ``k0``
     already there, negative cells read as 0); ``out[k - k0]``: the start state's value at cell ``k``.
     Each state has its own ring of ``rmask[s] + 1`` cells (a power of two, more than the costliest
@@ -362,17 +369,18 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
     start state up to the sweep's horizon reads (the horizon less the cheapest path from the start
     to ``s``); past it ``s`` is not summed and its ring holds 0 or an older value, never read for a
     start cell within the horizon (a step from a state summed at cell ``k`` reads a cell its next
-    state sums). The start state's values are the same bit for bit either way."""
+    state sums). The start state's values are the same bit for bit either way.
+
+    ``inx, kind, pre``: :func:`cheap_order` of these steps (the states not finished with their bulk
+    sums, the ends of zero-cost steps, and those of the first summed a block at a time, in order)."""
     S = roff.shape[0]
     acc = np.empty((S, B))
     v = np.empty(S)
     base = np.empty(S)
     zero = z_ptr[S] > 0
-    inx, kind = _unfinished(S, c_ptr, z_ptr, z_nxt)
     zs = np.flatnonzero(z_ptr[1:] > z_ptr[:-1])  # the sources of zero-cost steps
     zr = np.flatnonzero(kind == 1)  # both ends
     n_zs, n_zr = zs.shape[0], zr.shape[0]
-    pre = _ahead(S, inx, kind, z_ptr, c_ptr, c_nxt)  # done state by state, before the cell-by-cell pass
     is_pre = np.zeros(S, np.bool_)
     is_pre[pre] = True
     n_cx = 0
@@ -394,7 +402,9 @@ def fill(ring: np.ndarray, roff: np.ndarray, rmask: np.ndarray, k0: int, k1: int
             if ns <= 0 or k + ns - 1 < lo_cell[s]:
                 continue
             e0, e1 = b_ptr[s], b_ptr[s + 1]
-            for e in range(e0, min(e1, e0 + ahead)):  # the first windows asked for
+            # the first windows asked for, then each one `ahead` steps before its read (written out twice:
+            # the same lines in a helper function, compiled apart, made the DPs twice as slow)
+            for e in range(e0, min(e1, e0 + ahead)):
                 cf = k - b_cost[e]
                 if cf >= 0:
                     of, mf = roff[b_nxt[e]], rmask[b_nxt[e]]
