@@ -110,22 +110,35 @@ class Answers:
 
     def _out_of_reach(self, t: float) -> bool:
         """Whether the certified DP proves that an exact build down to score ``t`` passes a cap
-        (:meth:`~arenum.exact.SeekIndex.surely_over_caps` of its lower count): then the build is
-        skipped (its time and memory), never an answer the caps allowed. Asked only past what the
-        tree has built, and only where the count could pass a cap (``e**-t`` bounds it): shallow
-        queries build no DP for it."""
+        (:meth:`~arenum.exact.SeekIndex.surely_over_caps` of its lower count of the sequences, then
+        of the prefixes, each a live node of that build): then the build is skipped (its time, its
+        memory and its forwards), never an answer the caps allowed. Asked only past what the tree
+        has built, and only where the count could pass a cap (``e**-t`` sequences bound it, and
+        ``max_len`` times that their prefixes): shallow queries build no DP for it, and where only
+        the prefixes could pass a cap, only a counter whose lower count DP already reaches ``t``
+        (a rank after a deeper one) is asked, its prefix DP grown once."""
         seek = self.seek
-        if not math.isfinite(t) or t >= seek.tree.built or not seek.surely_over_caps(mass_count_bound(t)):
+        if not math.isfinite(t) or t >= seek.tree.built:
+            return False
+        bound = mass_count_bound(t)
+        term = self.support.is_terminating
+        by_count = seek.surely_over_caps(bound)
+        if not by_count and not (term and seek.surely_over_caps(0, prefixes=bound * self.support.cap)):
             return False
         cc = self._certified_counter(t)
-        if cc is None:
+        if cc is None or not (by_count or cc.counts_built(t)):
             return False
-        per = 1 if self.support.is_terminating else max(1, cc.max_degree)
-        D, L = max(2, cc.max_degree), self.support.cap  # the whole support holds at most D**L sequences:
-        if L * math.log(D) < 700 and not seek.surely_over_caps(float(D) ** L, per):  # a short max_len
-            return False  # needs no DP to tell (a deep t there cost minutes of DP for an exact answer)
+        per = 1 if term else max(1, cc.max_degree)
+        D, L = max(2, cc.max_degree), self.support.cap  # the whole support holds at most D**L sequences
+        if L * math.log(D) < 700 and not seek.surely_over_caps(float(D) ** L, per,  # its prefixes, 2 D**L
+                                                               prefixes=0 if by_count else 2.0 * float(D) ** L):
+            return False  # a short max_len: needs no DP to tell (a deep t there cost minutes of DP for an exact answer)
         self.beyond.certified_note("checking the exact build's size")
-        return seek.surely_over_caps(cc.count_lower(t), per)
+        n = cc.count_lower(t)
+        if seek.surely_over_caps(n, per):
+            return True
+        p = cc.prefix_lower(t) if term else None
+        return p is not None and seek.surely_over_caps(n, per, prefixes=p)
 
     def _certified_counter(self, t: float, whole: bool = False) -> CertifiedCounter | None:
         """The certified counter past a cap (never under ``branch_cap``: it counts the whole support;

@@ -382,17 +382,17 @@ def test_cli_rank_prints_the_certified_bracket(tmp_path):
 
 def test_sliding_buffer_gives_the_same_floats(monkeypatch):
     """The unbounded sweep keeps only the last ``span`` cells of every state: same values as whole."""
-    from arenum.beyond import certified
+    from arenum.beyond import certified, sweep
 
     m = NGramModel.fit(["ab", "abc", "b", "ca", "aab"], order=3, smoothing="kn")
     sup = Support.terminating(m.eos, m.eos, 1024)
     monkeypatch.setattr(certified, "_compiled_sweep", lambda progress=None: None)  # the numpy sweep's buffer
-    monkeypatch.setattr(certified._Sweep, "GROW", 10**6)
+    monkeypatch.setattr(sweep.Sweep, "GROW", 10**6)
     whole = CertifiedCounter(m.finite_state(), sup, resolution_bits=1 / 64)
     ts = (-3.0, -12.0, -40.0, -25.0, -60.0)
     want = [(whole.count_bracket(t), whole.mass_bracket(t)) for t in ts]
     assert all(s.o == 0 for s in whole._sweeps.values())
-    monkeypatch.setattr(certified._Sweep, "GROW", 0)
+    monkeypatch.setattr(sweep.Sweep, "GROW", 0)
     slid = CertifiedCounter(m.finite_state(), sup, resolution_bits=1 / 64)
     assert [(slid.count_bracket(t), slid.mass_bracket(t)) for t in ts] == want
     sw = [s for k, s in slid._sweeps.items() if k[2] is None][0]

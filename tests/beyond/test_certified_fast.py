@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from arenum.beyond import CertifiedCounter
-from arenum.beyond import certified
+from arenum.beyond import certified, sweep
+from arenum.errors import BudgetExceeded
 from arenum.models import NGramModel
 from arenum.support import Support
 
@@ -137,7 +138,7 @@ def test_compiled_sweep_merged_steps_and_interrupt(monkeypatch):
     monkeypatch.setattr(certified, "_compiled_sweep", lambda progress=None: None)
     assert _answers(CertifiedCounter(fs, sup), ts) == want
     monkeypatch.undo()
-    monkeypatch.setattr(certified._Sweep, "JIT_UPDATES", 1)  # one block of cells a call
+    monkeypatch.setattr(sweep.Sweep, "JIT_UPDATES", 1)  # one block of cells a call
     cc = CertifiedCounter(fs, sup)
     calls = []
 
@@ -426,7 +427,7 @@ def test_windowed_sweep_interrupted_then_answers_the_same(monkeypatch):
     sup = Support.terminating(m.eos, m.eos, 400)
     ts = [-x for x in np.linspace(1.0, 80.0, 12)]
     want = [(b.lo, b.hi) for b in map(CertifiedCounter(m.finite_state(), sup).count_bracket, ts)]
-    monkeypatch.setattr(certified._Sweep, "JIT_UPDATES", 1)  # one block of cells a call
+    monkeypatch.setattr(sweep.Sweep, "JIT_UPDATES", 1)  # one block of cells a call
     rng = random.Random(3)
     for trial in range(5):
         cc = CertifiedCounter(m.finite_state(), sup)
@@ -596,3 +597,112 @@ def test_walks_that_die_out_rule_the_cap_out_and_are_kept():
     assert back._uncapped(True, cc.max_cells) and len(back._edges) == 0
     # the sequences: "" and "0", 0.5 each
     assert [(b.lo, b.hi) for b in map(cc.count_bracket, (-0.1, -0.8, -50.0))] == [(0, 0), (2, 2), (2, 2)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_build_a_cap_refused_is_not_tried_again_and_answers_do_not_change(monkeypatch, seed):
+    """Past a cap, a rank as deep as one whose build was refused is answered without trying the
+    build again (``SeekIndex._deepen`` remembers the refusal while the caps and the tree's bytes
+    allow no more: no forward, no scan); the records are those of an enumerable that tries every
+    build again, with no more forwards; a looser cap builds again."""
+    from arenum.answers import Answers
+    from arenum.exact.tree import PrefixTree
+
+    monkeypatch.setattr(Answers, "_out_of_reach", lambda self, t: False)  # every build tried
+    rng = random.Random(seed)
+    m = NGramModel.fit(_words(40, 20 + seed), order=3, smoothing="kn")
+    sc = _scores(m, 7)
+    words = _words(40, 50 + seed)
+    kw = dict(max_bytes=150_000 + 20_000 * seed, max_prefixes=None if seed % 2 else 10**6)
+    memo, again = m.enumerable(max_len=7, **kw), m.enumerable(max_len=7, **kw)
+    tried = []
+    real = PrefixTree.deepen
+    monkeypatch.setattr(PrefixTree, "deepen", lambda self, *a, **k: (tried.append(self), real(self, *a, **k))[1])
+    skipped = 0
+    for w in rng.sample(words, len(words)):
+        seq, s = m.encode(w), m.logprob(w)
+        si = memo.seek_index()
+        n, f, fa = tried.count(si.tree), memo.stats["forwards"], again.stats["forwards"]
+        lim = si.limits.max_prefixes  # the tree's known prefixes refuse some builds before any scan: not these
+        deeper = s < si.tree.built and (lim is None or si.tree.known_prefixes(-s / math.log(2)) <= lim)
+        got = memo.rank(seq)
+        again.seek_index()._refused = None  # this one tries every build
+        want = again.rank(seq)
+        assert got == want and got.rank_lo <= int((sc > s).sum()) <= got.rank_hi
+        assert memo.stats["forwards"] - f <= again.stats["forwards"] - fa
+        if deeper and tried.count(si.tree) == n:  # refused at once: only its own prefixes scored
+            skipped += 1
+            assert got.method == "certified" and memo.stats["forwards"] - f <= len(seq)
+        memo._check()
+    assert skipped >= 1
+    deep = min(words, key=m.logprob)
+    assert memo.rank(m.encode(deep)).method == "certified"
+    with pytest.raises(BudgetExceeded, match=r"is past the caps, as one at [0-9.]+ bits was: an exact answer"):
+        memo.seek_index().ensure_score(m.logprob(deep))
+    memo.seek_index().limits.max_prefixes = memo.seek_index().limits.max_bytes = None  # no cap: built
+    assert memo.rank(m.encode(deep)).method == "exact"
+
+
+def _prefix_scores(m: NGramModel, cap: int) -> np.ndarray:
+    """The score of every prefix of fewer than ``cap`` tokens (the empty one included, no eos)."""
+    toks = [t for t in range(m.vocab_size) if t != m.eos]
+    out, level = [0.0], [((), 0.0)]
+    for _ in range(cap - 1):
+        nxt = []
+        for p, s in level:
+            lp = np.asarray(m.next_logprobs(p))
+            nxt += [(p + (t,), s + float(lp[t])) for t in toks if lp[t] > -math.inf]
+        out += [s for _, s in nxt]
+        level = nxt
+    return np.array(out)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_prefix_count_holds_the_prefixes_of_brute_force(seed):
+    """``prefix_lower(t)`` is at most the prefixes scoring ``>= t`` and at least those scoring ``>= t``
+    plus the grid's slack on ``max_len`` steps (it fails if the DP counted sequences, or prefixes
+    past the cap); ``None`` where the cap may bind."""
+    m = NGramModel.fit(_words(40, 30 + seed), order=3, smoothing="kn")
+    cap = 7
+    cc = CertifiedCounter(m.finite_state(), Support.terminating(m.eos, m.eos, cap), resolution_bits=1 / 64)
+    ps = _prefix_scores(m, cap)
+    seen = 0
+    for t in np.linspace(-0.5, -14.0, 12):
+        lo = cc.prefix_lower(float(t))
+        if lo is None:
+            continue
+        seen += 1
+        assert lo <= int((ps >= t).sum())
+        assert lo >= int((ps >= t + cap * cc.delta * 1.01).sum())
+        assert lo >= cc.count_lower(float(t))
+    assert seen >= 3
+    assert cc.prefix_lower(0.5) == 0 and cc.prefix_lower(0.0) == 1  # the empty prefix scores 0
+    assert CertifiedCounter(m.finite_state(), Support.fixed(3)).prefix_lower(-3.0) is None
+
+
+def test_a_rank_after_a_deeper_one_is_refused_by_its_prefixes(monkeypatch):
+    """Once a deeper rank has built the lower count DP, a rank whose sequences fit the caps but whose
+    prefixes surely do not (the certified prefix count) is answered without its build: no forward
+    past its own prefixes, the record a build tried up to the cap gives."""
+    from arenum.answers import Answers
+
+    m = NGramModel.fit(_words(40, 11), order=3, smoothing="kn")
+    sc = _scores(m, 7)
+    e, tried = _capped(m), _capped(m)
+    for x in (e, tried):
+        assert x.rank(m.encode("ddddcc")).method == "certified"  # the deep one: the count DP built, no build
+    cc = e.certified()
+    words = sorted({w for w in _words(300, 12) if len(w) <= 6}, key=m.logprob)
+    hits = [w for w in words if m.logprob(w) < e.seek_index().tree.built and cc.count_lower(m.logprob(w)) <= 80
+            and (cc.prefix_lower(m.logprob(w)) or 0) > 80]
+    assert hits
+    w = hits[len(hits) // 2]
+    f = e.stats["forwards"]
+    r = e.rank(m.encode(w))
+    assert r.method == "certified" and e.stats["forwards"] - f <= len(w) + 1
+    assert r.rank_lo <= int((sc > m.logprob(w)).sum()) <= r.rank_hi
+    monkeypatch.setattr(Answers, "_out_of_reach", lambda self, t: False)
+    f = tried.stats["forwards"]
+    t = tried.rank(m.encode(w))
+    assert tried.stats["forwards"] - f > len(w) + 1 and t == r  # it built up to the cap first, for the same record
+    e._check()

@@ -51,19 +51,17 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 import time
 import warnings
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from .._validate import exact_int, finite_float
-from . import sweepnp
-from .certified_steps import LazySteps, StepEdges
+from .certified_steps import LazySteps
+from .sweep import Sweep, compiled_sweep
 from .estimate import mass_count_bound
-from .._guard import deferred_interrupts
-from ..step import FiniteStateTables, kernels
+from ..step import FiniteStateTables
 from ..results import CountBracket, MassBracket
 from ..support import Support
 
@@ -84,8 +82,6 @@ WALKS_MAX = 16
 """The longest walks whose cheapest cost (from any state) bounds a capped path (:meth:`CertifiedCounter._uncapped`):
 a path of ``n`` tokens holds ``n // j`` walks of ``j`` tokens, each at least the cheapest one."""
 _U = 2.0**-53  # unit roundoff of float64
-_NO_HORIZON = 1 << 62  # a growing sweep: every state summed at every cell
-_EXACT = 2.0**53  # float64 sums of integers below this are exact
 
 
 def _floor_int(v: float) -> int:
@@ -97,203 +93,13 @@ def _ceil_int(v: float) -> int | float:
 
 
 def _compiled_sweep(progress: Any = None) -> Any:
-    """The compiled sweep's module if compiled code is in use (:func:`arenum.step.kernels.allows_numba`; else
-    ``None``: the numpy path, the same values), its first load told to ``progress``."""
-    if not kernels.allows_numba():
-        return None
-    if progress is not None and __name__.rpartition(".")[0] + ".sweepjit" not in sys.modules:
-        progress({"phase": "certified", "dp": "loading its compiled kernels", "cells_done": 0, "cells_todo": 0})
-    try:
-        from . import sweepjit
-    except ImportError:
-        return None
-    return sweepjit
+    """:func:`arenum.beyond.sweep.compiled_sweep` (a test swaps this for numpy: ``None``)."""
+    return compiled_sweep(progress)
 
 
-class _Sweep:
-    """One DP (count or mass, lower or upper) for cells ``0..K``, grown on demand.
-
-    ``N`` is state-major, ``(S + 1, columns)``; column ``PAD + k - o`` holds cell ``k`` (``o``: the
-    origin, 0 until the buffer slides); ``PAD`` zero cells on the left stand for negative cells, and
-    row ``S`` is all zeros.  An edge reads the window ``[K - cost, K - cost + B)`` of its next state
-    for a block of ``B`` cells at once (clamped into the padding when it lies wholly before cell 0;
-    an edge outside the block's set reads row ``S``).  Edges cheaper than ``B`` cells are added cell
-    by cell within the block (their reads may fall in it).  An unbounded sweep only ever reads the
-    last ``span`` (the costliest step) cells, so its buffer slides instead of growing past
-    ``span + 3 PAD + GROW`` columns; the start state's row is kept whole.
-    """
-
-    B = 64  # the largest block; each counter sets its own (:attr:`CertifiedCounter.block`)
-    GROW = 512
-    JIT_UPDATES = 1 << 24
-
-    def __init__(self, edges: StepEdges | Callable[[], StepEdges], end_cost: np.ndarray | None,
-                 end_prob: np.ndarray | None, S: int, start: int, *, lower: bool, mass: bool, levels: int | None,
-                 fixed: bool) -> None:
-        # edges: the tables, or a callable making them when a cell is first built (a row restored
-        # from a store answers within it without them)
-        self._e, self.end_cost, self.end_prob, self.S, self.start = edges, end_cost, end_prob, S, start
-        self.lower, self.mass, self.levels, self.fixed = lower, mass, levels, fixed
-        self.row = np.zeros(0)  # (K + 1,) float64: the start state's cumulative values
-        self.N: np.ndarray | None = None  # unbounded mode: (S + 1, columns) float64, see above
-        self.o = 0  # the cell in column PAD of N
-        self.seconds = 0.0
-        self.on_grow: Any = None
-        self._jit: Any = False  # the compiled one-pass sweep's module, None: numpy (decided at the first build)
-        self.ring: np.ndarray | None = None  # the compiled sweep's rings of each state's last cells, flat
-        #: the deepest cell this sweep is built for (``None``: any, it grows on demand): set by
-        #: :meth:`ensure` ``(K, final=True)`` on a sweep built from cell 0; each state is then summed
-        #: only to the last cell a start cell up to it reads, and a deeper cell rebuilds from cell 0
-        self.horizon: int | None = None
-        self._windows: tuple[np.ndarray, np.ndarray] | None = None  # the compiled sweep's (lo_cell, hi_cell)
-        #: ``progress(dict)`` after every block of cells (``phase='certified'``, ``cells_done``, ``cells_todo``)
-        self.progress: Any = None
-
-    @property
-    def e(self) -> StepEdges:
-        """The tables of this rounding (made on first use), split for this sweep's block :attr:`B`."""
-        if not isinstance(self._e, StepEdges):
-            self._e = self._e()
-        return self._e.for_block(self.B)
-
-    @functools.cached_property
-    def factor(self) -> float:
-        """The slack of a cell: ``1 -/+ (n + 8) u`` for ``n`` terms summed into it (doubled with weights)."""
-        e = self.e
-        n = e.degree + 4 + (e.degree + 4) * 2 * e.zero_depth
-        eps = (n + 8) * _U * (1.0 if not self.mass and e.weight is None else 2.0)  # weights: a product per term
-        return 1.0 - eps if self.lower else 1.0 + eps
-
-    @functools.cached_property
-    def span(self) -> int:
-        """The farthest read back, in cells (the costliest step, plus one)."""
-        costs = self.e.cost[self.e.possible]
-        return int(costs.max()) + 1 if costs.size else 1
-
-    def report(self, done: int, todo: int) -> None:
-        if self.progress is not None:
-            self.progress({"phase": "certified", "cells_done": done, "cells_todo": todo,
-                           "dp": f"{'lower' if self.lower else 'upper'} {'mass' if self.mass else 'count'}"})
-
-    @property
-    def K(self) -> int:
-        return len(self.row) - 1
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.row.nbytes + (self.N.nbytes if self.N is not None else 0)
-                   + (self.ring.nbytes if self.ring is not None else 0))
-
-    def slack(self, v: np.ndarray) -> None:
-        if self.mass:
-            v *= self.factor
-        else:
-            big = v >= _EXACT
-            if big.any():
-                v[big] *= self.factor
-
-    def _fill_jit(self, K: int) -> None:
-        """Cells up to ``K`` by the compiled sweep (:mod:`arenum.beyond.sweepjit`: the numpy sweep's
-        values bit for bit) into a ring per state of its last cells (more than the costliest step into
-        it reads back: :func:`~arenum.beyond.sweepjit.ring_layout`); the rings and :attr:`row` advance together, a call of about :attr:`JIT_UPDATES` cell updates at a time
-        (an interrupt between calls leaves them in step)."""
-        e, P, S = self.e, self.B, self.S
-        if self.ring is None:
-            self._csr = self._jit.csr_steps(e, self.mass)
-            self._cheap = self._jit.cheap_order(S, self._csr)  # which states are summed how, in what order
-            self._roff, self._rmask = self._jit.ring_layout(S, self._csr, P)  # a ring per state, as far as it is read
-            self.ring = np.zeros(int(self._roff[-1] + self._rmask[-1] + 1) if S else 0)
-            self._order = np.lexsort(np.where(e.bulk, e.nxt, -1).T[::-1]).astype(np.int64)  # by next states
-        end_cost, end_val = (self.end_cost, (self.end_prob if self.mass else np.ones(S))) if self.end_cost is not None \
-            else (np.zeros(S, np.int64), np.zeros(S))
-        if self._windows is None:  # each state's first cell and (to a horizon) last cell read
-            c = self._csr
-            self._windows = self._jit.windows(c[0], c[1], c[2], c[4], c[5], c[6], c[8], c[9], end_cost,
-                                              self.end_cost is not None, self.start,
-                                              _NO_HORIZON if self.horizon is None else self.horizon)
-        step = P * max(1, self.JIT_UPDATES // max(1, P * int(e.n_edges)))
-        k0 = k = self.K + 1
-        while k <= K:
-            kb = min(K, k + step - 1)
-            out = np.empty(kb - k + 1)
-            with deferred_interrupts():  # the ring and the row advance together
-                self._jit.fill(self.ring, self._roff, self._rmask, k, kb, P, *self._csr, e.zero_depth, end_cost, end_val,
-                               self.end_cost is not None, self.mass or e.weight is not None, self.mass, self.factor,
-                               self.start, self._order, *self._windows, *self._cheap, out)
-                self.row = np.concatenate([self.row, out])
-            k = kb + 1
-            self.report(k - k0, K - k0 + 1)
-
-    def ensure(self, K: int, final: bool = False) -> None:
-        """Build cells ``0..K`` (at least). ``final``: no deeper cell will be asked of this build (it
-        is released once built, :meth:`release`): a sweep starting from cell 0 then sums each state
-        only as far as the start state's cells up to ``K`` read it (the compiled sweep: the same
-        values, less work the farther the states lie from the start)."""
-        if K <= self.K:
-            return
-        try:
-            self._ensure(K, final)
-        finally:
-            if self.on_grow is not None:
-                self.on_grow()
-
-    def _ensure(self, K: int, final: bool = False) -> None:
-        t0 = time.perf_counter()
-        S, P = self.S, self.B
-        if self.levels is None:
-            if self.horizon is not None and K > self.horizon:  # built for a shallower final cell: from 0
-                self.ring = self._windows = self.horizon = None
-            if self.ring is None and self.N is None:  # a row restored from a store: rebuilt from cell 0
-                self.row = np.zeros(0)
-            if self._jit is False:
-                self._jit = _compiled_sweep(self.progress)
-            K = max(K, int(self.K * 1.25) + 1)
-            if self.horizon is not None:  # a windowed build resumed (after an interrupt): to its horizon at most
-                K = min(K, self.horizon)
-            elif self._jit is not None and self.ring is None:  # a sweep from cell 0: windowed if final
-                self.horizon, self._windows = (K if final else None), None
-            if self._jit is not None:
-                try:
-                    self._fill_jit(K)
-                finally:
-                    self.seconds += time.perf_counter() - t0
-                return
-            limit = self.span + 3 * P + self.GROW
-            width = max(min(K - self.o + 2 * P + 1, limit), 0 if self.N is None else self.N.shape[1])
-            if self.N is None or width > self.N.shape[1]:
-                N = np.zeros((S + 1, width), dtype=np.float64)
-                if self.N is not None:
-                    N[:, : self.N.shape[1]] = self.N
-                self.N = N
-            self.row = np.concatenate([self.row, sweepnp.fill_unbounded(self, self.K + 1, K)])
-        else:
-            K = max(K, int(self.K * 1.5) + 1)  # a rebuild: grow geometrically
-            prev = np.zeros((S + 1, P + K + 1 + P))
-            if self.fixed:  # no token left: the empty completion, cost 0
-                prev[:S, P:] = 1.0
-            cur = np.zeros_like(prev)
-            for lv in range(self.levels):
-                sweepnp.fill_level(self, prev, cur, K)
-                prev, cur = cur, prev
-                self.report((lv + 1) * (K + 1), self.levels * (K + 1))
-            self.row = prev[self.start, P : P + K + 1].copy()
-        self.seconds += time.perf_counter() - t0
-
-    def release(self, edges: Any) -> None:
-        """Drop what grows this DP (its rings or buffer, its steps, its step tables: ``edges`` makes
-        them again) and keep :attr:`row`: cells up to :attr:`K` still answer; a deeper one rebuilds
-        from cell 0, as a row restored from a store does."""
-        self.ring = self.N = None
-        self._csr = self._cheap = self._order = self._roff = self._rmask = self._windows = self.horizon = None
-        self.o = 0
-        self._e = edges
-
-    def at(self, K: int) -> float:
-        """The start state's value at cell ``K`` (``K < 0``: 0)."""
-        if K < 0:
-            return 0.0
-        self.ensure(K)
-        return float(self.row[K])
+def _load_jit(progress: Any = None) -> Any:
+    """Each sweep's loader (:attr:`Sweep.load_jit`): :func:`_compiled_sweep` as it is when it loads."""
+    return _compiled_sweep(progress)
 
 
 class CertifiedCounter:
@@ -337,10 +143,10 @@ class CertifiedCounter:
         self.tables, self.support = tables, support
         self.delta = 2.0 ** math.floor(math.log2(r * math.log(2)))  # cell, nats: a power of two
         self.resolution_bits = self.delta / math.log(2)
-        #: cells a bulk step's read covers at once in the one-pass sweep (:attr:`_Sweep.B`): about one nat
+        #: cells a bulk step's read covers at once in the one-pass sweep (:attr:`Sweep.B`): about one nat
         #: of score (64 cells at the default grid; 8 at least), so a coarser grid keeps the same steps bulk
         #: and sums fewer cells; the per-length sweep reads 64 (:meth:`StepEdges.for_block`)
-        self.block = int(min(_Sweep.B, max(8, 2 ** round(math.log2(1.0 / self.delta)))))
+        self.block = int(min(Sweep.B, max(8, 2 ** round(math.log2(1.0 / self.delta)))))
         self.max_bits = mb
         self.max_cells = int(math.ceil(mb * math.log(2) / self.delta))
         self.cap = support.cap
@@ -360,7 +166,8 @@ class CertifiedCounter:
             True: (np.where(fin, np.ceil(np.where(fin, ec, 0)), big).astype(np.int64), np.exp(end) * (1 - 4 * _U)),
             False: (np.where(fin, np.floor(np.where(fin, ec, 0)), big).astype(np.int64), np.exp(end) * (1 + 4 * _U)),
         }
-        self._sweeps: dict[tuple, _Sweep] = {}
+        self._sweeps: dict[tuple, Sweep] = {}
+        self._prefixes: Sweep | None = None  # the lower count DP of the prefixes (:meth:`prefix_lower`)
         self._n_edges: int | None = None  # the possible steps, once counted (stats)
         m0 = np.full(S, big, dtype=np.int64)
         m0[tables.start] = 0
@@ -449,7 +256,7 @@ class CertifiedCounter:
             got = self._cheapest[lower] = int(cost.min()) if cost.size else 0
         return got
 
-    def _sweep(self, lower: bool, mass: bool, K: int) -> _Sweep:
+    def _sweep(self, lower: bool, mass: bool, K: int) -> Sweep:
         if self.terminating and not lower and self.cap > UPPER_LEVELS_MAX_CAP:
             levels = None  # the upper end counts completions of any length: sound as is, one pass
         else:
@@ -468,14 +275,15 @@ class CertifiedCounter:
         sw.progress = self.progress
         return sw
 
-    def _new_sweep(self, key: tuple) -> _Sweep:
+    def _new_sweep(self, key: tuple) -> Sweep:
         lower, mass, levels = key
         end_cost, end_prob = self._end[lower] if self.terminating else (None, None)
         edges = functools.partial(self._edges.__getitem__, lower)  # made when the sweep first builds a cell
-        sw = self._sweeps[key] = _Sweep(edges, end_cost, end_prob, self.S, self.tables.start,
-                                        lower=lower, mass=mass, levels=levels, fixed=not self.terminating)
+        sw = self._sweeps[key] = Sweep(edges, end_cost, end_prob, self.S, self.tables.start,
+                                       lower=lower, mass=mass, levels=levels, fixed=not self.terminating)
+        sw.load_jit = _load_jit
         # one pass: the grid's block; per length (numpy): 64 cells (a smaller one gathers every step a block)
-        sw.B = self.block if levels is None else _Sweep.B
+        sw.B = self.block if levels is None else Sweep.B
         sw.on_grow = self._grew  # the counter's callback as it is when the sweep grows (a store sets it
         return sw                # after restoring the sweeps it read)
 
@@ -553,8 +361,8 @@ class CertifiedCounter:
                 continue
             self._sweep(lower, False, K).ensure(K, final=True)  # released below: each state summed as far as read
             self._n_edges = self._edges[lower].n_edges  # for stats, once the tables go
-            for key, sw in self._sweeps.items():
-                if key[0] == lower:
+            for sw in self._all_sweeps():
+                if sw.lower == lower:
                     sw.release(functools.partial(self._edges.__getitem__, lower))
             self._edges.pop(lower, None)
 
@@ -581,6 +389,39 @@ class CertifiedCounter:
         if t > 0:
             return 0
         return _floor_int(self._value(True, False, self._cells(t)[0]))
+
+    def counts_built(self, t: float) -> bool:
+        """Whether a lower count DP is already built down to score ``t`` (:meth:`count_lower` of it
+        then reads a row: no sweep)."""
+        K = min(self._cells(finite_float("t", t))[0], self.max_cells)
+        return any(lo and not ma and sw.K >= K for (lo, ma, _), sw in self._sweeps.items())
+
+    def prefix_lower(self, t: float) -> int | None:
+        """A certified lower count of the prefixes scoring ``>= t`` (the empty one included, none
+        ending in eos): each is a live node of an exact build down to ``t``, so this many prefixes
+        (:meth:`arenum.answers.Answers._out_of_reach`), often ten times the sequences, is a sharper
+        floor on that build's size than :meth:`count_lower`.  The lower count DP with every state
+        ending at no cost, grown on demand and not kept in a store; ``None`` for a fixed length or
+        where the cap may bind (a path of ``max_len`` tokens within ``t``: the one-pass sweep would
+        count prefixes longer than any node)."""
+        t = finite_float("t", t)
+        if not self.terminating:
+            return None
+        if t > 0:
+            return 0
+        K = min(self._cells(t)[0], self.max_cells)
+        if K < 0:
+            return 0
+        if not self._uncapped(True, K):
+            return None
+        sw = self._prefixes
+        if sw is None:
+            sw = self._prefixes = Sweep(functools.partial(self._edges.__getitem__, True), np.zeros(self.S, np.int64),
+                                        np.ones(self.S), self.S, self.tables.start, lower=True, mass=False,
+                                        levels=None, fixed=False)
+            sw.B, sw.load_jit = self.block, _load_jit
+        sw.progress = self.progress
+        return _floor_int(sw.at(K))
 
     max_degree = property(lambda self: self._degree, doc="The most possible steps of one state (no step table made).")
 
@@ -629,6 +470,9 @@ class CertifiedCounter:
         t_hi = -(kb * self.delta) / (1 + 4 * self.gamma)
         return (t_lo, min(0.0, float(np.nextafter(t_hi, math.inf))))
 
+    def _all_sweeps(self) -> list[Sweep]:
+        return list(self._sweeps.values()) + ([self._prefixes] if self._prefixes is not None else [])
+
     @property
     def stats(self) -> dict[str, Any]:
         """States, edges, cells built per DP, build seconds and bytes held."""
@@ -638,8 +482,8 @@ class CertifiedCounter:
             "resolution_bits": self.resolution_bits,
             "cells": {f"{'lo' if k[0] else 'hi'}_{'mass' if k[1] else 'count'}_"
                       f"{'unbounded' if k[2] is None else 'levels'}": sw.K for k, sw in self._sweeps.items()},
-            "seconds": self.setup_seconds + self._edges.seconds + sum(sw.seconds for sw in self._sweeps.values()),
-            "bytes": sum(sw.nbytes for sw in self._sweeps.values()),
+            "seconds": self.setup_seconds + self._edges.seconds + sum(sw.seconds for sw in self._all_sweeps()),
+            "bytes": sum(sw.nbytes for sw in self._all_sweeps()),
         }
 
 

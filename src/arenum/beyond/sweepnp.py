@@ -1,7 +1,7 @@
 """The numpy sweep of the certified DP (:mod:`arenum.beyond.certified`): the reference order of its
 additions and products, which the compiled sweep (:mod:`arenum.beyond.sweepjit`) repeats bit for bit.
 
-Functions of one ``_Sweep`` (``sw``: its step tables ``sw.e``, block ``sw.B``, buffer ``sw.N`` and
+Functions of one :class:`~arenum.beyond.sweep.Sweep` (``sw``: its step tables ``sw.e``, block ``sw.B``, buffer ``sw.N`` and
 origin ``sw.o``, ends, slack and progress): :func:`fill_unbounded` (one pass, ``K`` ascending, the
 buffer sliding) and :func:`fill_level` (one length from the previous one), from :func:`block` (the
 bulk steps of a block of cells, summed over tokens) and :func:`finish_cell` (the cheap steps, the

@@ -91,6 +91,9 @@ class SeekIndex:
         self._decode = decode if decode is not None else tree.oracle.tokens
         self._index: ExactIndex | None = None
         self._shallow: ExactIndex | None = None  # past a cap at the built threshold: a smaller index
+        #: the last build a cap refused: ``(T, max_prefixes, max_bytes left, tree bytes, message)``
+        #: (:meth:`_deepen`: a build at least as deep is refused at once while it still holds)
+        self._refused: tuple[float, float, float, int, str] | None = None
         self.builds = 0
         self.index_seconds = 0.0  # wall time spent building exact indexes
 
@@ -129,15 +132,16 @@ class SeekIndex:
         """Memory held by the tree and the index (:data:`INDEX_BYTES_PER_SEQUENCE` per indexed sequence)."""
         return self.tree.memory_bytes() + INDEX_BYTES_PER_SEQUENCE * self.indexed
 
-    def surely_over_caps(self, sequences: int | float, per_prefix: int = 1) -> bool:
+    def surely_over_caps(self, sequences: int | float, per_prefix: int = 1, *, prefixes: int | float = 0) -> bool:
         """Whether an exact build holding ``sequences`` sequences (a certified lower count) surely
         passes a cap, with a margin of 2x: it fetches at least ``sequences / per_prefix`` prefixes
         (``per_prefix``: 1 for a terminating support, each sequence's body fetched; the widest
-        table for a fixed length), each a node of at least ``MIN_NODE_BYTES`` bytes, and its index
+        table for a fixed length), or ``prefixes`` where that is more (a certified lower count of
+        the prefixes themselves), each a node of at least ``MIN_NODE_BYTES`` bytes, and its index
         holds them all. Lets a caller that has the certified count skip a build that would only
         end in :class:`BudgetExceeded` (its time and memory)."""
         lim = self.limits
-        prefixes = sequences / max(1, per_prefix)
+        prefixes = max(prefixes, sequences / max(1, per_prefix))
         return ((lim.max_sequences is not None and sequences > 2 * lim.max_sequences)
                 or (lim.max_prefixes is not None and prefixes > 2 * lim.max_prefixes)
                 or (lim.max_bytes is not None and prefixes * MIN_NODE_BYTES > 2 * lim.max_bytes))
@@ -262,20 +266,34 @@ class SeekIndex:
             i += 1  # the histogram's float edge: one bin deeper
 
     def _deepen(self, T: float, keep: float | None) -> None:
+        """Deepen the tree to ``T`` within the caps (:class:`BudgetExceeded` past one).
+
+        A build refused by a cap in the tree is remembered: a later one at least as deep, under caps
+        no looser and with the tree holding no fewer bytes, needs every node the refused one needed
+        and is refused at once, saying so, before any forward or scan of the frontier (each such
+        retry scanned millions of prefixes: 0.2-0.4 s a rank past the cap)."""
         lim = self.limits.max_prefixes
+        bits = -T / LN2
         if lim is not None:
-            known = self.tree.known_prefixes(-T / LN2)
+            known = self.tree.known_prefixes(bits)
             if known > lim:
-                raise BudgetExceeded(
-                    f"an exact answer at {-T / LN2:.3f} bits needs at least {known} live prefixes "
-                    f"> max_prefixes={lim}; {BUDGET_HINT}"
-                )
+                raise BudgetExceeded(f"an exact answer at {bits:.3f} bits needs at least {known} live prefixes "
+                                     f"> max_prefixes={lim}; {BUDGET_HINT}")
         mb = self.limits.max_bytes  # the indexes held while the tree deepens take their share of it
         if mb is not None:
             held = [getattr(i, "held_bytes", lambda i=i: INDEX_BYTES_PER_SEQUENCE * i.N)()
                     for i in (self._index, self._shallow) if i is not None]  # a merged index: estimated
             mb = max(1, mb - sum(held))
-        self.tree.deepen(T, keep, max_prefixes=lim, max_bytes=mb)
+        caps = (math.inf if lim is None else lim, math.inf if mb is None else mb)
+        r = self._refused
+        if r is not None and T <= r[0] and caps[0] <= r[1] and caps[1] <= r[2] and self.tree.memory_bytes() >= r[3]:
+            raise BudgetExceeded(f"an exact answer at {bits:.3f} bits is past the caps, as one at "
+                                 f"{-r[0] / LN2:.3f} bits was: {r[4]}")
+        try:
+            self.tree.deepen(T, keep, max_prefixes=lim, max_bytes=mb)
+        except BudgetExceeded as e:
+            self._refused = (T, *caps, self.tree.memory_bytes(), str(e))
+            raise
 
     @locked
     def ensure_bits(self, bits: float) -> ExactIndex:
