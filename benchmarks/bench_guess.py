@@ -13,7 +13,8 @@ Timed in one process (``time.process_time``; the machine is shared and noisy: co
 - ``later ranks``: ``enum.rank`` of the ``--later`` strings after it, wall milliseconds (target 10 ms);
 - ``ranks``: ``enum.ranks`` of ``--n`` held-out passwords after it (exact where the built index reaches,
   else certified: one DP), against the Monte Carlo estimator: ``enum.monte_carlo(--samples)`` plus
-  ``est.rank`` of the same passwords (the DP already built by the ranks above); then the same
+  ``est.rank`` of the same passwords (timed twice: the first in a process pays a one-off start, the
+  ratios use the faster; the DP already built by the ranks above); then the same
   ``enum.ranks`` on a fresh enumerable (the DP made from nothing to the deepest password), which is
   what the target (within 2x the estimator's time) compares in its strictest reading: not met
   (docs/benchmarks.md);
@@ -137,12 +138,17 @@ def main() -> None:
     for x in rs:
         methods[x.method] = methods.get(x.method, 0) + 1
     widths = sorted(math.log2((x.rank_hi + 1) / (x.rank_lo + 1)) for x in rs)
-    mc = model.enumerable()
-    t0 = time.process_time()
-    est = mc.monte_carlo(a.samples, head=False)
-    for s in model.score_sequences(seqs).tolist():
-        est.rank(s)
-    t_mc = time.process_time() - t0
+    mcs = []
+    for _ in range(2):  # the first in a process pays a one-off start (about 0.2 s): the ratios use the second
+        t0 = time.process_time()
+        est = model.enumerable().monte_carlo(a.samples, head=False)
+        for s in model.score_sequences(seqs).tolist():
+            est.rank(s)
+        mcs.append(time.process_time() - t0)
+    t_mc = min(mcs)
+    out["monte_carlo"] = {"seconds_first": mcs[0], "seconds": t_mc}
+    print(f"{'Monte Carlo':>14}: {a.samples:,} samples + {len(seqs)} ranks {mcs[0]:.2f} s the first time in this "
+          f"process, then {mcs[1]:.2f} s: the ratios below use {t_mc:.2f} s")
     out["ranks"] = {"seconds": t_ranks, "methods": methods, "mc_seconds": t_mc, "ratio": t_ranks / t_mc,
                     "median_width_bits": widths[len(widths) // 2], "max_width_bits": widths[-1]}
     print(f"{'ranks':>14}: enum.ranks of {len(seqs)} held-out {t_ranks:.2f} s ({methods}; bracket width median "
@@ -246,11 +252,14 @@ t0 = time.process_time()
 enum.rank(model.encode(deep))
 out["first_seconds"] = time.process_time() - t0
 out["each_seconds"], out["each_methods"] = each(enum)
-t0 = time.process_time()
-est = model.enumerable().monte_carlo(samples, head=False)
-for s in model.score_sequences(seqs).tolist():
-    est.rank(s)
-out["mc_seconds"] = time.process_time() - t0
+mcs = []
+for _ in range(2):
+    t0 = time.process_time()
+    est = model.enumerable().monte_carlo(samples, head=False)
+    for s in model.score_sequences(seqs).tolist():
+        est.rank(s)
+    mcs.append(time.process_time() - t0)
+out["mc_seconds"] = min(mcs)
 if fresh:
     out["fresh_seconds"], out["fresh_methods"] = each(model.enumerable(max_bytes=max_bytes))
 print(json.dumps(out))
