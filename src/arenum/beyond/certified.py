@@ -399,7 +399,7 @@ class CertifiedCounter:
     def prefix_lower(self, t: float) -> int | None:
         """A certified lower count of the prefixes scoring ``>= t`` (the empty one included, none
         ending in eos): each is a live node of an exact build down to ``t``, so this many prefixes
-        (:meth:`arenum.answers.Answers._out_of_reach`), often ten times the sequences, is a sharper
+        (:meth:`arenum.answers.Answers._out_of_reach`), four times the sequences on a 4-gram, is a sharper
         floor on that build's size than :meth:`count_lower`.  The lower count DP with every state
         ending at no cost, grown on demand and not kept in a store; ``None`` for a fixed length or
         where the cap may bind (a path of ``max_len`` tokens within ``t``: the one-pass sweep would
