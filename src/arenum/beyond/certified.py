@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from .._validate import exact_int, finite_float
-from .certified_steps import LazySteps
+from .certified_steps import UNIT_ROUNDOFF as _U, LazySteps
 from .sweep import Sweep, compiled_sweep
 from .estimate import mass_count_bound
 from ..step import FiniteStateTables
@@ -81,7 +81,6 @@ DEFAULT_MAX_BITS = 256.0
 WALKS_MAX = 16
 """The longest walks whose cheapest cost (from any state) bounds a capped path (:meth:`CertifiedCounter._uncapped`):
 a path of ``n`` tokens holds ``n // j`` walks of ``j`` tokens, each at least the cheapest one."""
-_U = 2.0**-53  # unit roundoff of float64
 
 
 def _floor_int(v: float) -> int:
@@ -92,9 +91,7 @@ def _ceil_int(v: float) -> int | float:
     return int(math.ceil(v)) if math.isfinite(v) else math.inf
 
 
-def _compiled_sweep(progress: Any = None) -> Any:
-    """:func:`arenum.beyond.sweep.compiled_sweep` (a test swaps this for numpy: ``None``)."""
-    return compiled_sweep(progress)
+_compiled_sweep = compiled_sweep  # the loader the counter's sweeps use (a test swaps it for numpy: ``None``)
 
 
 def _load_jit(progress: Any = None) -> Any:
@@ -399,7 +396,7 @@ class CertifiedCounter:
     def prefix_lower(self, t: float) -> int | None:
         """A certified lower count of the prefixes scoring ``>= t`` (the empty one included, none
         ending in eos): each is a live node of an exact build down to ``t``, so this many prefixes
-        (:meth:`arenum.answers.Answers._out_of_reach`), four times the sequences on a 4-gram, is a sharper
+        (:meth:`arenum.answers.Answers._out_of_reach`), several times the sequences, is a sharper
         floor on that build's size than :meth:`count_lower`.  The lower count DP with every state
         ending at no cost, grown on demand and not kept in a store; ``None`` for a fixed length or
         where the cap may bind (a path of ``max_len`` tokens within ``t``: the one-pass sweep would

@@ -18,9 +18,9 @@ import numpy as np
 
 from ..step import FiniteStateTables
 
-__all__ = ["merged_steps", "StepEdges", "LazySteps"]
+__all__ = ["merged_steps", "StepEdges", "LazySteps", "UNIT_ROUNDOFF"]
 
-_U = 2.0**-53  # unit roundoff of float64
+UNIT_ROUNDOFF = _U = 2.0**-53  # of float64: the certified DP's widenings (certified.py, sweep.py) read it here
 
 
 def merged_steps(nx: np.ndarray, cost: np.ndarray, prob: np.ndarray | Callable[[], np.ndarray], possible: np.ndarray,
