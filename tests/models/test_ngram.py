@@ -709,3 +709,30 @@ def test_lowercase_fit_encode_and_file(tmp_path):
     assert not old.lowercase and old.fingerprint() == plain.fingerprint()
     _refused(_rewrite(tmp_path / "plain.npz", tmp_path / "v2.npz", drop_meta=("lowercase",)),
              "meta field 'lowercase' must be true or false, got None")
+
+
+@pytest.mark.parametrize("maxsize", [1, 2, 3, 8, 33])
+def test_the_row_cache_is_bounded_and_keeps_what_was_just_used(maxsize):
+    from arenum.models.ngram.cache import _Recent
+
+    rng = np.random.default_rng(maxsize)
+    c = _Recent(maxsize)
+    last_used: dict[int, int] = {}  # key -> the operation that last put or hit it
+    for op in range(3000):
+        k = int(rng.integers(0, 3 * maxsize + 2))
+        if rng.random() < 0.5:
+            c.put(k, ("v", k))
+            last_used[k] = op
+        else:
+            keys = [k, int(rng.integers(0, 3 * maxsize + 2))]
+            vals, miss = c.get_many(keys) if rng.random() < 0.5 else ([c.get(x) for x in keys], None)
+            for i, (x, v) in enumerate(zip(keys, vals)):
+                assert v is None or v == ("v", x)  # never another key's value
+                # a key used fewer than maxsize // 2 operations ago is still there (2 keys an op here)
+                if x in last_used and op - last_used[x] < max(1, maxsize // 2) // 2:
+                    assert v == ("v", x), (op, x, last_used[x])
+                if v is not None:
+                    last_used[x] = op
+            if miss is not None:
+                assert miss == [i for i, v in enumerate(vals) if v is None]
+        assert len(c) <= maxsize

@@ -261,11 +261,10 @@ class StepOracle:
         if not cache:  # the common case while building: no per-prefix lookups
             todo = list(range(n))
         else:
-            todo = []
-            for i, p in enumerate(prefixes):
-                hit = cache.get(p)
+            hits = list(map(cache.get, prefixes))  # one C loop; the few hits are read below
+            todo = [i for i, hit in enumerate(hits) if hit is None]
+            for i, hit in enumerate(hits if len(todo) < n else ()):
                 if hit is None:
-                    todo.append(i)
                     continue
                 ids, lps = hit
                 k = int(np.searchsorted(-lps, -floors[i], side="right"))
@@ -275,12 +274,14 @@ class StepOracle:
                 full[i] = lps.shape[0]
         t_parse = 0.0
         offs = None  # each row's offset, where the adapter gives one (Heads)
+        direct = len(todo) == n  # nothing cached: a chunk's prefixes are a slice
         if self._heads is not None:
             presorted = False
             bs = self.batch_size
             for a in range(0, len(todo), bs):
                 chunk = np.array(todo[a : a + bs], np.int64)
-                r, ids, lps, widths, off = self._call_heads([prefixes[i] for i in chunk], floors[chunk])
+                r, ids, lps, widths, off = self._call_heads(
+                    prefixes[a : a + bs] if direct else [prefixes[i] for i in todo[a : a + bs]], floors[chunk])
                 parts_row.append(chunk[r])
                 parts_ids.append(ids)
                 parts_lp.append(lps)
@@ -294,7 +295,8 @@ class StepOracle:
             bs = self.batch_size
             for a in range(0, len(todo), bs):
                 chunk = np.array(todo[a : a + bs], np.int64)
-                res = self._call_batch([prefixes[i] for i in chunk], floors[chunk])
+                res = self._call_batch(prefixes[a : a + bs] if direct else [prefixes[i] for i in todo[a : a + bs]],
+                                       floors[chunk])
                 t0 = time.perf_counter()
                 if isinstance(res, tuple):
                     r, ids, lps, V = res  # whole rows, each sorted, in order
@@ -312,7 +314,6 @@ class StepOracle:
             # (after the first batch_size rows, by the widest row seen)
             bs = self.batch_size
             whole = not todo or float(floors[todo].max()) <= _LOWEST  # no cut: whole rows
-            direct = len(todo) == n  # nothing cached: the chunks are the rows, in order
             parts_lens: list[np.ndarray] = []
             a = 0
             while a < len(todo):

@@ -1,4 +1,4 @@
-"""The two bounded LRU caches of log-prob rows in front of :class:`CountTables` rows.
+"""The two bounded caches of log-prob rows in front of :class:`CountTables` rows.
 
 Rows are cached by context (the last order-1 token ids) and by deepest observed suffix
 ``(depth, context id)``, which many contexts share.  Every row is a pure function of its context,
@@ -6,7 +6,8 @@ so a cache miss, an eviction or a clear never changes an answer.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from itertools import repeat
+from operator import is_
 from typing import Any
 
 import numpy as np
@@ -16,32 +17,65 @@ from .tables import CountTables
 __all__ = ["RowCache"]
 
 
-class _LRU:
-    __slots__ = ("_d", "maxsize")
+class _Recent:
+    """A bounded cache that keeps the recently used entries: two generations of ``maxsize // 2``
+    (one, for ``maxsize`` 1). A hit in the current generation costs one dict lookup (no reordering);
+    a hit in the previous one moves the entry to the current; when the current is full it becomes
+    the previous, and what the previous held is dropped. At most ``maxsize`` entries."""
+
+    __slots__ = ("_new", "_old", "_cap", "_maxsize")
 
     def __init__(self, maxsize: int) -> None:
-        self._d: OrderedDict = OrderedDict()
+        self._new: dict = {}
+        self._old: dict = {}
         self.maxsize = maxsize
 
+    @property
+    def maxsize(self) -> int:
+        return self._maxsize
+
+    @maxsize.setter
+    def maxsize(self, value: int) -> None:
+        self._maxsize = value
+        self._cap = max(1, value // 2)
+        self.clear()
+
     def get(self, key: Any) -> Any:
-        d = self._d
-        val = d.get(key)
-        if val is not None:
-            d.move_to_end(key)
+        val = self._new.get(key)
+        if val is None:
+            val = self._old.pop(key, None)
+            if val is not None:
+                self.put(key, val)
         return val
 
+    def get_many(self, keys: list) -> tuple[list, list[int]]:
+        """``([get(k) for k in keys], positions of the misses)``; a batch of hits in the current
+        generation costs one C-level pass."""
+        vals = list(map(self._new.get, keys))
+        if not any(map(is_, vals, repeat(None))):
+            return vals, []
+        miss = []
+        get = self.get
+        for i, v in enumerate(vals):
+            if v is None:
+                v = vals[i] = get(keys[i])
+                if v is None:
+                    miss.append(i)
+        return vals, miss
+
     def put(self, key: Any, val: Any) -> None:
-        d = self._d
-        d[key] = val
-        d.move_to_end(key)
-        if len(d) > self.maxsize:
-            d.popitem(last=False)
+        new = self._new
+        if len(new) >= self._cap and key not in new:  # full: the current becomes the previous
+            self._old = new if self._maxsize >= 2 else {}
+            new = self._new = {}
+        new[key] = val
 
     def clear(self) -> None:
-        self._d.clear()
+        self._new = {}
+        self._old = {}
 
     def __len__(self) -> int:
-        return len(self._d)
+        return len(self._new) + len(self._old)
 
 
 class RowCache:
@@ -49,8 +83,8 @@ class RowCache:
 
     def __init__(self, tables: CountTables, maxsize: int) -> None:
         self._tables = tables
-        self._row_cache = _LRU(maxsize)  # (depth, ctx id) -> read-only log-prob row
-        self._ctx_cache = _LRU(maxsize)  # last order-1 token ids -> same row object
+        self._row_cache = _Recent(maxsize)  # (depth, ctx id) -> read-only log-prob row
+        self._ctx_cache = _Recent(maxsize)  # last order-1 token ids -> same row object
 
     @property
     def maxsize(self) -> int:
@@ -73,8 +107,7 @@ class RowCache:
     def rows(self, ctxs: list[tuple]) -> list[np.ndarray]:
         """Read-only log-prob rows for contexts (each at most order-1 most recent token ids)."""
         cache = self._ctx_cache
-        rows: list = [cache.get(c) for c in ctxs]
-        miss = [i for i, r in enumerate(rows) if r is None]
+        rows, miss = cache.get_many(ctxs)
         if not miss:
             return rows
         # Distinct missing contexts, resolved together.
