@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   -> builds .venv, installs arenum with only what the demo needs (numpy, matplotlib), runs it
+#   make demo   -> builds .venv, installs arenum with only what the demo needs (numpy, matplotlib, numba), runs it
 #   make test   -> builds .venv, installs every extra the tests need (torch, transformers, ...), runs the tests
 # Python >= 3.11 is required; an older one is refused before anything is downloaded.
 PY ?= python3

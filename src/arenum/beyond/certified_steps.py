@@ -101,7 +101,9 @@ class StepEdges:
     Impossible steps have probability 0 and next state 0 (never read: they are never ``bulk`` and
     never ``cheap``). ``cheap`` lists the possible steps of cost ``< B`` cells (at most a few per state).
     ``by_target``: the steps grouped by next state for the min-plus DP (source state and cost, int32
-    where they fit: a 5-gram's steps number millions). Memory: about 60 bytes a possible step.
+    where they fit: a 5-gram's steps number millions). Memory: about 60 bytes a possible step, and
+    16 more where the numpy sweep runs a count DP, 24 a mass DP (its lists by rank:
+    :func:`arenum.beyond.sweepnp._by_rank`).
     """
 
     def __init__(self, nxt: np.ndarray, cost: np.ndarray, prob: np.ndarray | Callable[[], np.ndarray],
@@ -139,6 +141,7 @@ class StepEdges:
         self.c_weight = None if self.weight is None else self.weight[self.c_src, self._c_col]
         self.c_zero = self.c_cost == 0
         self._c_prob: np.ndarray | None = None
+        self.np_ranks: dict[int, Any] = {}  # the numpy sweep's step lists per mask (sweepnp._by_rank)
 
     def for_block(self, B: int) -> "StepEdges":
         """These steps split for a block of ``B`` cells (``self`` when it is :attr:`B`): the per-length

@@ -16,25 +16,62 @@ import numpy as np
 __all__ = ["block", "finish_cell", "slide", "fill_unbounded", "fill_level"]
 
 
+def _by_rank(e: Any, mask: np.ndarray) -> tuple[np.ndarray, list[list[Any]]]:
+    """The steps in ``mask`` by their rank among their state's (column order): ``(order, ranks)``,
+    ``order`` the states by how many such steps they have (descending, ties by state), and
+    ``ranks[j] = [c, flat, nxt, cost, weight, prob]``: the ``j``-th step of each of the first ``c``
+    states of ``order`` (``flat``: its position in the ``(S, V)`` tables; ``prob`` read on first use by
+    a mass sweep). Made once per mask, kept on ``e``."""
+    cache = e.np_ranks
+    hit = cache.get(id(mask))
+    if hit is not None and hit[0] is mask:
+        return hit[1]
+    S, V = mask.shape
+    deg = mask.sum(axis=1)
+    order = np.argsort(-deg, kind="stable")
+    start = np.zeros(S + 1, np.int64)
+    np.cumsum(deg[order], out=start[1:])
+    src, col = np.nonzero(mask[order])  # row-major over the ordered states: each one's columns ascending
+    rank = np.arange(src.shape[0]) - start[src]
+    by = np.argsort(rank, kind="stable")  # rank by rank, each in the order of the states
+    flat = order[src[by]].astype(np.int64) * V + col[by]
+    cuts = np.searchsorted(rank[by], np.arange(int(deg.max()) + 1 if S else 1))
+    nx, cs, wt = e.nxt.reshape(-1), e.cost.reshape(-1), None if e.weight is None else e.weight.reshape(-1)
+    ranks = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        f = flat[a:b]
+        ranks.append([b - a, f, nx[f], cs[f], None if wt is None else wt[f], None])
+    cache[id(mask)] = (mask, (order, ranks))
+    return order, ranks
+
+
 def block(sw: Any, read: np.ndarray, K: int, B: int, bulk: np.ndarray, o: int) -> np.ndarray:
     """``(S, B)``: the sums over the steps in ``bulk`` for cells ``K..K+B-1``, reading ``read``
-    (state-major, origin ``o``, ``PAD`` cells of padding, zero row ``S``)."""
+    (state-major, origin ``o``, ``PAD`` cells of padding, zero row ``S``). Each state's steps are
+    added in column order, from 0.0: its ``j``-th steps of every state that has one, a rank at a time
+    (:func:`_by_rank`), so only the steps in ``bulk`` are gathered."""
     e, P = sw.e, sw.B
-    S, V = e.nxt.shape
+    S = e.nxt.shape[0]
     W = read.shape[1]
     win = np.lib.stride_tricks.sliding_window_view(read.reshape(-1), B)
+    order, ranks = _by_rank(e, bulk)
+    if sw.mass and ranks and ranks[0][5] is None:  # the probabilities, read once
+        pf = e.prob.reshape(-1)
+        for r in ranks:
+            r[5] = pf[r[1]]
+    acc = np.zeros((S, B))
+    rows = max(1, (1 << 22) // max(1, B))  # steps per gather: ~32 MB of windows
+    for r in ranks:
+        for a in range(0, r[0], rows):
+            sl = slice(a, a + rows)
+            G = win[r[2][sl].astype(np.int64) * W + (np.maximum(K - r[3][sl].astype(np.int64), -P) + P - o)]
+            if sw.mass:
+                G *= r[5][sl, None]
+            elif r[4] is not None:
+                G *= r[4][sl, None]
+            acc[a : a + G.shape[0]] += G
     out = np.empty((S, B))
-    step = max(1, (1 << 22) // max(1, V * B))  # states per chunk: ~32 MB of windows
-    for a in range(0, S, step):
-        sl = slice(a, a + step)
-        idx = e.nxt[sl].astype(np.int64) * W + (np.maximum(K - e.cost[sl].astype(np.int64), -P) + P - o)  # window starts
-        idx[~bulk[sl]] = S * W  # the zero row
-        G = win[idx]  # (chunk, V, B) copies of contiguous windows
-        if sw.mass:
-            G *= e.prob[sl, :, None]
-        elif e.weight is not None:
-            G *= e.weight[sl, :, None]
-        G.sum(axis=1, out=out[sl])
+    out[order] = acc
     return out
 
 
