@@ -18,9 +18,10 @@ import numpy as np
 
 from ..step import FiniteStateTables
 
-__all__ = ["merged_steps", "StepEdges", "LazySteps", "UNIT_ROUNDOFF"]
+__all__ = ["merged_steps", "StepEdges", "LazySteps", "UNIT_ROUNDOFF", "EXACT_SUMS"]
 
 UNIT_ROUNDOFF = _U = 2.0**-53  # of float64: the certified DP's widenings (certified.py, sweep.py) read it here
+EXACT_SUMS = 2.0**53  # float64 sums of integers below this are exact: a cell under it is not widened (both sweeps)
 
 
 def merged_steps(nx: np.ndarray, cost: np.ndarray, prob: np.ndarray | Callable[[], np.ndarray], possible: np.ndarray,

@@ -14,12 +14,11 @@ import numpy as np
 from .._guard import deferred_interrupts
 from ..step import kernels
 from . import sweepnp
-from .certified_steps import UNIT_ROUNDOFF as _U, StepEdges
+from .certified_steps import EXACT_SUMS as _EXACT, UNIT_ROUNDOFF as _U, StepEdges
 
 __all__ = ["Sweep", "compiled_sweep", "NO_HORIZON"]
 
 NO_HORIZON = 1 << 62  # a growing sweep: every state summed at every cell
-_EXACT = 2.0**53  # float64 sums of integers below this are exact
 
 
 def compiled_sweep(progress: Any = None) -> Any:

@@ -47,7 +47,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-_EXACT = 2.0**53
+from .certified_steps import EXACT_SUMS as _EXACT  # a compile-time constant of the kernels below
 #: a bulk step's window is asked for (:func:`_prefetch_cell`) this many steps before it is read, in
 #: blocks of ``_AHEAD_FROM`` cells or more: the hardware's own prefetch does not follow windows of 4-8
 #: cache lines scattered this way (the zxcvbn 4-gram's two count DPs take 13% less time asked for),
