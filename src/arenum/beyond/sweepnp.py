@@ -61,14 +61,14 @@ def block(sw: Any, read: np.ndarray, K: int, B: int, bulk: np.ndarray, o: int) -
             r[5] = pf[r[1]]
     acc = np.zeros((S, B))
     rows = max(1, (1 << 22) // max(1, B))  # steps per gather: ~32 MB of windows
-    for r in ranks:
-        for a in range(0, r[0], rows):
+    for c, _, nxt, cost, weight, prob in ranks:
+        for a in range(0, c, rows):
             sl = slice(a, a + rows)
-            G = win[r[2][sl].astype(np.int64) * W + (np.maximum(K - r[3][sl].astype(np.int64), -P) + P - o)]
+            G = win[nxt[sl].astype(np.int64) * W + (np.maximum(K - cost[sl].astype(np.int64), -P) + P - o)]
             if sw.mass:
-                G *= r[5][sl, None]
-            elif r[4] is not None:
-                G *= r[4][sl, None]
+                G *= prob[sl, None]
+            elif weight is not None:
+                G *= weight[sl, None]
             acc[a : a + G.shape[0]] += G
     out = np.empty((S, B))
     out[order] = acc
