@@ -487,3 +487,124 @@ def test_the_whole_support_past_the_cap_is_counted_by_the_dp():
     cc = CertifiedCounter(e.finite_state_tables(), e.support, max_bits=4)  # the least score past its depth
     r = e.answers._cert_count(cc, -math.inf)
     assert r.lo <= len(truth.s) <= r.hi and r.lo < r.hi and r.method == "certified"
+
+
+# ------------------------------------------------------------------ edges a randomized harness found
+def _uniform2(prefix):
+    return [(0, math.log(0.5)), (1, math.log(0.5))]
+
+
+def test_branch_cap_count_bracket_holds_exact_ties():
+    """Every sequence ties: a dropped prefix holding exactly 2**j completions of mass e**t each must
+    not count 2**j - 1 of them (e**y rounds below 2**j)."""
+    for L in (3, 5, 7):
+        e = AutoregressiveEnumerable(_uniform2, max_len=L, branch_cap=1)
+        t = e.log_density((0,) * L)
+        b = e.count_bracket(t)
+        assert b.lo <= 2**L <= b.hi, (L, b)
+        c = e.count(t)
+        assert c.ci_lo <= 2**L <= c.ci_hi and not c.exact
+
+
+def _halves(prefix):  # eos = 1: sequence (0,)*j + (1,) has mass 2**-(j+1)
+    return [(0, math.log(0.5)), (1, math.log(0.5))]
+
+
+@pytest.mark.parametrize("kw", [{"max_prefixes": 3}, {"exact_limit": 3}, {"max_sequences": 2}])
+def test_nucleus_past_a_cap_never_claims_the_items_built(kw):
+    """The head built (2 sequences, mass 0.75) holds less than p: the nucleus lies past it, so its
+    size has no upper end and seek_mass no sequence (they said exact, size 2, before)."""
+    p = math.nextafter(0.75, 1.0)  # truth: 3, the sequence (0, 0, 1) at rank 2
+    e = AutoregressiveEnumerable(_halves, eos=1, max_len=6, **kw)
+    r = e.nucleus_size(p)
+    assert not r.exact and r.truncated and r.size_lo <= 3  # max_sequences: every item counted holds p
+    assert r.size_hi is None if "max_sequences" not in kw else r.size_hi >= 3
+    s = e.seek_mass(p)
+    assert not s.exact and s.truncated and s.sequence is None and s.log_prob is None and s.rank <= 2
+    full = AutoregressiveEnumerable(_halves, eos=1, max_len=6)
+    assert full.nucleus_size(p).size_lo <= 3 <= full.nucleus_size(p).size_hi
+
+
+def test_nucleus_under_branch_cap_is_not_the_sub_supports():
+    e = AutoregressiveEnumerable(_uniform2, eos=0, max_len=6, branch_cap=1)
+    r = e.nucleus_size(math.nextafter(0.5, 1.0))  # truth 2: (0,) and (1, 0)
+    assert not r.exact and (r.size_hi is None or r.size_hi >= 2) and r.size_lo <= 2
+
+
+def test_seek_mass_under_branch_cap_does_not_claim_the_sub_supports_sequence():
+    def model(prefix):  # token 2 = eos; the top sequence is (2,), which branch_cap=2 cuts
+        if not prefix:
+            return [(0, math.log(0.40)), (1, math.log(0.35)), (2, math.log(0.25))]
+        return [(0, math.log(0.25)), (1, math.log(0.25)), (2, math.log(0.50))]
+
+    assert AutoregressiveEnumerable(model, eos=2, max_len=3).seek_mass(0.1).sequence == (2,)
+    s = AutoregressiveEnumerable(model, eos=2, max_len=3, branch_cap=2).seek_mass(0.1)
+    assert s.sequence == (0, 2) and not s.exact
+
+
+@pytest.mark.parametrize("ms", [1, 2])
+def test_seek_mass_past_a_cap_reports_a_lower_end_of_the_rank(ms):
+    def model(prefix):
+        return [(0, math.log(0.75)), (1, math.log(0.25))]
+
+    assert AutoregressiveEnumerable(model, max_len=3).seek_mass(0.5).rank == 1
+    e = AutoregressiveEnumerable(model, max_len=3, max_sequences=ms)
+    r, s = e.nucleus_size(0.5), e.seek_mass(0.5)
+    assert r.truncated and s.truncated and s.rank == r.size_lo - 1 <= 1
+
+
+def test_bracket_queries_answer_when_a_cap_refuses_the_first_build():
+    def model(prefix):  # the first token is certain: an exact build needs 2 live prefixes at once
+        if not prefix:
+            return [(0, 0.0), (1, -math.inf)]
+        return [(0, math.log(0.75)), (1, math.log(0.25))]
+
+    def table(prefix):  # brute_force's form: (tokens, log_probs), sorted
+        t, lp = zip(*sorted(model(prefix), key=lambda r: -r[1]))
+        return list(t), list(lp)
+
+    truth = Truth(brute_force(table, fixed_len=3))
+    e = AutoregressiveEnumerable(model, max_len=3, max_prefixes=1)
+    with pytest.raises(BudgetExceeded):
+        e.count(-1.0)
+    for _ in range(2):  # the refused build does not spoil the next query
+        check_count(e.count_bracket(-1.0), truth.count(-1.0), {"bracket"})
+        check_mass(e.mass_above(-1.0), truth.mass(-1.0), {"bracket"})
+        q = (0, 0, 0)
+        check_rank(e.rank(q), truth.rank(truth.score_of[q]), truth.mass(truth.score_of[q]), {"bracket"})
+        r = e.nucleus_size(0.3)
+        assert r.truncated and not r.exact and r.reachable is None
+        check_nucleus(r, truth.nucleus(0.3), False)
+
+
+def test_a_subnormal_threshold_counts():
+    def certain(prefix):
+        return [(0, -math.inf), (1, -math.inf), (2, 0.0)]
+
+    for t in (-1e-300, -5e-324):
+        assert AutoregressiveEnumerable(certain, eos=2, max_len=4).count(t) == 1
+
+
+def test_capped_queries_hold_the_truth_on_random_tied_models():
+    """Seeded sweep: small models with exact ties, each query under each cap against brute force."""
+    caps = [{"max_prefixes": 4}, {"max_prefixes": 9}, {"max_sequences": 3}, {"branch_cap": 1}, {"branch_cap": 2},
+            {"max_prefixes": 2}]
+    for seed in range(12):
+        m = RandomModel(3, seed=seed, ties=seed % 2 == 0)
+        truth = _random_truth(m, 4)
+        for kw in caps:
+            e = AutoregressiveEnumerable(m, max_len=4, **kw)
+            methods = {"exact", "bracket"}
+            for t in _thresholds(truth, 4):
+                check_count(e.count_bracket(t), truth.count(t), methods)
+                check_mass(e.mass_above(t), truth.mass(t), methods)
+            for q, x in truth.items[::9]:
+                check_rank(e.rank(q), truth.rank(x), truth.mass(x), methods)
+            for p in (0.1, 0.5, 0.9):
+                check_nucleus(e.nucleus_size(p), truth.nucleus(p), True)
+                s = e.seek_mass(p)
+                want = truth.nucleus(p)
+                if s.exact:
+                    assert s.rank == want - 1 and truth.score_of[tuple(s.sequence)] == truth.s[want - 1]
+                elif want is not None:
+                    assert s.rank <= want - 1 or not s.truncated

@@ -103,7 +103,11 @@ class Answers:
                 return estimate(*self._estimator())
             if bracket is None:
                 raise
-            return _stamp(bracket(self._built()), "bracket")
+            try:
+                idx = self._built()
+            except BudgetExceeded:  # a cap refused the very first build: nothing is indexed
+                idx = _NOTHING  # type: ignore[assignment]
+            return _stamp(bracket(idx), "bracket")
         if sub_support is not None and self._capped:
             return sub_support(x)
         return exact(x)
@@ -370,7 +374,15 @@ class Answers:
                 and not seek.tree.completions_beyond(seek.limits.max_depth_bits))
 
     def _nucleus(self, p: float) -> CountDPTopPResult:
-        idx, truncated = self.seek.ensure_mass(p)
+        try:
+            idx, truncated = self.seek.ensure_mass(p)
+        except BudgetExceeded:
+            if self.seek.current is not None:  # pragma: no cover - ensure_mass answers from a built index
+                raise
+            # a cap refused the very first build: nothing is indexed, the nucleus lies somewhere in the support
+            n = 1 if p > 0 else 0
+            return CountDPTopPResult(size=n, size_lo=n, size_hi=None, mass_lo=0.0, mass_hi=1.0, threshold=0.0,
+                                     p=p, truncated=True, exact=False)
         r = idx.nucleus(p) if idx.bucketed else None
         if truncated and not idx.bucketed:
             # items counted, not ordered (past max_sequences): a head holding p has at least
@@ -391,9 +403,15 @@ class Answers:
         k_lo, k_hi = r
         _, thr = idx.item(k_lo - 1)
         m = idx.mass_ge(thr)
-        if k_hi is None:  # even the whole built support may hold less than p (rounding or caps)
-            return CountDPTopPResult(size=k_lo, size_lo=k_lo, size_hi=None, mass_lo=m.lo, mass_hi=m.hi,
-                                     threshold=thr, p=p, truncated=True, exact=False)
+        if k_hi is None and idx.total_mass().lo >= p:
+            k_hi = idx.N  # all the items together certainly hold p
+        if k_hi is None:  # the items may hold less than p (float rounding, or a cap left the rest out)
+            if truncated or not self._whole_support_built():  # the nucleus may lie past the items
+                return CountDPTopPResult(size=k_lo, size_lo=k_lo, size_hi=None, mass_lo=m.lo, mass_hi=m.hi,
+                                         threshold=thr, p=p, truncated=True, exact=False)
+            # the whole support, whose mass rounding cannot tell from p: all of it, if any set holds p
+            return CountDPTopPResult(size=k_lo, size_lo=k_lo, size_hi=idx.N, mass_lo=m.lo, mass_hi=m.hi,
+                                     threshold=thr, p=p, truncated=False, exact=False, reachable=None)
         return CountDPTopPResult(size=k_lo, size_lo=k_lo, size_hi=k_hi, mass_lo=m.lo, mass_hi=m.hi,
                                  threshold=thr, p=p, truncated=False, exact=k_lo == k_hi)
 
@@ -495,6 +513,22 @@ class Answers:
             self.seek.ensure_count(1 << 62)
         except BudgetExceeded:
             pass
+
+
+class _NoIndex:
+    """What the bracket rungs read when a cap refused the very first build: no sequence indexed
+    (``N = 0``, above ``T = inf``, mass 0), so each bracket is the one that knows nothing."""
+
+    N = 0
+    T = math.inf
+    bucketed = False
+
+    @staticmethod
+    def total_mass() -> MassBracket:
+        return MassBracket(0.0, 0.0)
+
+
+_NOTHING = _NoIndex()
 
 
 def _stamp(r: R, method: str) -> R:

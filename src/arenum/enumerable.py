@@ -560,12 +560,14 @@ class AutoregressiveEnumerable:
         cumulative mass first reaches ``target``. Cost as :meth:`nucleus_size`; ``rank`` is
         ``nucleus_size(target).size_lo - 1`` (``size - 1`` when exact); exact up to float rounding."""
         r = self._answers().nucleus_size(probability("target", target))
-        if r.truncated:
-            return SeekResult(rank=r.size_lo, sequence=None, log_prob=r.threshold, target=r.p,
+        if r.truncated:  # the sequence lies past what was built: its rank at least size_lo - 1, its score unknown
+            return SeekResult(rank=max(0, r.size_lo - 1), sequence=None, log_prob=None, target=r.p,
                               mass_lo=r.mass_lo, mass_hi=r.mass_hi, exact=False, truncated=True)
-        seq, lp = self._position(r.size_lo - 1)  # the shortest head that may hold target (exact: the one)
+        pos = self._position(r.size_lo - 1)  # the shortest head that may hold target (exact: the one)
+        seq, lp = pos
+        # under branch_cap (or logprob_error) the sequence at that rank is the sub-support's: not certain
         return SeekResult(rank=r.size_lo - 1, sequence=seq, log_prob=lp, target=r.p, mass_lo=r.mass_lo,
-                          mass_hi=r.mass_hi, exact=r.exact)
+                          mass_hi=r.mass_hi, exact=r.exact and getattr(pos, "exact", True))
 
     # ------------------------------------------------------------------ past the exact budget
     @locked

@@ -340,14 +340,15 @@ class SeekResult:
     sequence, log_prob: the sequence and its exact log-probability.
     target: the mass asked for.
     mass_lo, mass_hi: ``mass_lo <= mass of ranks 0..rank <= mass_hi``.
-    exact: the rank is certainly right (float rounding cannot move it).
-    truncated: the mass within the built budget never reached ``target`` (then ``sequence`` is None
-        and ``rank`` is a lower bound).
+    exact: the rank and the sequence are certainly right (float rounding cannot move the rank; under
+        ``branch_cap`` or ``logprob_error`` the sequence at a rank is the sub-support's, so never).
+    truncated: the mass within the built budget never reached ``target`` (then ``sequence`` and
+        ``log_prob`` are None and ``rank`` is a lower bound).
     """
 
     rank: int
     sequence: tuple | None
-    log_prob: float
+    log_prob: float | None
     target: float
     mass_lo: float
     mass_hi: float
@@ -370,8 +371,9 @@ class CountDPTopPResult:
     mass_lo, mass_hi: bracket on the mass covered by the top ``size`` sequences.
     threshold: log-prob of the last sequence in the set (the nucleus boundary).
     p: the mass asked for.
-    truncated: the budget cap was reached before the mass reached ``p``; ``size_lo`` is then the
-        number of sequences built, a lower bound, and ``size_hi`` is ``None`` (unknown).
+    truncated: the budget cap was reached before the mass reached ``p``; ``size_lo`` is then a
+        lower bound, and ``size_hi`` is ``None`` (unknown) unless the sequences counted, not
+        ordered (past ``max_sequences``), are known to hold ``p``: then their number.
     exact: ``size_lo == size_hi`` and not truncated.
     reachable: ``False`` when the whole support holds less mass than ``p`` (``mass_hi < p`` with
         nothing left out): no set of sequences holds ``p``; ``size`` is then the whole support's

@@ -207,7 +207,7 @@ class MergedIndex:
         units = sum(self.backend.map("total_mass", [(self.T,)] * self.backend.n))
         return mass_bracket(to_float(units), self.N)
 
-    def nucleus(self, p: float) -> tuple[int, int] | None:
+    def nucleus(self, p: float) -> tuple[int, int | None] | None:
         """As :meth:`arenum.exact.index.ExactIndex.nucleus`: for each target, the smallest ``k`` whose exact
         top-``k`` mass reaches it, placed by the score level where the exact mass crosses it."""
         total = sum(self.backend.map("total_mass", [(self.T,)] * self.backend.n))
@@ -229,7 +229,7 @@ class MergedIndex:
             out.append(min(k, self.N))
         if out[0] is None:
             return None
-        return out[0], (out[1] if out[1] is not None else self.N)
+        return out[0], out[1]
 
     # ------------------------------------------------------------------ selection
     def _select_count(self, goal: int) -> tuple[float, np.ndarray]:

@@ -301,7 +301,10 @@ class ExactIndex:
         nb = int(min(65536, max(1, N // 64)))
         nf = int(min(1 << 22, max(nb, 16 * nb)))
         self.nb, self.nf = nb, nf
-        self.fscale = (nf / rng) * (1 - 1e-12) if rng > 0 else 0.0
+        with np.errstate(over="ignore"):
+            self.fscale = (nf / rng) * (1 - 1e-12) if rng > 0 else 0.0
+        if not math.isfinite(self.fscale):  # a subnormal range: one fine cell, as for equal scores (exact order within)
+            self.fscale = 0.0
         if N <= _ONE_SHOT:
             pos, x = self._all_items()
             f = self._fine_of_array(x)
@@ -586,7 +589,7 @@ class ExactIndex:
         """Bracket on the mass of all items; also before the buckets are built (one pass over them)."""
         return mass_bracket(to_float(self.total_mass_units()), self.N)
 
-    def nucleus(self, p: float) -> tuple[int, int] | None:
+    def nucleus(self, p: float) -> tuple[int, int | None] | None:
         """``(k_lo, k_hi)``: the smallest ``k`` whose top-``k`` mass is ``>= p`` lies in it.
 
         Defined exactly: for each target ``p / (1 + e)`` and ``p / (1 - e)`` (``e`` the bracket's
@@ -596,7 +599,8 @@ class ExactIndex:
         with ``v = fl(exp(s*))``: tied items have one value, so the top-``k`` sums, hence ``k``, do
         not depend on the order of ties, and a merge of shards' exact sums reproduces it (the bucket
         from the exact cumulative units, then :meth:`~arenum.exact.exactsum.PrefixSums.reaching` in it).
-        ``None`` if even all items may hold less than ``p``.
+        ``None`` if even all items may hold less than ``p``; ``k_hi`` is ``None`` when the items may
+        hold less than ``p / (1 - e)`` (the caller knows whether more lie beyond them).
         """
         mc = self._mass_units()
         z = self._mass_shift
@@ -615,7 +619,7 @@ class ExactIndex:
                 out.append(int(self.cum[b]) + self._prefix(b).reaching(tu - (mc[b] << z)))
         if out[0] is None:
             return None
-        return out[0], (out[1] if out[1] is not None else self.N)
+        return out[0], out[1]
 
     def _check(self) -> None:
         """Assert the index's invariants (for tests). An index whose buckets are not built yet (its

@@ -585,7 +585,10 @@ class SeekIndex:
         y = np.concatenate(floats)
         if self.count_mode == "exact":
             return ints + sum(1 << int(math.ceil(v / LN2)) for v in y.tolist()), mass
-        tot_f = float(np.floor(np.exp(y)).sum()) + ints
+        with np.errstate(over="ignore"):  # a count past float range: inf, still a bound
+            # e**y with the slack of mass_count_bound: exp and the score sums round, and a prefix
+            # holding 4 completions of mass e**T each must not floor 3.9999... to 3
+            tot_f = float(np.floor(np.exp(y) * (1 + 1e-12)).sum()) + ints
         if self.count_mode == "auto" and tot_f < 2**53:
             return int(tot_f), mass
         return tot_f, mass
