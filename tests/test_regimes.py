@@ -608,3 +608,23 @@ def test_capped_queries_hold_the_truth_on_random_tied_models():
                     assert s.rank == want - 1 and truth.score_of[tuple(s.sequence)] == truth.s[want - 1]
                 elif want is not None:
                     assert s.rank <= want - 1 or not s.truncated
+
+
+def test_mass_brackets_past_a_cap_are_not_cut_below_what_was_built():
+    """Rows summing a hair over 1 (within the tolerance, used verbatim): the exact mass is above 1;
+    a bracket past a cap may not end at 1.0 below what it built (it was inverted: lo > hi)."""
+    a = 0.5 + 2e-13
+
+    def model(prefix):
+        return [(0, math.log(a)), (1, math.log(a))]
+
+    exact = AutoregressiveEnumerable(model, max_len=8).mass_above(-math.inf)
+    assert exact.lo > 1.0
+    b = AutoregressiveEnumerable(model, max_len=8, max_sequences=5).mass_above(-math.inf)
+    assert b.lo <= exact.lo <= exact.hi <= b.hi
+    ng = NGramModel.fit(["", "aa"], order=1, smoothing="addk")
+    e = ng.enumerable(max_len=6, terminating=False)
+    t = min(s for _, s in e.slice(0, 64))
+    whole = e.mass_above(t)
+    cert = e.certified().mass_bracket(t)
+    assert cert.lo <= whole.lo and whole.hi <= cert.hi

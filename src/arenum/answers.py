@@ -334,12 +334,13 @@ class Answers:
             dropped = seek.dropped_mass(t)
             if dropped <= 0:  # nothing skipped: exact to float rounding
                 return m
-            return MassBracket(m.lo, min(1.0, m.hi + dropped), exact=False, method="bracket")
+            return MassBracket(m.lo, _mass_hi(m.hi, dropped), exact=False, method="bracket")
 
         return self.regime(
             lambda: seek.ensure_score(t), lambda idx: idx.mass_ge(t), t=t, sub_support=sub_support,
             certified=lambda cc: self._cert_mass(cc, t),
-            bracket=lambda idx: MassBracket(idx.total_mass().lo if idx.T >= t else 0.0, 1.0),
+            bracket=lambda idx: MassBracket(*((idx.total_mass().lo, _mass_hi(idx.total_mass().hi)) if idx.T >= t
+                                              else (0.0, 1.0))),
         )
 
     def nucleus_size(self, p: float) -> CountDPTopPResult:
@@ -364,7 +365,7 @@ class Answers:
             return r
         lo = min(r.size_lo, self._nucleus(p - S).size_lo) if p > S else 1
         hi = r.size_hi
-        return CountDPTopPResult(size=lo, size_lo=lo, size_hi=hi, mass_lo=r.mass_lo, mass_hi=min(1.0, r.mass_hi + S),
+        return CountDPTopPResult(size=lo, size_lo=lo, size_hi=hi, mass_lo=r.mass_lo, mass_hi=_mass_hi(r.mass_hi, S),
                                  threshold=r.threshold, p=p, truncated=r.truncated, exact=hi == lo and not r.truncated)
 
     def _whole_support_built(self) -> bool:
@@ -430,7 +431,7 @@ class Answers:
             c_hi = m.hi
             if capped:
                 hi = lo + seek.dropped_bound(s)
-                c_hi = min(1.0, m.hi + seek.dropped_mass(s))
+                c_hi = _mass_hi(m.hi, seek.dropped_mass(s))
             exact = hi == lo
             return DensityRankResult(
                 rank=lo, cumulative=m.mid if exact else 0.5 * (m.lo + c_hi), log_prob=s, exact=exact,
@@ -446,9 +447,10 @@ class Answers:
             hi = mass_count_bound(s) - 1
             m = idx.total_mass() if idx.T > s else MassBracket(0.0, 0.0)
             c_lo = min(1.0, m.lo + math.exp(s))
+            c_hi = _mass_hi(m.hi)
             return DensityRankResult(
-                rank=lo, cumulative=0.5 * (c_lo + 1.0), log_prob=s, exact=False, method="bracket",
-                rank_lo=lo, rank_hi=hi, cumulative_lo=c_lo, cumulative_hi=1.0, truncated=trunc,
+                rank=lo, cumulative=0.5 * (c_lo + c_hi), log_prob=s, exact=False, method="bracket",
+                rank_lo=lo, rank_hi=hi, cumulative_lo=c_lo, cumulative_hi=c_hi, truncated=trunc,
             )
 
         return self.regime(
@@ -513,6 +515,13 @@ class Answers:
             self.seek.ensure_count(1 << 62)
         except BudgetExceeded:
             pass
+
+
+def _mass_hi(known: float, more: float = math.inf) -> float:
+    """An upper end of a mass: ``known`` (a sound upper end of the mass built) plus ``more`` (one of
+    the rest), at most the whole support's, 1, unless what was built already holds more than 1 (float
+    rounding of rows normalized to a tolerance: the mass summed is then the truth, never cut below)."""
+    return min(max(1.0, known), known + more)
 
 
 class _NoIndex:

@@ -435,10 +435,11 @@ class CertifiedCounter:
         if t > 0:
             return _certified_mass(0.0, 0.0)
         if t == -math.inf:
-            return _certified_mass(max(0.0, self._value(True, True, self.max_cells)), 1.0)
+            lo = max(0.0, self._value(True, True, self.max_cells))
+            return _certified_mass(lo, max(1.0, lo))  # rows summing a hair over 1 (rounding) may hold more than 1
         k_lo, k_hi = self._cells(t)
         lo = max(0.0, self._value(True, True, k_lo))
-        hi = min(1.0, self._value(False, True, k_hi))
+        hi = self._value(False, True, k_hi)  # a certified upper end as it is: not cut to 1 (float rounding)
         return _certified_mass(lo, max(lo, hi))
 
     def _first_cell(self, lower: bool, k: int) -> int | None:
