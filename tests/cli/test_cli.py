@@ -250,6 +250,12 @@ ERRORS = [
     (["plot", "-m", "{m}", "-o", "{d}/out.png", "--mark", "xyz"], None, "cannot encode 'xyz'"),
     (["plot", "-m", "{m}", "-o", "{d}/no-such-dir/out.png"], None, "does not exist"),
     (["demo", "-o", "{d}/no-such-dir/out.png"], None, "does not exist"),
+    (["rank", "-", "-m", "{m}"], b"caf\xe9\n", "this command reads UTF-8"),  # rank has no --encoding to suggest
+    (["fit", "{d}/huge.txt", "-o", "{d}/out.npz", "--weighted"], None, "weights[0] = 99999999999999999999999 is more than 2**53"),
+    (["threshold", "1.5e0", "-m", "{m}"], None, "K must be an integer"),
+    (["threshold", "1e999999", "-m", "{m}"], None, "K must be an integer"),
+    (["plot", "-m", "{m}", "-o", "{d}/out.txt"], None, "told by its extension"),
+    (["demo", "-o", "{d}/out.txt"], None, "told by its extension"),
 ]
 
 
@@ -257,6 +263,7 @@ ERRORS = [
 def test_errors_are_one_line_exit_2_and_write_nothing(tmp_path, model_path, args, stdin, words):
     (tmp_path / "corpus.txt").write_text("abc\n", encoding="utf-8")
     (tmp_path / "empty.txt").write_text("\n\n", encoding="utf-8")
+    (tmp_path / "huge.txt").write_text("99999999999999999999999\tabc\n5\tpassword\n", encoding="utf-8")
     import zipfile
 
     with zipfile.ZipFile(tmp_path / "fake.npz", "w") as z:
@@ -487,3 +494,17 @@ def test_count_accepts_minus_infinity_as_the_threshold(tmp_path):
     q = run("count", "--model", tmp_path / "m.npz", "--max-len", "4", "--min-log-prob", "inf")
     assert q.returncode == 2 and b"finite" in q.stderr
 
+
+
+def test_integers_in_e_notation_are_read_exactly():
+    from arenum.cli.parser import _int_type
+
+    parse = _int_type("K", 1)
+    assert parse("1e30") == 10**30 and parse("2.5e1") == 25 and parse("1_000") == 1000
+    assert parse("123456789012345678901e2") == 12345678901234567890100  # past 2**53: no float rounding
+
+
+def test_plot_writes_the_format_its_extension_names(work, model_path):
+    out = work / "curve.svg"
+    ok("plot", "-m", model_path, "-o", out, "--max-rank", 50, "--points", 6, "--samples", 500)
+    assert out.read_bytes().lstrip().startswith(b"<?xml") and b"<svg" in out.read_bytes()[:2000]

@@ -36,8 +36,8 @@ def serve(args: list[str]) -> tuple[subprocess.Popen, str]:
     raise AssertionError("arenum serve did not answer in 90 s")
 
 
-def stop(p: subprocess.Popen) -> tuple[int, str]:
-    p.send_signal(signal.SIGINT)
+def stop(p: subprocess.Popen, sig: int = signal.SIGINT) -> tuple[int, str]:
+    p.send_signal(sig)
     try:
         _, err = p.communicate(timeout=30)
     except subprocess.TimeoutExpired:
@@ -71,6 +71,17 @@ def test_a_temporary_store_answers_and_is_removed(model_path, tmp_path):
     assert "serving" in err and "dragon" not in err  # start-up lines only, no typed string
     after = {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("arenum-serve-")}
     assert after <= before
+
+
+def test_sigterm_stops_it_as_ctrl_c_does_and_removes_the_temporary_store(model_path):
+    import tempfile
+
+    before = {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("arenum-serve-")}
+    p, url = serve([model_path, "--build", "100", "--max-len", "10", "--certify-bits", "0"])
+    assert {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("arenum-serve-")} - before
+    code, err = stop(p, signal.SIGTERM)  # a service manager's stop: uvicorn re-raised it, which killed the process
+    assert code == 0, err
+    assert {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("arenum-serve-")} <= before
 
 
 def test_two_worker_processes_share_one_read_only_store(model_path, tmp_path):

@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 from .._validate import LN2
 from .common import (
     Output,
+    check_figure_out,
     constraint_name,
     CLIError,
     read_lines,
@@ -466,6 +467,7 @@ def plot_marks(m: Loaded, strings: Sequence[str], boundary: float, *, exact_mark
 
 
 def cmd_plot(args: argparse.Namespace, m: Loaded) -> Output:
+    check_figure_out(args.out)
     need_matplotlib()
     check_writable(args.out)
     from ..report import plot
@@ -486,7 +488,7 @@ def cmd_plot(args: argparse.Namespace, m: Loaded) -> Output:
                            subtitle=f"{m.info.get('support', '')}, exact index to rank {exact[-1].count:,}"
                                     + (f", Monte Carlo estimate to {to_bits:.0f} bits" if est else "")
                                     + (f"; {len(deepened)} mark(s) deepened the exact build" if deepened else ""))
-    size = plot.save_png(fig, args.out)
+    size = plot.save_figure(fig, args.out)  # PNG, SVG or PDF by the extension
     cost, cline = _cost(m, before, t0)
     doc = {"command": "plot", **_header(m), "out": args.out, "bytes": size,
            "points": [p.__dict__ for p in exact], "estimated": [e.__dict__ for e in est] if est else None,

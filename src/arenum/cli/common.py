@@ -53,12 +53,14 @@ def read_bytes(path: str) -> bytes:
 DECODE_ERRORS = ("strict", "replace", "skip")
 
 
-def decode_lines(data: bytes, where: str, *, encoding: str = "utf-8", errors: str = "strict") -> tuple[list[str], int]:
+def decode_lines(data: bytes, where: str, *, encoding: str = "utf-8", errors: str = "strict",
+                 options: bool = True) -> tuple[list[str], int]:
     """``(lines, bad)``: ``data`` decoded with ``encoding``, split into lines without ``\n``/``\r\n``.
 
     ``errors``: ``strict`` (an undecodable byte is a :class:`CLIError` naming its offset), ``replace``
     (each undecodable byte becomes U+FFFD) or ``skip`` (a line holding an undecodable byte is dropped).
-    ``bad``: the lines that held an undecodable byte (replaced or dropped).
+    ``bad``: the lines that held an undecodable byte (replaced or dropped). ``options``: the command
+    has ``--encoding``/``--errors`` (its error names them; else it asks for UTF-8).
     """
     if errors not in DECODE_ERRORS:
         raise CLIError(f"--errors must be one of {', '.join(DECODE_ERRORS)}, got {errors!r}")
@@ -72,8 +74,8 @@ def decode_lines(data: bytes, where: str, *, encoding: str = "utf-8", errors: st
     try:
         text = data.decode(encoding, "strict" if errors == "strict" else "surrogateescape")
     except UnicodeDecodeError as exc:
-        raise CLIError(f"{where} is not {name} text (byte {exc.start}; try --encoding latin-1, "
-                       f"or --errors replace|skip)") from None
+        hint = "try --encoding latin-1, or --errors replace|skip" if options else "this command reads UTF-8: convert it first"
+        raise CLIError(f"{where} is not {name} text (byte {exc.start}; {hint})") from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -94,7 +96,7 @@ def decode_lines(data: bytes, where: str, *, encoding: str = "utf-8", errors: st
 def read_lines(path: str, *, skip_blank: bool = False) -> list[str]:
     """Lines of a UTF-8 file (``'-'``: stdin), without their ``\n`` / ``\r\n``; with ``skip_blank``,
     without empty and whitespace-only lines."""
-    lines, _ = decode_lines(read_bytes(path), "stdin" if path == "-" else repr(path))
+    lines, _ = decode_lines(read_bytes(path), "stdin" if path == "-" else repr(path), options=False)
     return [s for s in lines if s.strip()] if skip_blank else lines
 
 
@@ -406,3 +408,15 @@ def constraint_name(enum: Any) -> str | None:
     """The name of the constraint an enumerable answers under (``None``: none)."""
     c = getattr(getattr(enum, "support", None), "constraint", None)
     return None if c is None else str(getattr(c, "name", c))
+
+
+def check_figure_out(path: str | None) -> None:
+    """Refuse a figure's ``-o`` whose extension is not ``.png``, ``.svg`` or ``.pdf`` (before any work)."""
+    if path is None:
+        return
+    from ..report.plot import figure_format
+
+    try:
+        figure_format(path)
+    except ValueError as exc:
+        raise CLIError(f"-o {exc}") from None

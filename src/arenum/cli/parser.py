@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import decimal
 import math
 import sys
 from typing import Callable
@@ -51,13 +52,13 @@ def _int_type(name: str, minimum: int) -> Callable[[str], int]:
         try:
             v = int(s)
         except ValueError:
-            try:
-                f = float(s)
-            except ValueError:
+            try:  # 1e6, 2.5e3: read exactly (a float would round integers past 2**53)
+                d = decimal.Decimal(s)
+            except decimal.InvalidOperation:
                 raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-            if not math.isfinite(f) or f != math.floor(f):
+            if not d.is_finite() or d != d.to_integral_value() or d.adjusted() > 4300:
                 raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-            v = int(f)
+            v = int(d)
         if v < minimum:
             raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, got {text!r}")
         return v
@@ -321,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(run=cmd_nucleus)
 
     c = add("plot", [model_opts, out_opts], "guessing curve and cumulative-mass curve, PNG")
-    c.add_argument("-o", "--out", default="arenum-plot.png", help="PNG to write (default arenum-plot.png)")
+    c.add_argument("-o", "--out", default="arenum-plot.png", help="the figure to write: PNG, SVG or PDF by the extension (default arenum-plot.png)")
     c.add_argument("--max-rank", type=_int_type("--max-rank", 1), default=100_000, metavar="K",
                    help="exact region: ranks 1..K (default 100,000)")
     c.add_argument("--points", type=_int_type("--points", 2), default=40, help="points on the curve (default 40)")
@@ -335,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(run=cmd_plot)
 
     d = add("demo", [out_opts], "a 4-gram on 30,000 real passwords: count, threshold, unrank, top, rank, plot")
-    d.add_argument("-o", "--out", default="arenum-demo.png", help="PNG to write (default arenum-demo.png)")
+    d.add_argument("-o", "--out", default="arenum-demo.png", help="the figure to write: PNG, SVG or PDF by the extension (default arenum-demo.png)")
     d.set_defaults(run=cmd_demo)
 
     add_serve_parser(add, _int_type, _float_type, _eos_type)

@@ -92,6 +92,7 @@ def cmd_serve(args: argparse.Namespace) -> Output:
     cfg, temporary = prepare(config_of(args), say)
     common = dict(host=args.host, port=args.port, access_log=False, log_level="warning", server_header=False,
                   proxy_headers=False)  # no proxy in front: no X-Forwarded-* parsing on every request
+    old_term = _term_as_interrupt()
     try:
         if args.workers == 1:
             sock = listen_socket(args.host, args.port, reuse_port=False)  # a port in use: said before the DP
@@ -130,9 +131,24 @@ def cmd_serve(args: argparse.Namespace) -> Output:
                 announce(f"http://{args.host}:{args.port}/")
                 uvicorn.run("arenum.serve.app:app_from_env", factory=True, workers=args.workers, **common)
     finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
         if temporary:
             shutil.rmtree(cfg.store, ignore_errors=True)
     return Output(None, [])
+
+
+def _term_as_interrupt() -> Any:
+    """SIGTERM handled as Ctrl-C while serving (the old handler returned; ``None`` off the main
+    thread): uvicorn stops on it and re-raises it once shut down, which the default handler would end
+    the process on before the temporary store is removed."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        return None
 
 
 # ---------------------------------------------------------------- --workers N: one socket each (SO_REUSEPORT)

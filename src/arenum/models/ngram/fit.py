@@ -69,7 +69,10 @@ def check_weights(weights: Any, n: int) -> np.ndarray:
         raise ValueError(f"weights has {len(w)} entries but the corpus has {n} items")
     out = np.empty(n, dtype=np.int64)
     for i, c in enumerate(w):
-        out[i] = exact_int(f"weights[{i}]", c, minimum=1)
+        c = exact_int(f"weights[{i}]", c, minimum=1)
+        if c > 2**53:
+            raise ValueError(f"weights[{i}] = {c} is more than 2**53; the counts would lose precision")
+        out[i] = c
     if n and float(out.sum(dtype=np.float64)) > 2.0**53:
         raise ValueError("weights add up to more than 2**53; the counts would lose precision")
     return out
