@@ -241,7 +241,9 @@ ERRORS = [
     (["rank", "-m", "{m}"], None, "at least one string"),
     (["rank", "--file", "{d}/missing.txt", "-m", "{m}"], None, "cannot read"),
     (["unrank", "1000", "-m", "{m}", "--max-len", "2"], None, "out of range"),
-    (["unrank", "100000", "-m", "{m}", "--max-forwards", "5"], None, "--max-forwards 5"),
+    (["unrank", "100000", "-m", "{m}", "--max-forwards", "5"], None, "--max-forwards 5: raise it to go deeper)"),
+    (["unrank", "100000", "-m", "{m}", "--max-forwards", "50", "--exact-limit", "5"], None,
+     "max_prefixes=5, known before building them (past --exact-limit 5: raise it"),  # the cap that stopped it
     (["fit", "{d}/missing.txt", "-o", "{d}/out.npz"], None, "cannot read"),
     (["fit", "{d}/empty.txt", "-o", "{d}/out.npz"], None, "no non-empty lines"),
     (["fit", "{d}/corpus.txt", "-o", "{d}/out.npz", "--order", "9"], None, "--order must be in 1..8"),

@@ -42,6 +42,9 @@ from .load import load_model
 from .common import Output, constraint_name, constraint_of
 from .demo import demo_model_path, fit_demo_model
 
+ESTIMATING = ("rank", "count", "threshold")
+"""The commands that answer past the exact budget with a Monte Carlo estimate under ``--exact-limit``."""
+
 __all__ = ["main", "build_parser", "demo_model_path", "fit_demo_model", "make_progress"]
 
 
@@ -114,9 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         msg = str(exc)
     except BudgetExceeded as exc:
         cap = getattr(args, "max_forwards", DEMO_MAX_FORWARDS)
+        limit = getattr(args, "exact_limit", None)
         msg = budget_message(exc)
-        msg = (f"{msg} (past --max-forwards {cap:,}: raise it to go deeper, or pass --exact-limit N for an "
-               f"estimate with a confidence interval)")
+        flag, cap = ("--exact-limit", limit) if limit is not None and limit < cap else ("--max-forwards", cap)
+        advice = ("; or pass --exact-limit N for an estimate with a confidence interval"
+                  if limit is None and getattr(args, "command", None) in ESTIMATING else "")
+        msg = f"{msg} (past {flag} {cap:,}: raise it to go deeper{advice})"
     except IndexError as exc:
         msg = f"out of range: {one_line(exc)}"
     except BrokenPipeError:  # the reader went away (e.g. '| head'): stop quietly, status 0
