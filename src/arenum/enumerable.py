@@ -201,17 +201,20 @@ class AutoregressiveEnumerable:
 
     # ------------------------------------------------------------------ the store
     @locked
-    def close(self) -> None:
+    def close(self, *, cut_tables: bool = True) -> None:
         """Snapshot the store (if any) and release its lock. Optional: every commit is already in the
-        store's journal, so a process that exits without closing loses nothing."""
+        store's journal, so a process that exits without closing loses nothing. ``cut_tables=False``
+        keeps every step table in the snapshot, where a cheap model's are otherwise cut to the budget
+        built (``docs/store.md``): for a build interrupted before its end, which a later run resumes
+        without scoring those prefixes again (``with`` closes so when its block raised)."""
         if self.store is not None:
-            self.store.close()
+            self.store.close(cut=cut_tables)
 
     def __enter__(self) -> "AutoregressiveEnumerable":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        self.close(cut_tables=et is None)
 
     # ------------------------------------------------------------------ plumbing
     @property

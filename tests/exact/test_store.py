@@ -139,6 +139,31 @@ def test_damaged_store_is_refused_in_one_line_naming_the_file(tmp_path, damage):
         _open(m, True, p)
     msg = str(e.value)
     assert want in msg and "\n" not in msg
+    if damage != "journal_middle":  # `arenum info` refuses it too (it said the store was fine)
+        with pytest.raises(StoreError) as e:
+            describe_store(p)
+        assert want in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_store_without_its_manifest_is_refused_not_rebuilt(tmp_path):
+    """The manifest deleted, the snapshot and journal left: refused, and nothing in the folder
+    changed (it was taken for a new store and rebuilt from nothing, its prefixes lost)."""
+    m = _model(True)
+    p = tmp_path / "s"
+    ar = _open(m, True, p)
+    ar.count(-6.0)
+    ar.close()
+    (p / "manifest.json").unlink()
+    before = sorted((q.relative_to(p), q.stat().st_size) for q in p.rglob("*"))
+    with pytest.raises(StoreError, match="manifest.json is missing but the folder holds a store's files") as e:
+        _open(m, True, p)
+    assert "\n" not in str(e.value)
+    assert sorted((q.relative_to(p), q.stat().st_size) for q in p.rglob("*")) == before
+    q = tmp_path / "first"  # a first checkpoint cut before its manifest: gen-0 and an empty journal, a new store
+    (q / "gen-0").mkdir(parents=True)
+    (q / "journal-0.bin").write_bytes(b"")
+    ar = _open(m, True, q)
+    assert ar.count(-6.0) == _open(m, True, tmp_path / "clean").count(-6.0)
 
 
 def test_a_journal_cut_at_any_byte_opens_exact(tmp_path):
@@ -645,3 +670,49 @@ def test_replay_applies_each_record_as_it_is_read_and_refuses_damage_in_one_line
         with pytest.raises(StoreError, match="journal-") as e:
             _open(m, True, p, fingerprint="m")
         assert "\n" not in str(e.value) and ("damaged" in str(e.value) or "cannot be" in str(e.value))
+
+
+def test_cli_build_interrupted_by_ctrl_c_resumes_without_scoring_a_saved_prefix_again(tmp_path, pw_model):
+    """Ctrl-C mid-build: the store is closed keeping every table (a finished build cuts an n-gram's to
+    the budget built), so the run again pays only the rest: over both runs, one forward per prefix
+    (it re-scored 99.7% of the saved prefixes before)."""
+    st = tmp_path / "st"
+    clean = json.loads(_cli("build", "-m", pw_model, "--budget", "1e5", "--store", tmp_path / "clean", "--json",
+                            "-q").stdout)
+    env = {k: v for k, v in os.environ.items() if k != "ARENUM_DEBUG"}
+    proc = subprocess.Popen([sys.executable, "-m", "arenum.cli", "build", "-m", str(pw_model), "--budget", "1e5",
+                             "--store", str(st), "-q"], env=env, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(j.stat().st_size >= 16 << 20 for j in st.glob("journal-*.bin")):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in err.decode()
+    p = _cli("build", "-m", pw_model, "--budget", "1e5", "--store", st, "--json", "-q")
+    assert p.returncode == 0, p.stderr.decode()
+    r = json.loads(p.stdout)
+    assert r["resumed"] and 0 < r["forwards_before"] < clean["forwards"]
+    assert r["threshold_log_prob"] == clean["threshold_log_prob"]
+    # every prefix of the tree scored once over both runs (the resumed run may deepen a little further)
+    assert r["forwards_before"] + r["forwards"] == r["prefixes"] == r["store_forwards"]
+
+
+def test_with_closes_keeping_the_tables_when_its_block_raised(tmp_path, monkeypatch):
+    from arenum.exact import store as store_mod
+
+    seen: list[bool] = []
+    real = store_mod.TreeStore.close
+
+    def close(self, cut=True):
+        seen.append(cut)
+        return real(self, cut)
+
+    monkeypatch.setattr(store_mod.TreeStore, "close", close)
+    m = _model(True)
+    with _open(m, True, tmp_path / "a") as ar:
+        ar.count(-6.0)
+    with pytest.raises(KeyboardInterrupt):
+        with _open(m, True, tmp_path / "b") as ar:
+            ar.count(-6.0)
+            raise KeyboardInterrupt
+    assert seen[:2] == [True, False]

@@ -36,6 +36,7 @@ import os
 import sys
 from typing import Sequence
 
+from ..enumerable import AutoregressiveEnumerable
 from .common import DEMO_MAX_FORWARDS, CLIError, budget_message, dumps, one_line, make_progress, in_cli_words
 from .parser import build_parser
 from .load import load_model
@@ -62,12 +63,18 @@ def _run(args: argparse.Namespace) -> Output:
     m = load_model(args)
     bar = make_progress(args.quiet)
     m.enum.progress = bar
+    done = False
     try:
-        return _under_constraint(args.run(args, m), constraint_name(m.enum), args.command)
+        out = _under_constraint(args.run(args, m), constraint_name(m.enum), args.command)
+        done = True
+        return out
     finally:
         if bar is not None:
             bar.close()
-        m.enum.close()  # a store: snapshot and release its lock
+        if done or not isinstance(m.enum, AutoregressiveEnumerable):
+            m.enum.close()  # a store: snapshot and release its lock
+        else:  # interrupted (Ctrl-C) or failed: keep every table, so that the run again scores no prefix twice
+            m.enum.close(cut_tables=False)
 
 
 def _under_constraint(out: Output, name: str | None, command: str) -> Output:

@@ -86,6 +86,20 @@ def root_fingerprint(oracle: StepOracle) -> str:
     return "root:" + h.hexdigest()
 
 
+def _orphans(path: str) -> str:
+    """The store files in a folder without a manifest that a first checkpoint interrupted before its
+    manifest cannot explain (it leaves at most ``gen-0`` and an empty ``journal-0.bin``): a later
+    generation, or a journal holding records. ``''`` when there are none."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return ""
+    left = sorted(n for n in names if (n.startswith("gen-") and n != "gen-0")
+                  or (n.startswith("journal-") and n.endswith(".bin")
+                      and (n != "journal-0.bin" or os.path.getsize(os.path.join(path, n)) > 0)))
+    return ", ".join(left[:3]) + (", ..." if len(left) > 3 else "")
+
+
 def open_store(path: Any, tree: PrefixTree, settings: Any, fingerprint: str | None,
                readonly: Any, *, probe: bool | None = None) -> "TreeStore | None":
     """The store of an enumerable (``None`` without a ``path``): the settings that decide answers
@@ -186,6 +200,9 @@ class TreeStore:
         exists = os.path.exists(os.path.join(path, MANIFEST))
         if readonly and not exists:
             raise StoreError(f"store {path}: no {MANIFEST} (a read-only store must exist)")
+        if not exists and (left := _orphans(path)):
+            raise StoreError(f"store {path}: {MANIFEST} is missing but the folder holds a store's files ({left}): "
+                             f"damaged; restore the manifest, or give another folder (nothing was changed)")
         if not readonly:
             try:
                 os.makedirs(path, exist_ok=True)
@@ -247,10 +264,11 @@ class TreeStore:
             pass
         # an exception landing here (a signal handler) is ignored; the lock's file object's dealloc closes it
 
-    def close(self) -> None:
+    def close(self, cut: bool = True) -> None:
         """Write a snapshot if the journal holds anything, then release the lock (idempotent). A tree
         that fails its own check is never saved: the store keeps its last snapshot and journal. Its
-        tables are cut below the budget when a forward costs less than their bytes (:mod:`.snapshot`)."""
+        tables are cut below the budget when a forward costs less than their bytes (:mod:`.snapshot`),
+        unless ``cut`` is False (a build interrupted before its end: the build resumed needs them)."""
         tree = self.tree
         try:
             if not self.readonly and self._jfd is not None and self._journal_bytes:
@@ -260,7 +278,7 @@ class TreeStore:
                 except AssertionError as e:  # pragma: no cover - a bug: keep what is on disk
                     raise StoreError(f"store {self.path}: the tree fails its check ({e}); not saved, the store "
                                      "keeps its last snapshot and journal") from None
-                self.checkpoint(final=True)
+                self.checkpoint(final=cut)
         finally:
             if isinstance(tree.journal, _Journal) and tree.journal.store() is self:
                 tree.journal = None

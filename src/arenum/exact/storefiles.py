@@ -157,13 +157,32 @@ def read_record(f: Any, pos: int, n: int, where: str) -> tuple[bytes, int] | Non
 
 
 def describe_store(path: str | os.PathLike) -> dict:
-    """What a store holds, from its manifest and journal, without opening the tree (for ``arenum info``)."""
+    """What a store holds, from its manifest and journal, without opening the tree (for ``arenum info``);
+    its snapshot files checked first (presence, size, checksum): a damaged store is refused in one line."""
     path = os.fspath(path)
     m = read_manifest(path)
     try:
+        _check_files(path, m)
         return _describe(path, m)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise StoreError(f"store {path}: {MANIFEST} does not describe a store ({e.__class__.__name__}: {e})") from None
+
+
+def _check_files(path: str, m: dict) -> None:
+    """Every snapshot file the manifest names is there, of its size and checksum (what opening the
+    store checks first; the journal's records are checked as they are read)."""
+    gdir = os.path.join(path, f"gen-{int(m['generation'])}")
+    for name, info in m["files"].items():
+        fp = os.path.join(gdir, name + ".npy")
+        rel = os.path.relpath(fp, path)
+        try:
+            size = os.path.getsize(fp)
+        except FileNotFoundError:
+            raise StoreError(f"store {path}: {rel} is missing") from None
+        if size != int(info["bytes"]):
+            raise StoreError(f"store {path}: {rel} is truncated or damaged ({size} bytes, {info['bytes']} expected)")
+        if crc_file(fp) != int(info["crc32"]):
+            raise StoreError(f"store {path}: {rel} is damaged (checksum mismatch)")
 
 
 def _describe(path: str, m: dict) -> dict:
