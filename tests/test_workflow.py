@@ -473,14 +473,19 @@ def test_position_query_past_the_cap_fails_early_naming_the_fix():
     assert not r.exact and r.method != "exact"
 
 
-def test_cli_budget_errors_name_both_options(model_path):
-    for args in (["threshold", "1e30"], ["unrank", "99999999999999999999"], ["count", "--bits", "40"]):
+def test_cli_budget_errors_name_the_cap_and_only_the_options_that_apply(model_path):
+    for args in (["threshold", "1e30"], ["threshold", "1e4"], ["unrank", "99999999999999999999"],
+                 ["count", "--bits", "40"]):
         p = run(*args, "-m", model_path, "--max-forwards", "20", "--max-len", "12")
         err = p.stderr.decode()
+        if args[:2] == ["threshold", "1e30"]:  # 3 letters and at most 12 tokens: fewer than 10**30 sequences
+            assert p.returncode == 2 and "beyond the support" in err, err
+            continue
         if args[0] in ("count", "threshold"):
             assert p.returncode == 0  # an n-gram's count and threshold are certified brackets past the cap
             continue
-        assert p.returncode == 2 and "--max-forwards 20" in err and "--exact-limit" in err, err
+        # unrank gives no estimate: the cap that stopped it, and no --exact-limit advice
+        assert p.returncode == 2 and "--max-forwards 20: raise it" in err and "--exact-limit" not in err, err
         assert "max_prefixes (command line" not in err  # the API hint is not repeated on the command line
 
 

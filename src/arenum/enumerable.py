@@ -202,11 +202,9 @@ class AutoregressiveEnumerable:
     # ------------------------------------------------------------------ the store
     @locked
     def close(self, *, cut_tables: bool = True) -> None:
-        """Snapshot the store (if any) and release its lock. Optional: every commit is already in the
-        store's journal, so a process that exits without closing loses nothing. ``cut_tables=False``
-        keeps every step table in the snapshot, where a cheap model's are otherwise cut to the budget
-        built (``docs/store.md``): for a build interrupted before its end, which a later run resumes
-        without scoring those prefixes again (``with`` closes so when its block raised)."""
+        """Snapshot the store (if any) and release its lock (optional: every commit is in its journal).
+        ``cut_tables=False`` (``with`` when its block raised) keeps every table, for an interrupted build
+        a later run resumes; else a cheap model's are cut to the budget built (``docs/store.md``)."""
         if self.store is not None:
             self.store.close(cut=cut_tables)
 
@@ -292,8 +290,7 @@ class AutoregressiveEnumerable:
         """Same as ``[log_density(x) for x in sequences]`` as a float64 array ``(n,)``. Exact.
 
         With ``batch_score_sequences``: ONE call for all in-support sequences (cardinality checked).
-        Otherwise the memoized per-prefix walk. Returns a float64 array ``(n,)``.
-        """
+        Otherwise the memoized per-prefix walk."""
         seqs = [self._as_tuple(s, "sequences[i]") for s in sequences]
         out = np.full(len(seqs), -math.inf)
         ok = [i for i, s in enumerate(seqs) if self.support.contains(s)]
@@ -355,10 +352,8 @@ class AutoregressiveEnumerable:
     # ------------------------------------------------------------------ indexes
     @locked
     def seek_index(self, *, max_depth_bits: float = 4096.0) -> SeekIndex:
-        """The persistent exact :class:`SeekIndex` (built lazily, deepened in place).
-
-        A larger ``max_depth_bits`` than before raises the ceiling in place; a smaller one is a no-op.
-        """
+        """The persistent exact :class:`SeekIndex` (built lazily, deepened in place). A larger
+        ``max_depth_bits`` than before raises the ceiling in place; a smaller one is a no-op."""
         mdb = finite_float("max_depth_bits", max_depth_bits)
         if mdb <= 0:
             raise ValueError(f"max_depth_bits must be > 0, got {max_depth_bits!r}")
@@ -566,9 +561,8 @@ class AutoregressiveEnumerable:
         if r.truncated:  # the sequence lies past what was built: its rank at least size_lo - 1, its score unknown
             return SeekResult(rank=max(0, r.size_lo - 1), sequence=None, log_prob=None, target=r.p,
                               mass_lo=r.mass_lo, mass_hi=r.mass_hi, exact=False, truncated=True)
-        pos = self._position(r.size_lo - 1)  # the shortest head that may hold target (exact: the one)
-        seq, lp = pos
-        # under branch_cap (or logprob_error) the sequence at that rank is the sub-support's: not certain
+        pos = self._position(r.size_lo - 1)  # the shortest head that may hold target (exact: the one); not
+        seq, lp = pos                        # exact under branch_cap or logprob_error: the sub-support's
         return SeekResult(rank=r.size_lo - 1, sequence=seq, log_prob=lp, target=r.p, mass_lo=r.mass_lo,
                           mass_hi=r.mass_hi, exact=r.exact and getattr(pos, "exact", True))
 

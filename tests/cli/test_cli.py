@@ -510,3 +510,21 @@ def test_plot_writes_the_format_its_extension_names(work, model_path):
     out = work / "curve.svg"
     ok("plot", "-m", model_path, "-o", out, "--max-rank", 50, "--points", 6, "--samples", 500)
     assert out.read_bytes().lstrip().startswith(b"<?xml") and b"<svg" in out.read_bytes()[:2000]
+
+
+def test_sequence_records_say_what_they_are(model_path):
+    """unrank / top / slice JSON: `method` beside `exact`, and each item's `guess_number` (rank + 1)."""
+    d = ok_json("unrank", "5", "-m", model_path)
+    assert d["exact"] is True and d["method"] == "exact" and d["guess_number"] == d["rank"] + 1 == 6
+    for doc in (ok_json("top", "3", "-m", model_path), ok_json("slice", "2", "3", "-m", model_path)):
+        assert doc["method"] == "exact" and [x["guess_number"] for x in doc["items"]] == [x["rank"] + 1 for x in doc["items"]]
+    lines = [json.loads(x) for x in ok("slice", "0", "2", "-m", model_path, "--jsonl").splitlines()]
+    assert all(x["method"] == "exact" and x["guess_number"] == x["rank"] + 1 for x in lines)
+
+
+def test_demo_records_take_their_labels_from_the_answers():
+    from arenum.cli.demo import _said
+    from arenum.results import MassBracket
+
+    assert _said(MassBracket(0.1, 0.2, exact=False, method="certified")) == {"exact": False, "method": "certified"}
+    assert _said([("a", -1.0)]) == {"exact": True, "method": "exact"}

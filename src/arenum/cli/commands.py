@@ -222,8 +222,8 @@ def cmd_threshold(args: argparse.Namespace, m: Loaded) -> Output:
 
 
 def item(m: Loaded, rank: int, seq: Sequence[int], lp: float) -> dict:
-    return {"rank": rank, "sequence": m.display(seq), "tokens": [int(t) for t in seq], "log_prob": float(lp),
-            "bits": -float(lp) / LN2, "probability": math.exp(lp)}
+    return {"rank": rank, "guess_number": rank + 1, "sequence": m.display(seq), "tokens": [int(t) for t in seq],
+            "log_prob": float(lp), "bits": -float(lp) / LN2, "probability": math.exp(lp)}
 
 
 def items_table(items: list[dict]) -> list[str]:
@@ -237,7 +237,7 @@ def cmd_unrank(args: argparse.Namespace, m: Loaded) -> Output:
     seq, lp = m.enum.unrank(args.i)
     cost, cline = _cost(m, before, t0)
     it = item(m, args.i, seq, lp)
-    doc = {"command": "unrank", **_header(m), **it, "exact": True, "guarantee": "exact", **cost}
+    doc = {"command": "unrank", **_header(m), **it, "exact": True, "method": "exact", "guarantee": "exact", **cost}
     text = kv([("rank", f"{args.i:,} (0-based; guess number {args.i + 1:,})"), ("sequence", repr(it["sequence"])),
                 ("log_prob", f"{fmt_lp(lp)}  [exact]"), ("cost", cline)])
     return Output(doc, text)
@@ -246,7 +246,8 @@ def cmd_unrank(args: argparse.Namespace, m: Loaded) -> Output:
 def _list_output(command: str, m: Loaded, pairs: list, first: int, before: int, t0: float, **extra: Any) -> Output:
     cost, cline = _cost(m, before, t0)
     items = [item(m, first + j, s, lp) for j, (s, lp) in enumerate(pairs)]
-    doc = {"command": command, **_header(m), **extra, "items": items, "exact": True, "guarantee": "exact", **cost}
+    doc = {"command": command, **_header(m), **extra, "items": items, "exact": True, "method": "exact",
+           "guarantee": "exact", **cost}
     note = [] if items else ["(no sequences: past the end of the support)"]
     return Output(doc, items_table(items) + note + [f"[exact] cost: {cline}"])
 
@@ -257,7 +258,8 @@ def cmd_slice(args: argparse.Namespace, m: Loaded) -> Output:
 
         name = constraint_name(m.enum)  # each line says under which constraint it answers
         head = {"command": "slice", **({} if name is None else {"constraint": name}), **_header(m)}
-        stream_jsonl(m, args.start, args.k, lambda r, seq, lp: {**head, **item(m, r, seq, lp), "exact": True})
+        stream_jsonl(m, args.start, args.k,
+                     lambda r, seq, lp: {**head, **item(m, r, seq, lp), "exact": True, "method": "exact"})
         return Output(None, [])
     before, t0 = m.forwards(), time.perf_counter()
     pairs = m.enum.slice(args.start, args.k)

@@ -301,10 +301,8 @@ class ExactIndex:
         nb = int(min(65536, max(1, N // 64)))
         nf = int(min(1 << 22, max(nb, 16 * nb)))
         self.nb, self.nf = nb, nf
-        with np.errstate(over="ignore"):
-            self.fscale = (nf / rng) * (1 - 1e-12) if rng > 0 else 0.0
-        if not math.isfinite(self.fscale):  # a subnormal range: one fine cell, as for equal scores (exact order within)
-            self.fscale = 0.0
+        f = nf / float(rng) * (1 - 1e-12) if rng > 0 else 0.0  # a subnormal range overflows to inf: then one
+        self.fscale = f if f < math.inf else 0.0  # fine cell, as for equal scores (exact order within a bucket)
         if N <= _ONE_SHOT:
             pos, x = self._all_items()
             f = self._fine_of_array(x)
@@ -599,9 +597,8 @@ class ExactIndex:
         with ``v = fl(exp(s*))``: tied items have one value, so the top-``k`` sums, hence ``k``, do
         not depend on the order of ties, and a merge of shards' exact sums reproduces it (the bucket
         from the exact cumulative units, then :meth:`~arenum.exact.exactsum.PrefixSums.reaching` in it).
-        ``None`` if even all items may hold less than ``p``; ``k_hi`` is ``None`` when the items may
-        hold less than ``p / (1 - e)`` (the caller knows whether more lie beyond them).
-        """
+        ``None`` if even all items may hold less than ``p``; ``k_hi`` ``None`` if they may hold less than
+        ``p / (1 - e)`` (the caller knows whether more lie beyond them)."""
         mc = self._mass_units()
         z = self._mass_shift
         n = max(self.N, 1)

@@ -63,7 +63,7 @@ from ..step import StepOracle, decode_token
 from .records import decode_record, encode_record
 from .snapshot import choose_pack, note_offsets, unpack_state
 from .storefiles import (JOURNAL_MAGIC, MANIFEST, STORE_FORMAT, STORE_VERSION, CrcWriter, crc_file, encode_tokens,
-                         fsync_dir, manifest_crc, read_manifest, read_record, short_pair)
+                         fsync_dir, manifest_crc, orphans, read_manifest, read_record, short_pair)
 from .tree import PrefixTree
 
 __all__ = ["TreeStore", "root_fingerprint", "open_store", "PROBES", "cluster_workers"]
@@ -84,20 +84,6 @@ def root_fingerprint(oracle: StepOracle) -> str:
     h = hashlib.sha256(json.dumps(toks).encode("utf-8"))
     h.update(np.ascontiguousarray(lps, np.float64).tobytes())
     return "root:" + h.hexdigest()
-
-
-def _orphans(path: str) -> str:
-    """The store files in a folder without a manifest that a first checkpoint interrupted before its
-    manifest cannot explain (it leaves at most ``gen-0`` and an empty ``journal-0.bin``): a later
-    generation, or a journal holding records. ``''`` when there are none."""
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return ""
-    left = sorted(n for n in names if (n.startswith("gen-") and n != "gen-0")
-                  or (n.startswith("journal-") and n.endswith(".bin")
-                      and (n != "journal-0.bin" or os.path.getsize(os.path.join(path, n)) > 0)))
-    return ", ".join(left[:3]) + (", ..." if len(left) > 3 else "")
 
 
 def open_store(path: Any, tree: PrefixTree, settings: Any, fingerprint: str | None,
@@ -200,7 +186,7 @@ class TreeStore:
         exists = os.path.exists(os.path.join(path, MANIFEST))
         if readonly and not exists:
             raise StoreError(f"store {path}: no {MANIFEST} (a read-only store must exist)")
-        if not exists and (left := _orphans(path)):
+        if not exists and (left := orphans(path)):
             raise StoreError(f"store {path}: {MANIFEST} is missing but the folder holds a store's files ({left}): "
                              f"damaged; restore the manifest, or give another folder (nothing was changed)")
         if not readonly:

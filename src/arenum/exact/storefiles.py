@@ -24,7 +24,7 @@ from ..step import encode_token
 
 __all__ = ["StoreError", "encode_tokens", "crc_file", "CrcWriter", "fsync_dir", "manifest_crc",
            "read_manifest", "describe_store", "STORE_FORMAT", "STORE_VERSION", "MANIFEST", "JOURNAL_MAGIC",
-           "JOURNAL_HEADER", "read_record", "short_pair"]
+           "JOURNAL_HEADER", "read_record", "short_pair", "orphans"]
 
 STORE_FORMAT = "arenum-store"
 STORE_VERSION = 4
@@ -203,3 +203,17 @@ def short_pair(a: str, b: str) -> tuple[str, str]:
     if i < 12:
         return a[:16], b[:16]
     return a[:8] + "..." + a[i - 4 : i + 16], b[:8] + "..." + b[i - 4 : i + 16]
+
+
+def orphans(path: str) -> str:
+    """The store files in a folder without a manifest that a first checkpoint interrupted before its
+    manifest cannot explain (it leaves at most ``gen-0`` and an empty ``journal-0.bin``): a later
+    generation, or a journal holding records. ``''`` when there are none."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return ""
+    left = sorted(n for n in names if (n.startswith("gen-") and n != "gen-0")
+                  or (n.startswith("journal-") and n.endswith(".bin")
+                      and (n != "journal-0.bin" or os.path.getsize(os.path.join(path, n)) > 0)))
+    return ", ".join(left[:3]) + (", ..." if len(left) > 3 else "")
