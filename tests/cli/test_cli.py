@@ -258,6 +258,7 @@ ERRORS = [
     (["threshold", "1e999999", "-m", "{m}"], None, "K must be an integer"),
     (["plot", "-m", "{m}", "-o", "{d}/out.txt"], None, "told by its extension"),
     (["demo", "-o", "{d}/out.txt"], None, "told by its extension"),
+    (["top", "3", "-m", "{m}", "--store", ""], None, "--store needs a folder"),  # it meant: no store
 ]
 
 
@@ -528,3 +529,15 @@ def test_demo_records_take_their_labels_from_the_answers():
 
     assert _said(MassBracket(0.1, 0.2, exact=False, method="certified")) == {"exact": False, "method": "certified"}
     assert _said([("a", -1.0)]) == {"exact": True, "method": "exact"}
+
+
+def test_store_messages_name_what_the_command_line_can_do():
+    """The store's hints name the Python keyword (store_readonly=True); the command line has none."""
+    from arenum.cli.common import in_cli_words
+
+    held = in_cli_words("store s: lock is held by another writer (a process, or an open enumerable in this one: "
+                        "close() it); open with store_readonly=True to read")
+    denied = in_cli_words("store s: lock cannot be opened (permission denied); open with store_readonly=True to read")
+    other = in_cli_words("store s was built under no constraint; this enumerable has the constraint 'x'")
+    assert "wait for it to end" in held and "arenum serve" in denied and "store_readonly" not in held + denied
+    assert "this command has the constraint" in other

@@ -34,6 +34,8 @@ def _estimate_kwargs(args: argparse.Namespace | None) -> dict:
     """Enumerable keywords for estimates past ``--exact-limit`` and for ``--store``."""
     if args is None:
         return {}
+    if getattr(args, "store", None) == "":
+        raise CLIError("--store needs a folder (got an empty string)")
     store = {"store": args.store} if getattr(args, "store", None) else {}
     if store and getattr(args, "store_readonly", False):  # arenum serve: many readers, no lock
         store["store_readonly"] = True
