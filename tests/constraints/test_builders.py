@@ -99,6 +99,12 @@ def test_blocklist_file(tmp_path):
     b = Blocklist.from_file(str(p))
     assert b.size == 3 and b.name.startswith("blocklist(block.txt: 3 words")
     assert why_rejected(b, "password") and why_rejected(b, "passwor") is None
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("abc\nmañana\n".encode("latin-1"))  # its word kept as a stray byte would never match
+    with pytest.raises(ValueError, match=r"is not utf-8 text \(line 2, byte 6\)") as e:
+        Blocklist.from_file(str(latin))
+    assert "\n" not in str(e.value)
+    assert why_rejected(Blocklist.from_file(str(latin), encoding="latin-1"), "mañana")
 
 
 def test_regex_on_a_character_ngram():

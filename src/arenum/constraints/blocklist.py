@@ -54,10 +54,19 @@ class Blocklist(TextConstraint):
     def from_file(cls, path: str, *, text: Callable[[Any], str] | None = None,
                   encoding: str = "utf-8") -> "Blocklist":
         """One word per line (a trailing newline or carriage return is not part of the word; empty
-        lines are skipped)."""
-        with open(path, encoding=encoding, errors="surrogateescape") as f:
-            words = [ln.rstrip("\r\n") for ln in f]
+        lines are skipped), in ``encoding``: a byte that is not refuses the file in one line (a word
+        with it kept as a stray byte could never match the model's text)."""
         import os
+
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            words = data.decode(encoding).split("\n")
+        except UnicodeDecodeError as e:
+            line = data[: e.start].count(b"\n") + 1
+            raise ValueError(f"blocklist {path!r} is not {encoding} text (line {line}, byte {e.start}): "
+                             "convert it, or give its encoding") from None
+        words = [w.rstrip("\r") for w in words]
 
         b = cls([w for w in words if w], text=text)
         b.name = f"blocklist({os.path.basename(path)}: {b.name[len('blocklist('):]}"
