@@ -656,3 +656,26 @@ def test_guess_chunks_are_paced_by_the_reader(model_path, tmp_path):
         out.close()
     with open(tmp_path / "f.txt", "wb") as fh:
         assert stream.Reader(fh).taken() == 0  # a file: all taken
+
+
+def test_a_curve_band_resting_on_an_estimate_is_not_called_certified():
+    """An estimate's interval wholly above g places its line there by the estimate alone: the band
+    at g says so (it said 'certified' with a zero-width band while the certified one was [0.5, 1])."""
+    from arenum.report.curves import GuessCurve, RankedItem
+
+    mc = RankedItem("a", 1, -5.0, rank=50.0, rank_lo=40.0, rank_hi=60.0, cert_lo=0.0, cert_hi=1000.0,
+                    method="monte_carlo", exact=False, band="monte_carlo 95%")
+    ex = RankedItem("b", 1, -1.0, rank=0.0, rank_lo=0.0, rank_hi=0.0, cert_lo=0.0, cert_hi=0.0,
+                    method="exact", exact=True)
+    gone = RankedItem("c", 1, -math.inf, rank=math.inf, rank_lo=math.inf, rank_hi=math.inf, cert_lo=math.inf,
+                      cert_hi=math.inf, method="unrankable", exact=True, error="unknown symbol")
+    c = GuessCurve("m", [mc, ex, gone])
+    p = c.at(10)  # the estimate says rank 40..60: not within 10 guesses; certified, it may be
+    assert (p.lo, p.hi, p.exact) == (1 / 3, 1 / 3, False) and p.band == "monte_carlo 95%"
+    assert c.at(2000).exact and c.at(2000).band == "exact"  # past every certified end
+    q = c.at(50)
+    assert "monte_carlo 95%" in q.band and q.lo < q.fraction < q.hi
+    assert c.exact_lines == 1 and c.unrankable == 1  # the unrankable line is not 'ranked exactly'
+    cert = RankedItem("d", 1, -5.0, rank=31.0, rank_lo=0.0, rank_hi=1000.0, cert_lo=0.0, cert_hi=1000.0,
+                      method="certified", exact=False, band="certified")
+    assert GuessCurve("m", [cert, ex]).at(10).band == "certified"

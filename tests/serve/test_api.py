@@ -83,7 +83,9 @@ def test_positions_counts_and_masses_equal_the_library(demo_server, demo_store):
     d = get(url, "/api/unrank?i=41").json()
     seq, lp = enum.unrank(41)
     assert d["tokens"] == list(seq) and d["log_prob"] == lp and d["sequence"] == m.decode(seq[:-1])
+    assert d["method"] == "exact" and d["guess_number"] == 42
     page = get(url, "/api/slice?start=990&k=20").json()
+    assert page["method"] == "exact" and [it["guess_number"] for it in page["items"]] == list(range(991, 1011))
     assert [it["tokens"] for it in page["items"]] == [list(s) for s, _ in enum.slice(990, 20)]
     assert [it["rank"] for it in page["items"]] == list(range(990, 1010))
     built = get(url, "/api/info").json()["built_bits"]
@@ -171,6 +173,13 @@ def test_bodies_that_are_not_json_or_too_large(demo_server):
     assert r.status_code == 400
     r = httpx.post(url + "/api/rank", content=b"x" * (65 * 1024))
     assert r.status_code == 413 and "larger than" in r.json()["error"]
+    for path, key in (("/api/rank", "strings"), ("/api/children", "prefix")):  # 10 KB of nesting: was a 500
+        r = httpx.post(url + path, content=('{"%s": ' % key + "[" * 5000 + "]" * 5000 + "}").encode())
+        assert r.status_code == 400 and "nested too deeply" in r.json()["error"], r.text
+    for q in ("bits=1e308", "min_log_prob=-1e308"):  # a threshold past any DP: a bracket (was a 500)
+        for route in ("count", "mass"):
+            r = get(url, f"/api/{route}?{q}")
+            assert r.status_code == 200 and r.json()["exact"] is False, r.text
     assert get(url, "/api/info").status_code == 200  # still serving
 
 

@@ -324,7 +324,7 @@ class CertifiedCounter:
 
     def _cells(self, t: float) -> tuple[int, int]:
         """``(K_lo, K_hi)``: the cells of threshold ``t`` for the lower and the upper DP."""
-        x = -t / self.delta
+        x = min(-t / self.delta, 2.0**62)  # a threshold past any DP (its cells are clamped at max_cells after)
         return math.floor(x * (1 - 3 * self.gamma)), math.floor(x * (1 + 3 * self.gamma))
 
     # ------------------------------------------------------------------ answers

@@ -475,16 +475,18 @@ def cmd_plot(args: argparse.Namespace, m: Loaded) -> Output:
     from ..report import plot
 
     before, t0 = m.forwards(), time.perf_counter()
+    whole = False
     try:
         exact = plot.exact_curve(m.enum, args.max_rank, args.points)
-    except IndexError:  # the support is smaller than --max-rank: plot all of it
+    except IndexError:  # the support is smaller than --max-rank: plot all of it (nothing left to estimate)
         exact = plot.exact_curve(m.enum, int(m.enum.count_bracket(-math.inf).lo), args.points)
+        whole = True
     recs, notes = plot_marks(m, args.mark, exact[-1].log_prob, exact_marks=args.exact_marks,
                              samples=args.samples, seed=args.seed)
     warnings: list[str] = []
     b0 = -exact[-1].log_prob / LN2
     to_bits = args.estimate_bits if args.estimate_bits is not None else b0 + 16.0
-    est = estimates(m, exact, to_bits, args.samples, args.seed, warnings.append)
+    est = None if whole else estimates(m, exact, to_bits, args.samples, args.seed, warnings.append)
     deepened = [n for n in notes if "deepened" in n]
     fig = plot.draw_curves(exact, est, marks(recs), title=f"arenum: {m.name}",
                            subtitle=f"{m.info.get('support', '')}, exact index to rank {exact[-1].count:,}"
@@ -493,11 +495,15 @@ def cmd_plot(args: argparse.Namespace, m: Loaded) -> Output:
     size = plot.save_figure(fig, args.out)  # PNG, SVG or PDF by the extension
     cost, cline = _cost(m, before, t0)
     doc = {"command": "plot", **_header(m), "out": args.out, "bytes": size,
-           "points": [p.__dict__ for p in exact], "estimated": [e.__dict__ for e in est] if est else None,
+           "points": [p.__dict__ for p in exact],
+           "estimated": [{**e.__dict__, "method": "monte_carlo", "confidence": getattr(m.enum, "confidence", 0.95)}
+                         for e in est] if est else None,
            "marks": recs, "notes": notes, **cost}
     if est:
         band = (f"{len(est)} points to {to_bits:.1f} bits, {getattr(m.enum, 'confidence', 0.95):.0%} intervals "
                 f"({args.samples:,} draws beyond the exact head), both panels")
+    elif whole:
+        band = "none (the whole support is plotted exactly)"
     elif not plot.estimator_available(m.enum):
         band = "none (no Monte Carlo estimator installed)"
     else:

@@ -155,6 +155,8 @@ def fmt_point(x: Any) -> str:
 def fmt_lp(lp: float) -> str:
     if lp == -math.inf:
         return "-inf"
+    if abs(lp) >= 1e12:  # a threshold given far past any sequence: not 300 digits of fixed point
+        return f"{lp:.6g} nats = {-lp / LN2:.6g} bits (p = {math.exp(lp):.4g})"
     return f"{lp:.4f} nats = {-lp / LN2:.3f} bits (p = {math.exp(lp):.4g})"
 
 

@@ -186,7 +186,7 @@ def cmd_eval(args: argparse.Namespace) -> "object":
         est = sum(it.count for it in c.items if not it.exact)
         kinds = sorted({band_name(it.band) for it in c.items if not it.exact})  # what their bands are
         eu = c.exact_until()
-        text.append(f"{c.name}: {c.exact_lines - c.unrankable:,} lines ranked exactly, {est:,} past the exact "
+        text.append(f"{c.name}: {c.exact_lines:,} lines ranked exactly, {est:,} past the exact "
                     f"budget ({' / '.join(kinds) or 'none'}), {c.unrankable:,} unrankable (never guessed); exact up to "
                     f"{'every guess count' if math.isinf(eu) else f'{eu:.4g} guesses'}; "
                     f"{c.forwards:,} forwards ({c.seconds:.1f} s)")
@@ -198,7 +198,7 @@ def cmd_eval(args: argparse.Namespace) -> "object":
     if getattr(args, "min_auto", False):
         text.append(f"{curves[-1].name}: each line's smallest guess number over {', '.join(c.name for c in curves[:-1])} "
                     f"(brackets: the min of the lower ends and the min of the upper ends); "
-                    f"{curves[-1].exact_lines - curves[-1].unrankable:,} lines exact")
+                    f"{curves[-1].exact_lines:,} lines exact")
     rows = []
     decs = [c.decades(args.max_guesses) for c in curves]
     for k in range(len(decs[0])):

@@ -585,7 +585,8 @@ class PrefixTree:
 
     def known_prefixes(self, bits: float) -> int:
         """Prefixes with ``bits`` or fewer known so far (children seen in fetched tables, + root)."""
-        b = self.hist_top if bits == math.inf else int(math.floor(bits * HIST_BINS_PER_BIT))
+        x = bits * HIST_BINS_PER_BIT
+        b = self.hist_top if x >= self.hist_top else int(math.floor(x))  # a budget past the histogram: all of it
         return 1 + int(self.h_pref[: max(0, min(b, self.hist_top))].sum())
 
     @property

@@ -106,6 +106,10 @@ class GuessCurve:
             g = np.array([getattr(it, key) + 1.0 for it in self.items], dtype=np.float64)  # guess numbers
             o = np.argsort(g, kind="stable")
             self._arrays[key] = (g[o], np.concatenate([[0.0], np.cumsum(w[o])]))
+        ranked = [it for it in self.items if it.method != "unrankable"]
+        self._cl = np.array([it.cert_lo + 1.0 for it in ranked], dtype=np.float64)  # certified guess numbers
+        self._ch = np.array([it.cert_hi + 1.0 for it in ranked], dtype=np.float64)
+        self._bands = [it.band for it in ranked]
         # the spread of each non-exact band: log(lo + 1), log(point + 1.5), log(hi + 2) in guess numbers
         wide = [i for i, it in enumerate(self.items) if it.rank_lo < it.rank_hi and it.method != "unrankable"]
         self._wide_w = w[wide]
@@ -134,8 +138,8 @@ class GuessCurve:
 
     @property
     def exact_lines(self) -> int:
-        """Test lines ranked exactly."""
-        return sum(it.count for it in self.items if it.exact)
+        """Test lines ranked exactly (an unrankable line, never guessed, is not ranked)."""
+        return sum(it.count for it in self.items if it.exact and it.method != "unrankable")
 
     def _within(self, key: str, g: float) -> float:
         gs, cum = self._arrays[key]
@@ -151,7 +155,12 @@ class GuessCurve:
         if c_lo == c_hi:
             return CurvePoint(g, c_lo / self.n, c_lo / self.n, c_lo / self.n, True)
         pt, band = self._expected(g, lo)
-        return CurvePoint(g, pt / self.n, lo / self.n, hi / self.n, False, band or "certified",
+        # what the band rests on: the kinds of every item whose certified bracket straddles g (an
+        # estimate's interval wholly on one side of g still places it there by the estimate alone)
+        kinds = set(band.split(" + ")) if band else set()
+        kinds.update(self._bands[i] for i in np.flatnonzero((self._cl <= g) & (g < self._ch)))
+        kinds.discard("exact")
+        return CurvePoint(g, pt / self.n, lo / self.n, hi / self.n, False, " + ".join(sorted(kinds)) or "certified",
                           "expected_fraction")
 
     def _expected(self, g: float, lo: float) -> tuple[float, str]:

@@ -20,7 +20,7 @@ from typing import Any, AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
@@ -75,6 +75,8 @@ def _parse(raw: bytes) -> dict:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise RequestError("the request body must be a JSON object") from None
+    except RecursionError:  # a few KB of nested brackets
+        raise RequestError("the request body is nested too deeply") from None
     if not isinstance(doc, dict):
         raise RequestError("the request body must be a JSON object")
     return doc
@@ -285,6 +287,8 @@ def create_app(service: Service, *, close_at_exit: bool = False) -> _Front:
             return await handler(request)
         except RequestError as exc:
             return _error(exc.status, str(exc))
+        except ClientDisconnect:  # gone before its body was read: nothing to answer, nothing to log
+            return _error(400, "the client went away before its request was read")
 
     async def info(request: Request) -> Response:
         return await guarded(request, lambda r: run(service.info) if not _query(r) else None)

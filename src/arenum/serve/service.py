@@ -382,7 +382,7 @@ class Service:
             if i >= self.indexed:
                 raise RequestError(self._past("i", i, i), 422)
             seq, lp = self.enum.unrank(i)
-            return self._tag({**item(self.m, i, seq, lp), "exact": True, "guarantee": "exact"})
+            return self._tag({**item(self.m, i, seq, lp), "exact": True, "method": "exact", "guarantee": "exact"})
 
     def slice(self, start: Any, k: Any) -> dict:
         """Ranks ``start .. start + k - 1`` (fewer at the end of the index), as ``arenum slice --json``."""
@@ -395,7 +395,8 @@ class Service:
             pairs = self.enum.slice(start, n) if n else []
             items = [item(self.m, start + j, s, lp) for j, (s, lp) in enumerate(pairs)]
             return self._tag({"start": start, "k": k, "items": items, "indexed_sequences": self.indexed,
-                              "more": start + len(items) < self.indexed, "exact": True, "guarantee": "exact"})
+                              "more": start + len(items) < self.indexed, "exact": True, "method": "exact",
+                              "guarantee": "exact"})
 
     def _threshold_arg(self, min_log_prob: Any, bits: Any) -> float:
         if (min_log_prob is None) == (bits is None):
