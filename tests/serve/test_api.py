@@ -156,6 +156,13 @@ def test_past_the_index_a_certified_bracket_and_no_forward_beyond_the_strings(de
     ("get", "/api/curve?points=1", None, 400, "points must be >= 2"),
     ("post", "/api/children", {"prefix": "pas€"}, 400, "unknown symbol '€'"),
     ("get", "/api/rank", None, 405, "GET is not allowed"),
+    ("get", "/api/unrank?i=%EF%BC%91", None, 400, "i must be an integer"),  # a full-width 1: read as 1 before
+    ("get", "/api/unrank?i=%C2%B2", None, 400, "i must be an integer"),  # a superscript 2: a raw int() message
+    ("get", "/api/unrank?i=" + "9" * 5000, None, 400, "i must be an integer"),  # not Python's digit limit
+    ("get", "/api/unrank?i=1&i=2", None, 400, "'i' is given more than once"),
+    ("get", "/api/count?bits=%D9%A1", None, 400, "bits must be a number"),  # an Arabic-Indic 1
+    ("post", "/api/rank?password=secret", {"strings": ["abc"]}, 400, "unknown parameter 'password'"),
+    ("post", "/api/children?k=3", {"prefix": "pa"}, 400, "unknown parameter 'k'"),
     ("get", "/api/nothing", None, 404, "no such route"),
 ])
 def test_bad_input_is_a_4xx_in_one_line(demo_server, method, path, doc, status, words):
@@ -412,3 +419,23 @@ def test_one_certify_default_for_the_library_and_the_command_line():
 
     args = build_parser().parse_args(["serve", demo_model_path()])
     assert ServeConfig(model="m").certify_bits == args.certify_bits == DEFAULT_CERTIFY_BITS == 64.0
+
+
+def test_a_build_larger_than_the_support_holds_all_of_it(tiny_model_path):
+    """The default --build 100000 on a small support stopped the server at start-up (out of range);
+    now it holds the whole support, and a rank past it is past the support, not past the index."""
+    from arenum.serve.service import ServeConfig
+
+    from .conftest import start, stop
+
+    r = start(ServeConfig(model=tiny_model_path, store=None, build=100_000, max_len=3, certify_bits=0.0))
+    try:
+        n = r.service.indexed
+        e = NGramModel.load(tiny_model_path).enumerable(max_len=3)
+        assert n == int(e.count(-math.inf))
+        last = get(r.url, f"/api/unrank?i={n - 1}").json()
+        assert last["exact"] and last["tokens"] == list(e.unrank(n - 1)[0])
+        past = get(r.url, f"/api/unrank?i={n}")
+        assert past.status_code == 422 and "past the end of the support" in past.json()["error"]
+    finally:
+        stop(r)

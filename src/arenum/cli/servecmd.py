@@ -108,8 +108,10 @@ def cmd_serve(args: argparse.Namespace) -> Output:
                 info = svc.info()
                 cert = (f", certified brackets to {info['certified_bits']:g} bits ({info['warm_seconds']:.1f} s)"
                         if info["certified_bits"] else "")
+                held = ("the whole support" if info["built_bits"] == float("inf")
+                        else f"to {info['built_bits']:.1f} bits")
                 say(f"serving {info['model']} at {url_of(sock)} ({info['indexed_sequences']:,} "
-                    f"sequences held exactly, to {info['built_bits']:.1f} bits{cert}; Ctrl-C stops)")
+                    f"sequences held exactly, {held}{cert}; Ctrl-C stops)")
                 try:  # as uvicorn.run: the server re-raises the SIGINT it stopped on once it has shut down
                     uvicorn.Server(uvicorn.Config(create_app(svc), **common)).run(sockets=[sock])
                 except KeyboardInterrupt:

@@ -131,6 +131,9 @@ def _query(request: Request, *names: str) -> dict:
     unknown = sorted(set(q.keys()) - set(names))
     if unknown:
         raise RequestError(f"unknown parameter {unknown[0]!r} (this route takes {', '.join(names) or 'none'})")
+    twice = sorted(n for n in names if len(q.getlist(n)) > 1)
+    if twice:
+        raise RequestError(f"parameter {twice[0]!r} is given more than once")
     return {n: q[n] for n in names if n in q}
 
 
@@ -245,6 +248,9 @@ class _Front:
             await self.app(scope, receive, send)
             return
         try:
+            if scope.get("query_string"):  # as the other routes: an unknown parameter is a 400
+                name = scope["query_string"].decode("latin-1").split("&")[0].split("=")[0]
+                raise RequestError(f"unknown parameter {name!r} (this route takes none: its fields go in the body)")
             status, body = await self.batcher.rank(await _asgi_body(scope, receive))
         except RequestError as exc:
             status, body = exc.status, json_bytes({"error": str(exc)})
@@ -295,12 +301,14 @@ def create_app(service: Service, *, close_at_exit: bool = False) -> _Front:
 
     async def rank(request: Request) -> Response:  # reached only past the front (which answers POST itself)
         async def h(r: Request) -> Response:
+            _query(r)
             status, body = await batcher.rank(await _raw(r))
             return Response(body, status_code=status, media_type="application/json")
         return await guarded(request, h)
 
     async def children(request: Request) -> Response:
         async def h(r: Request) -> Response:
+            _query(r)  # no query parameters: the fields go in the body
             body = await _body(r)
             extra = sorted(set(body) - {"prefix", "k"})
             if extra:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import os
 import shutil
 import tempfile
@@ -115,7 +116,7 @@ def int_param(name: str, value: Any, minimum: int = 0, maximum: int = INT64_MAX)
         raise RequestError(f"{name} must be an integer, got {value!r}")
     if isinstance(value, int):
         v = value
-    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+    elif isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]{1,40}", value.strip()):  # ASCII digits only
         v = int(value.strip())
     else:
         raise RequestError(f"{name} must be an integer, got {str(value)[:40]!r}")
@@ -131,6 +132,8 @@ def float_param(name: str, value: Any) -> float:
     try:
         if isinstance(value, bool):
             raise ValueError
+        if isinstance(value, str) and (not value.isascii() or len(value) > 64):
+            raise ValueError  # float() reads other scripts' digits: a number here is ASCII
         f = float(value)
     except (TypeError, ValueError):
         raise RequestError(f"{name} must be a number, got {str(value)[:40]!r}") from None
@@ -152,7 +155,10 @@ def prepare(cfg: ServeConfig, log: Any = None) -> tuple[ServeConfig, bool]:
             t0 = time.perf_counter()
             m = load_model(_args(cfg, store, False, cfg.max_forwards))
             try:
-                m.enum.threshold(build)
+                try:
+                    m.enum.threshold(build)
+                except IndexError:  # a support smaller than the build: all of it (every later query exact)
+                    build = int(m.enum.count(-math.inf))
                 say(f"built the {build:,} most likely sequences into {store} ({m.forwards():,} forwards, "
                     f"{time.perf_counter() - t0:.1f} s)")
             finally:
@@ -372,6 +378,8 @@ class Service:
             return self._tag({"k": k, **threshold_record(r, self.m, seq)})
 
     def _past(self, name: str, v: int, rank: int) -> str:
+        if self.built_bits == math.inf:  # the whole support is held: nothing past it
+            return f"{name}={v:,} is past the end of the support ({self.indexed:,} sequences, all held exactly)"
         return (f"{name}={v:,} is past the built index: the server holds the {self.indexed:,} most likely "
                 f"sequences exactly (restart it with --build N to hold rank {rank:,})")
 
