@@ -641,3 +641,12 @@ def test_a_certified_threshold_past_a_finite_supports_end_is_out_of_range():
     r = e.threshold(n)
     assert r.method == "certified" and r.ci_lo <= min(s for _, s in model.enumerable(max_len=2, terminating=False)
                                                          .slice(0, n)) <= r.ci_hi
+
+
+def test_the_nucleus_mass_is_the_mass_of_its_size_when_scores_tie():
+    """16 tied sequences of mass 1/16: the top 5 hold 5/16, not the 16 tied at the boundary (1.0)."""
+    e = AutoregressiveEnumerable(lambda p: [(t, math.log(0.25)) for t in range(4)], max_len=2)
+    r, s = e.nucleus_size(0.3), e.seek_mass(0.3)
+    assert r.exact and r.size == 5 and s.rank == 4
+    for x in (r, s):
+        assert x.mass_lo <= 5 / 16 <= x.mass_hi < 0.32

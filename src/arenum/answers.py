@@ -29,8 +29,10 @@ import contextlib
 import math
 from typing import Callable, Sequence, TypeVar
 
+import numpy as np
+
 from .beyond import BeyondExact, CertifiedCounter, ExactHead, MonteCarloEstimator, mass_count_bound
-from .exact import ExactIndex, SeekIndex
+from .exact import ExactIndex, SeekIndex, values
 from .errors import BudgetExceeded
 from ._guard import held
 from .results import (
@@ -155,14 +157,12 @@ class Answers:
         return cc
 
     def support_floor(self, cc: CertifiedCounter) -> float:
-        """The least score of any sequence of the support (``-inf`` when it has none): a min-plus walk
+        """The least score of any sequence of the support (``+inf`` when it has none): a min-plus walk
         of ``cc``'s tables over the length cap, from the start state. Every sequence scores ``>=`` it,
         so ``count(-inf) == count(support_floor)``. Computed once per counter (``cap`` passes over
         the tables)."""
         if self._floor is not None and self._floor[0] is cc:
             return self._floor[1]
-        import numpy as np
-
         tab = cc.tables
         _, lp, nxt, end = tab.step_tables(cc.terminating)
         fin_end = np.where(np.isfinite(end), end, np.inf)
@@ -179,7 +179,8 @@ class Answers:
             least = np.minimum(fin_end, step) if cc.terminating else step
         v = float(least[tab.start])
         # a true floor under float rounding: a sum of cap terms in another order differs by a few ulps
-        floor = v - abs(v) * (cc.cap + 2) * 4 * 2.0**-52 if math.isfinite(v) else -math.inf
+        # (+inf: the support is empty, no completion from the start; -inf: none within the cap is finite)
+        floor = v - abs(v) * (cc.cap + 2) * 4 * 2.0**-52 if math.isfinite(v) else (math.inf if v > 0 else -math.inf)
         self._floor = (cc, floor)
         return floor
 
@@ -230,6 +231,8 @@ class Answers:
         """The certified count bracket, its lower end raised to the exact head's count below ``T``."""
         if t == -math.inf:  # the whole support: its count at (a few cells under) its least score
             t = self.support_floor(cc)
+            if t == math.inf:  # an empty support (a constraint that accepts nothing the model makes)
+                return CountBracket(0, 0, method="certified")
             below = t - (cc.cap + 2) * cc.delta  # the lower DP's rounding (a cell a step) takes them all in
             t = below if below >= -cc.max_cells * cc.delta else t
         b = cc.count_bracket(t)
@@ -409,7 +412,7 @@ class Answers:
             raise RuntimeError("internal error: no nucleus in an untruncated index")
         k_lo, k_hi = r
         _, thr = idx.item(k_lo - 1)
-        m = idx.mass_ge(thr)
+        m = _top_mass(idx, k_lo, thr)
         if k_hi is None and idx.total_mass().lo >= p:
             k_hi = idx.N  # all the items together certainly hold p
         if k_hi is None:  # the items may hold less than p (float rounding, or a cap left the rest out)
@@ -452,7 +455,8 @@ class Answers:
             lo = idx.N if idx.T > s else 0  # every indexed sequence is strictly above s
             hi = mass_count_bound(s) - 1
             m = idx.total_mass() if idx.T > s else MassBracket(0.0, 0.0)
-            c_lo = min(1.0, m.lo + math.exp(s))
+            # the sequence's own value fl(exp(s)) (as every exact sum defines it), the sum rounded down
+            c_lo = min(1.0, (m.lo + float(values(np.array([s]))[0])) * (1 - 2.0**-52))
             c_hi = _mass_hi(m.hi)
             return DensityRankResult(
                 rank=lo, cumulative=0.5 * (c_lo + c_hi), log_prob=s, exact=False, method="bracket",
@@ -521,6 +525,19 @@ class Answers:
             self.seek.ensure_count(1 << 62)
         except BudgetExceeded:
             pass
+
+
+def _top_mass(idx: ExactIndex, k: int, thr: float) -> MassBracket:
+    """The mass of the top ``k`` items, the ``k``-th scoring ``thr``: ``mass_ge(thr)`` less the items
+    tied at ``thr`` past the ``k``-th (each worth ``fl(exp(thr))``, so which of them does not matter)."""
+    m = idx.mass_ge(thr)
+    extra = idx.count_ge(thr) - k
+    if extra <= 0:
+        return m
+    v = float(values(np.array([thr]))[0])  # an item's value, as every exact sum defines it
+    u = 2.0**-52
+    ex_lo, ex_hi = extra * v * (1 - u), extra * v * (1 + u)  # one rounding of the product
+    return MassBracket(max(0.0, (m.lo - ex_hi) * (1 - 2 * u)), (m.hi - ex_lo) * (1 + 2 * u))
 
 
 def _mass_hi(known: float, more: float = math.inf) -> float:

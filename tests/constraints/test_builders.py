@@ -187,3 +187,57 @@ def test_a_tokenizer_gives_the_token_text_by_itself(tiny_word_gpt2):
     assert len(want) >= 3
     assert int(ar.count(-math.inf)) == len(want)
     assert [tuple(q) for q, _ in ar.slice(0, len(want))] == want
+
+
+# ------------------------------------------------------------------ edges a randomized harness found
+def test_a_constraint_that_accepts_nothing_counts_zero_past_a_cap():
+    """Nothing the model makes has a capital: the product is empty, the certified DP counts 0 (every
+    query past a cap raised ValueError before; accepted_mass too, without a cap)."""
+    from arenum.constraints import accepted_mass
+
+    m = NGramModel.fit(["ab", "ba", "a"], order=2)
+    c = Policy(required=["upper"])
+    assert m.enumerable(max_len=6, constraint=c).count(-math.inf) == 0
+    e = m.enumerable(max_len=6, constraint=c, max_prefixes=2)
+    assert tuple(e.count_bracket(-20.0)) == (0, 0) and e.count(-20.0) == 0
+    assert (e.mass_above(-20.0).lo, e.mass_above(-20.0).hi) == (0.0, 0.0)
+    with pytest.raises(IndexError, match="beyond the support"):
+        e.threshold(1)
+    m2 = NGramModel.fit(["ab", "ba", "abab", "a"], order=2)  # non-empty model support, empty at this length cap
+    with pytest.raises(IndexError, match="beyond the support"):
+        m2.enumerable(max_len=3, constraint=Policy(min_len=4), max_bytes=2000).threshold(1)
+    assert accepted_mass(m.enumerable(max_len=6, constraint=c)).hi == 0.0
+
+
+def test_the_plain_rank_bracket_does_not_pass_the_true_cumulative_mass():
+    from fractions import Fraction
+
+    m = NGramModel.fit(["", "a1", "b1"], order=1, smoothing="addk")
+    e = m.enumerable(max_len=3, constraint=Regex("1|a|ab1"), max_prefixes=1, finite_state=None)
+    q = m.encode("1")
+    r = e.rank(q)
+    s = e.log_density(q)
+    full = m.enumerable(max_len=3, constraint=Regex("1|a|ab1"))
+    true = sum(Fraction(float(np.exp(x))) for _, x in full.slice(0, 10) if x >= s)
+    assert Fraction(r.cumulative_lo) <= true <= Fraction(r.cumulative_hi), (r, float(true))
+
+
+def test_builder_inputs_and_classes_say_what_they_are():
+    with pytest.raises(TypeError, match="a list of strings, got one str"):
+        Blocklist("password")  # it blocked the 8 characters one by one
+    assert char_class("7") == 2 and char_class("²") == 3 and char_class("③") == 3  # ASCII digits, as the PCFG
+    assert why_rejected(Policy(required=["digit"]), "password²") is not None
+    for pat, s in [(r"\w+", "café"), (r"\w+", "cafe"), (r"\d", "٣"), (r"\D", "٣"), (r"\s", "\u00a0"), (r"[\wé]+", "café")]:
+        assert (why_rejected(Regex(pat), s) is None) == (re.fullmatch(pat, s, re.ASCII) is not None), (pat, s)
+
+
+def test_a_curve_whose_draws_do_not_fit_the_caps_keeps_its_certified_brackets():
+    from arenum.report import guessing_curve
+
+    m = NGramModel.fit(["ab1", "ba", "a1b"], order=2)
+    test = [m.encode("ab1ba", eos=False), m.encode("aaab1", eos=False)]
+
+    def e():
+        return m.enumerable(max_len=5, terminating=False, constraint=Policy(min_len=3), max_bytes=20_000)
+
+    assert guessing_curve(e(), test, estimate=True).at(10) == guessing_curve(e(), test, estimate=False).at(10)

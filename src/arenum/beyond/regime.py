@@ -167,6 +167,9 @@ class BeyondExact:
             return fs
         if not isinstance(fs, FiniteStateTables):
             fs = fs()
+            if fs is None and getattr(self.oracle, "composition", None) is not None:  # a product too large: none
+                self._finite_state = None
+                return None
             if not isinstance(fs, FiniteStateTables):
                 raise TypeError(f"finite_state() must return FiniteStateTables, got {type(fs).__name__}")
         fs.validate(norm_tol=self.settings.norm_tol)

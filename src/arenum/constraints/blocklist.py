@@ -27,6 +27,8 @@ class Blocklist(TextConstraint):
 
     def __init__(self, words: Iterable[str], *, text: Callable[[Any], str] | None = None,
                  name: str | None = None) -> None:
+        if isinstance(words, (str, bytes)):  # one string would block its characters, one by one
+            raise TypeError(f"words must be a list of strings, got one {type(words).__name__}: {str(words)[:40]!r}")
         children: list[dict[str, int]] = [{}]
         final: set[int] = set()
         h = hashlib.sha256()

@@ -1,8 +1,8 @@
 """Password policies as constraints: a length in characters and character classes.
 
 The four classes (the usual ones of password-policy studies): ``lower`` (a lowercase letter),
-``upper`` (an uppercase letter), ``digit`` (a decimal digit), ``symbol`` (anything else, space
-included). A :class:`Policy` counts characters, not tokens: a token of several characters (a PCFG
+``upper`` (an uppercase letter), ``digit`` (an ASCII digit ``0-9``, as the PCFG's segments),
+``symbol`` (anything else, space included). A :class:`Policy` counts characters, not tokens: a token of several characters (a PCFG
 segment, a BPE piece) adds all of them.
 
 Presets (:data:`PRESETS`, the policies of the password-guessing literature; comprehensive8 without
@@ -38,7 +38,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 def char_class(ch: str) -> int:
     """The class of one character: 0 lower, 1 upper, 2 digit, 3 symbol (module docstring)."""
-    if ch.isdigit():
+    if "0" <= ch <= "9":  # ASCII: '²' and '③' are symbols (str.isdigit would call them digits)
         return 2
     if ch.isalpha():
         if ch.islower():

@@ -13,7 +13,9 @@ __all__ = ["Regex"]
 
 class Regex(TextConstraint):
     """Sequences whose text ``pattern`` matches in full (Python ``re.fullmatch`` semantics of the
-    constructs ``interegular`` supports; anchors and look-arounds are refused by it).
+    constructs ``interegular`` supports; anchors and look-arounds are refused by it), except that
+    ``\\w``, ``\\d``, ``\\s`` and their negations are ASCII classes, as under ``re.ASCII`` (``\\w`` does not
+    match ``é``, ``\\d`` not ``٣``): write other characters out, e.g. ``[\\wé]``.
 
     Live states and each state's fewest characters to a match are precomputed, so a prefix is
     pruned as soon as no completion can match.

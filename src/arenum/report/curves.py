@@ -340,8 +340,13 @@ def guessing_curve(
         if not r.exact and r.method == "bracket":
             loose.append(i)
     if estimate and loose and callable(getattr(enum, "monte_carlo", None)):
-        est = enum.monte_carlo(samples, seed=seed)
-        head = enum.exact_head() if getattr(est, "head", None) is not None else None
+        from ..errors import BudgetExceeded
+
+        try:
+            est = enum.monte_carlo(samples, seed=seed)
+        except BudgetExceeded:  # the draws do not fit the caps: every line keeps its certified bracket
+            loose = []
+        head = enum.exact_head() if loose and getattr(est, "head", None) is not None else None
         for i in loose:
             b = items[i]
             e = est.rank(b.log_prob, head=head)

@@ -250,7 +250,8 @@ def constrained_tables(fs: FiniteStateTables, constraint: Any, *, terminating: b
     the start with positive probability and from which an accepted ending is reachable; a row keeps
     the model's log-probs of the tokens the constraint allows, ``eos`` only where the automaton
     accepts. Rows are not renormalized (scores stay the model's). ``None`` for a fixed-length support
-    (acceptance at a fixed length is not a property of a state) or past ``max_states`` pairs.
+    (acceptance at a fixed length is not a property of a state) or past ``max_states`` pairs; one
+    state with no step and no end when the constraint accepts nothing the model can make.
     """
     if not terminating or fs.eos is None:
         return None
@@ -306,8 +307,10 @@ def constrained_tables(fs: FiniteStateTables, constraint: Any, *, terminating: b
         if (reach == good).all():
             break
         good = reach
-    if not good[0]:
-        return None
+    if not good[0]:  # nothing accepted is reachable: one state with no step and no end (an empty support)
+        V = fs.log_probs.shape[1]
+        return FiniteStateTables(fs.tokens, np.full((1, V), -np.inf), np.full(1, -np.inf),
+                                 np.full((1, V), -1, np.int32), 0, fs.eos)
     ok &= good[np.maximum(nxt, 0)] & (nxt >= 0)
     keepers = np.flatnonzero(good)
     renum = np.full(P, -1, np.int64)
@@ -356,15 +359,14 @@ def constrain_finite_state(finite_state: Any, constraint: Any, *, terminating: b
     if not terminating:
         return None
 
-    def product() -> FiniteStateTables:
+    def product() -> FiniteStateTables | None:
         fs = finite_state if isinstance(finite_state, FiniteStateTables) else finite_state()
         if not isinstance(fs, FiniteStateTables):
             raise TypeError(f"finite_state() must return FiniteStateTables, got {type(fs).__name__}")
         fs.validate(norm_tol=norm_tol)
         out = constrained_tables(fs, constraint, terminating=True)
-        if out is None:
-            raise ValueError(f"the constraint {constraint.name} accepts nothing this finite-state model can make, "
-                             "or its product with the model is too large")
+        if out is None:  # too large: no certified DP (the answers past a cap are brackets)
+            return None
         return _ProductTables(out.tokens, out.log_probs, out.eos_log_probs, out.next_state, out.start, out.eos)
 
     return product
