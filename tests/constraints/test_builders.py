@@ -241,3 +241,26 @@ def test_a_curve_whose_draws_do_not_fit_the_caps_keeps_its_certified_brackets():
         return m.enumerable(max_len=5, terminating=False, constraint=Policy(min_len=3), max_bytes=20_000)
 
     assert guessing_curve(e(), test, estimate=True).at(10) == guessing_curve(e(), test, estimate=False).at(10)
+
+
+def test_a_constraint_whose_states_never_repeat_gets_brackets_not_a_wait(monkeypatch):
+    """A counter (a new state each token) has no finite product: the product gives up after
+    MAX_TRANSITIONS step calls (it ran without end before) and the answer past a cap is a bracket."""
+    from arenum import Constraint
+    from arenum.step import constrained
+
+    monkeypatch.setattr(constrained, "MAX_TRANSITIONS", 1 << 12)
+
+    class EvenLength(Constraint):
+        name, start = "even-length-counter", 0
+
+        def step(self, q, t):
+            return q + 1
+
+        def accepts(self, q):
+            return q % 2 == 0
+
+    m = NGramModel.fit(["ab", "ba", "abab", "a"], order=2)
+    truth = m.enumerable(max_len=6, constraint=EvenLength()).count(-8.0)
+    b = m.enumerable(max_len=6, constraint=EvenLength(), max_prefixes=2).count_bracket(-8.0)
+    assert b.lo <= truth <= b.hi and not b.exact

@@ -243,6 +243,13 @@ class ConstrainedOracle(StepOracle):
         return ids[keep], lps[keep]
 
 
+MAX_TRANSITIONS = 1 << 20
+"""The most automaton transitions :func:`constrained_tables` computes (each a ``step`` call) before it
+gives up: a regex, a policy or a blocklist of a thousand words stays below it; a constraint
+whose states never repeat (a counter) reaches it in seconds, and the answers past a cap are then
+brackets rather than a wait without end."""
+
+
 def constrained_tables(fs: FiniteStateTables, constraint: Any, *, terminating: bool,
                        max_states: int = 4_000_000) -> FiniteStateTables | None:
     """The product of a finite-state model (tables in the model's own tokens) and a constraint, for
@@ -269,8 +276,8 @@ def constrained_tables(fs: FiniteStateTables, constraint: Any, *, terminating: b
     rows: list[np.ndarray] = []
     while len(rows) < comp.n_states:
         rows.append(comp.next_sids(len(rows), cols).astype(np.int64))
-        if comp.n_states * max(1, fs.n_states) > max_states * 64:
-            return None
+        if comp.n_states * max(1, fs.n_states) > max_states * 64 or comp.n_states * V > MAX_TRANSITIONS:
+            return None  # too large, or an automaton of unbounded states (a counter): no product
     nq = np.stack(rows)
     Q = comp.n_states
     acc = comp.accepting()
