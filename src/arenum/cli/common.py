@@ -74,7 +74,8 @@ def decode_lines(data: bytes, where: str, *, encoding: str = "utf-8", errors: st
     try:
         text = data.decode(encoding, "strict" if errors == "strict" else "surrogateescape")
     except UnicodeDecodeError as exc:
-        hint = "try --encoding latin-1, or --errors replace|skip" if options else "this command reads UTF-8: convert it first"
+        hint = ("try --encoding latin-1, or --errors replace|skip" if options
+                else "this command reads UTF-8: convert it first")
         raise CLIError(f"{where} is not {name} text (byte {exc.start}; {hint})") from None
     lines = text.split("\n")
     if lines and lines[-1] == "":

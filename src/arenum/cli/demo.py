@@ -8,7 +8,8 @@ import time
 from typing import Any, Callable
 
 from .._validate import LN2
-from .common import DEMO_MAX_FORWARDS, DEMO_MODEL, DEMO_STRINGS, CLIError, check_figure_out, check_writable, make_progress
+from .common import (DEMO_MAX_FORWARDS, DEMO_MODEL, DEMO_STRINGS, CLIError, check_figure_out, check_writable,
+                     make_progress)
 from .load import Loaded, ngram_loaded, load_ngram_file
 from .commands import (
     Output,

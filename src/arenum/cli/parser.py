@@ -321,8 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("p", type=_float_type("P", 0.0, 1.0, lo_open=True), metavar="P", help="a mass in (0, 1]")
     c.set_defaults(run=cmd_nucleus)
 
-    c = add("plot", [model_opts, out_opts], "guessing curve and cumulative-mass curve, PNG")
-    c.add_argument("-o", "--out", default="arenum-plot.png", help="the figure to write: PNG, SVG or PDF by the extension (default arenum-plot.png)")
+    c = add("plot", [model_opts, out_opts], "guessing curve and cumulative-mass curve, PNG, SVG or PDF")
+    c.add_argument("-o", "--out", default="arenum-plot.png",
+                   help="the figure to write: PNG, SVG or PDF by the extension (default arenum-plot.png)")
     c.add_argument("--max-rank", type=_int_type("--max-rank", 1), default=100_000, metavar="K",
                    help="exact region: ranks 1..K (default 100,000)")
     c.add_argument("--points", type=_int_type("--points", 2), default=40, help="points on the curve (default 40)")
@@ -336,7 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(run=cmd_plot)
 
     d = add("demo", [out_opts], "a 4-gram on 30,000 real passwords: count, threshold, unrank, top, rank, plot")
-    d.add_argument("-o", "--out", default="arenum-demo.png", help="the figure to write: PNG, SVG or PDF by the extension (default arenum-demo.png)")
+    d.add_argument("-o", "--out", default="arenum-demo.png",
+                   help="the figure to write: PNG, SVG or PDF by the extension (default arenum-demo.png)")
     d.set_defaults(run=cmd_demo)
 
     add_serve_parser(add, _int_type, _float_type, _eos_type)

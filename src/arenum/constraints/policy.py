@@ -2,8 +2,8 @@
 
 The four classes (the usual ones of password-policy studies): ``lower`` (a lowercase letter),
 ``upper`` (an uppercase letter), ``digit`` (an ASCII digit ``0-9``, as the PCFG's segments),
-``symbol`` (anything else, space included). A :class:`Policy` counts characters, not tokens: a token of several characters (a PCFG
-segment, a BPE piece) adds all of them.
+``symbol`` (anything else, space included). A :class:`Policy` counts characters, not tokens: a
+token of several characters (a PCFG segment, a BPE piece) adds all of them.
 
 Presets (:data:`PRESETS`, the policies of the password-guessing literature; comprehensive8 without
 its dictionary check):

@@ -270,8 +270,8 @@ def constrained_tables(fs: FiniteStateTables, constraint: Any, *, terminating: b
     # dead states) as the step oracle's, filled state by state
     comp = Composition(constraint, tok_list.__getitem__, eos_id=None, cap=max_states,
                        token_id=pos.__getitem__, token_ids=lambda ts: np.array([pos[t] for t in ts], np.int64))
-    if comp.start < 0:
-        return None
+    if comp.start < 0:  # the constraint accepts nothing at all
+        return _no_state(fs)
     cols = np.arange(V, dtype=np.int64)
     rows: list[np.ndarray] = []
     while len(rows) < comp.n_states:
@@ -314,10 +314,8 @@ def constrained_tables(fs: FiniteStateTables, constraint: Any, *, terminating: b
         if (reach == good).all():
             break
         good = reach
-    if not good[0]:  # nothing accepted is reachable: one state with no step and no end (an empty support)
-        V = fs.log_probs.shape[1]
-        return FiniteStateTables(fs.tokens, np.full((1, V), -np.inf), np.full(1, -np.inf),
-                                 np.full((1, V), -1, np.int32), 0, fs.eos)
+    if not good[0]:  # nothing accepted is reachable
+        return _no_state(fs)
     ok &= good[np.maximum(nxt, 0)] & (nxt >= 0)
     keepers = np.flatnonzero(good)
     renum = np.full(P, -1, np.int64)
@@ -333,6 +331,14 @@ def constrained_tables(fs: FiniteStateTables, constraint: Any, *, terminating: b
     else:
         tokens = toks
     return FiniteStateTables(tokens, new_lp, new_end, new_ns, 0, fs.eos)
+
+
+def _no_state(fs: FiniteStateTables) -> FiniteStateTables:
+    """The product of a constraint that accepts nothing the model makes: one state with no step and
+    no end (an empty support, which the certified DP counts as 0)."""
+    V = fs.log_probs.shape[1]
+    return FiniteStateTables(fs.tokens, np.full((1, V), -np.inf), np.full(1, -np.inf),
+                             np.full((1, V), -1, np.int32), 0, fs.eos)
 
 
 class _ProductTables(FiniteStateTables):
