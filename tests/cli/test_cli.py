@@ -524,20 +524,24 @@ def test_sequence_records_say_what_they_are(model_path):
 
 
 def test_demo_records_take_their_labels_from_the_answers():
-    from arenum.cli.demo import _said
+    """The demo's count, threshold, mass and nucleus records are result_json's (their own exact and
+    method); its lists of sequences read off the exact index carry EXACT_ITEMS."""
+    from arenum.cli.commands import EXACT_ITEMS
+    from arenum.report import result_json
     from arenum.results import MassBracket
 
-    assert _said(MassBracket(0.1, 0.2, exact=False, method="certified")) == {"exact": False, "method": "certified"}
-    assert _said([("a", -1.0)]) == {"exact": True, "method": "exact"}
+    d = result_json(MassBracket(0.1, 0.2, exact=False, method="certified"))
+    assert {k: d[k] for k in ("exact", "method")} == {"exact": False, "method": "certified"}
+    assert {k: EXACT_ITEMS[k] for k in ("exact", "method")} == {"exact": True, "method": "exact"}
 
 
 def test_store_messages_name_what_the_command_line_can_do():
     """The store's hints name the Python keyword (store_readonly=True); the command line has none."""
     from arenum.cli.common import in_cli_words
+    from arenum.exact import READONLY_HINT, WRITER_HINT  # the store's own words
 
-    held = in_cli_words("store s: lock is held by another writer (a process, or an open enumerable in this one: "
-                        "close() it); open with store_readonly=True to read")
-    denied = in_cli_words("store s: lock cannot be opened (permission denied); open with store_readonly=True to read")
+    held = in_cli_words(f"store s: lock is held by another writer {WRITER_HINT}; {READONLY_HINT}")
+    denied = in_cli_words(f"store s: lock cannot be opened (permission denied); {READONLY_HINT}")
     other = in_cli_words("store s was built under no constraint; this enumerable has the constraint 'x'")
     assert "wait for it to end" in held and "arenum serve" in denied and "store_readonly" not in held + denied
     assert "this command has the constraint" in other

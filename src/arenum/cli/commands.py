@@ -221,6 +221,10 @@ def cmd_threshold(args: argparse.Namespace, m: Loaded) -> Output:
     return Output(doc, kv(rows + [("cost", cline)]))
 
 
+EXACT_ITEMS = {"exact": True, "method": "exact", "guarantee": "exact"}
+"""What a record of sequences read off the exact index is (unrank, top, slice; the server's too)."""
+
+
 def item(m: Loaded, rank: int, seq: Sequence[int], lp: float) -> dict:
     return {"rank": rank, "guess_number": rank + 1, "sequence": m.display(seq), "tokens": [int(t) for t in seq],
             "log_prob": float(lp), "bits": -float(lp) / LN2, "probability": math.exp(lp)}
@@ -237,7 +241,7 @@ def cmd_unrank(args: argparse.Namespace, m: Loaded) -> Output:
     seq, lp = m.enum.unrank(args.i)
     cost, cline = _cost(m, before, t0)
     it = item(m, args.i, seq, lp)
-    doc = {"command": "unrank", **_header(m), **it, "exact": True, "method": "exact", "guarantee": "exact", **cost}
+    doc = {"command": "unrank", **_header(m), **it, **EXACT_ITEMS, **cost}
     text = kv([("rank", f"{args.i:,} (0-based; guess number {args.i + 1:,})"), ("sequence", repr(it["sequence"])),
                 ("log_prob", f"{fmt_lp(lp)}  [exact]"), ("cost", cline)])
     return Output(doc, text)
@@ -246,8 +250,7 @@ def cmd_unrank(args: argparse.Namespace, m: Loaded) -> Output:
 def _list_output(command: str, m: Loaded, pairs: list, first: int, before: int, t0: float, **extra: Any) -> Output:
     cost, cline = _cost(m, before, t0)
     items = [item(m, first + j, s, lp) for j, (s, lp) in enumerate(pairs)]
-    doc = {"command": command, **_header(m), **extra, "items": items, "exact": True, "method": "exact",
-           "guarantee": "exact", **cost}
+    doc = {"command": command, **_header(m), **extra, "items": items, **EXACT_ITEMS, **cost}
     note = [] if items else ["(no sequences: past the end of the support)"]
     return Output(doc, items_table(items) + note + [f"[exact] cost: {cline}"])
 
@@ -258,8 +261,7 @@ def cmd_slice(args: argparse.Namespace, m: Loaded) -> Output:
 
         name = constraint_name(m.enum)  # each line says under which constraint it answers
         head = {"command": "slice", **({} if name is None else {"constraint": name}), **_header(m)}
-        stream_jsonl(m, args.start, args.k,
-                     lambda r, seq, lp: {**head, **item(m, r, seq, lp), "exact": True, "method": "exact"})
+        stream_jsonl(m, args.start, args.k, lambda r, seq, lp: {**head, **item(m, r, seq, lp), **EXACT_ITEMS})
         return Output(None, [])
     before, t0 = m.forwards(), time.perf_counter()
     pairs = m.enum.slice(args.start, args.k)

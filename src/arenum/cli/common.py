@@ -335,11 +335,12 @@ def in_cli_words(msg: str) -> str:
         opt = _OPTION.get(m.group(1), "--" + m.group(1).replace("_", "-"))
         return f"this command has {opt} {m.group(2)}"
 
-    msg = msg.replace("(a process, or an open enumerable in this one: close() it); open with store_readonly=True to "
-                      "read", "(another command building or querying it): wait for it to end, or serve the store "
-                      "(arenum serve reads it without writing)")
-    msg = msg.replace("open with store_readonly=True to read", "a query opens its store to extend it: copy the "
-                      "folder somewhere writable, or serve it (arenum serve reads a store without writing)")
+    from ..exact import READONLY_HINT, WRITER_HINT
+
+    msg = msg.replace(f"{WRITER_HINT}; {READONLY_HINT}", "(another command building or querying it): wait for it to "
+                      "end, or serve the store (arenum serve reads it without writing)")
+    msg = msg.replace(READONLY_HINT, "a query opens its store to extend it: copy the folder somewhere writable, or "
+                      "serve it (arenum serve reads a store without writing)")
     msg = msg.replace("; this enumerable has", "; this command has")
     return re.sub(r"this enumerable has (\w+)=(\S+)", sub, msg)
 
@@ -423,7 +424,7 @@ def check_figure_out(path: str | None) -> None:
     """Refuse a figure's ``-o`` whose extension is not ``.png``, ``.svg`` or ``.pdf`` (before any work)."""
     if path is None:
         return
-    from ..report.plot import figure_format
+    from ..report import figure_format
 
     try:
         figure_format(path)

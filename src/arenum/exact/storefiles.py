@@ -24,7 +24,7 @@ from ..step import encode_token
 
 __all__ = ["StoreError", "encode_tokens", "crc_file", "CrcWriter", "fsync_dir", "manifest_crc",
            "read_manifest", "describe_store", "STORE_FORMAT", "STORE_VERSION", "MANIFEST", "JOURNAL_MAGIC",
-           "JOURNAL_HEADER", "read_record", "short_pair", "orphans"]
+           "JOURNAL_HEADER", "read_record", "short_pair", "orphans", "check_file"]
 
 STORE_FORMAT = "arenum-store"
 STORE_VERSION = 4
@@ -168,21 +168,29 @@ def describe_store(path: str | os.PathLike) -> dict:
         raise StoreError(f"store {path}: {MANIFEST} does not describe a store ({e.__class__.__name__}: {e})") from None
 
 
+def check_file(path: str, fp: str, info: dict) -> int:
+    """The size of snapshot file ``fp`` of the store at ``path``, checked against its manifest entry
+    ``info`` (size, checksum): a :class:`StoreError` naming it otherwise (``FileNotFoundError`` when it
+    is missing, which the caller words: a reader may race a writer's checkpoint)."""
+    rel = os.path.relpath(fp, path)
+    size = os.path.getsize(fp)
+    if size != int(info["bytes"]):
+        raise StoreError(f"store {path}: {rel} is truncated or damaged ({size} bytes, {info['bytes']} expected)")
+    if crc_file(fp) != int(info["crc32"]):
+        raise StoreError(f"store {path}: {rel} is damaged (checksum mismatch)")
+    return size
+
+
 def _check_files(path: str, m: dict) -> None:
     """Every snapshot file the manifest names is there, of its size and checksum (what opening the
     store checks first; the journal's records are checked as they are read)."""
     gdir = os.path.join(path, f"gen-{int(m['generation'])}")
     for name, info in m["files"].items():
         fp = os.path.join(gdir, name + ".npy")
-        rel = os.path.relpath(fp, path)
         try:
-            size = os.path.getsize(fp)
+            check_file(path, fp, info)
         except FileNotFoundError:
-            raise StoreError(f"store {path}: {rel} is missing") from None
-        if size != int(info["bytes"]):
-            raise StoreError(f"store {path}: {rel} is truncated or damaged ({size} bytes, {info['bytes']} expected)")
-        if crc_file(fp) != int(info["crc32"]):
-            raise StoreError(f"store {path}: {rel} is damaged (checksum mismatch)")
+            raise StoreError(f"store {path}: {os.path.relpath(fp, path)} is missing") from None
 
 
 def _describe(path: str, m: dict) -> dict:

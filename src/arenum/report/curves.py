@@ -113,7 +113,6 @@ class GuessCurve:
         # the spread of each non-exact band: log(lo + 1), log(point + 1.5), log(hi + 2) in guess numbers
         wide = [i for i, it in enumerate(self.items) if it.rank_lo < it.rank_hi and it.method != "unrankable"]
         self._wide_w = w[wide]
-        self._wide_band = [self.items[i].band for i in wide]
         its = [self.items[i] for i in wide]
         self._wa = np.log(np.array([it.rank_lo + 1.0 for it in its], dtype=np.float64))
         self._wc = np.log(np.array([it.rank + 1.5 for it in its], dtype=np.float64))
@@ -154,26 +153,22 @@ class GuessCurve:
         c_lo, c_hi = self._within("cert_hi", g), self._within("cert_lo", g)
         if c_lo == c_hi:
             return CurvePoint(g, c_lo / self.n, c_lo / self.n, c_lo / self.n, True)
-        pt, band = self._expected(g, lo)
-        # what the band rests on: the kinds of every item whose certified bracket straddles g (an
-        # estimate's interval wholly on one side of g still places it there by the estimate alone)
-        kinds = set(band.split(" + ")) if band else set()
-        kinds.update(self._bands[i] for i in np.flatnonzero((self._cl <= g) & (g < self._ch)))
-        kinds.discard("exact")
-        return CurvePoint(g, pt / self.n, lo / self.n, hi / self.n, False, " + ".join(sorted(kinds)) or "certified",
-                          "expected_fraction")
+        # what the band rests on: the kinds of every item whose certified bracket straddles g (those whose
+        # own band straddles it among them; an estimate's interval wholly on one side of g places its item there)
+        kinds = {self._bands[i] for i in np.flatnonzero((self._cl <= g) & (g < self._ch))} - {"exact"}
+        return CurvePoint(g, self._expected(g, lo) / self.n, lo / self.n, hi / self.n, False,
+                          " + ".join(sorted(kinds)) or "certified", "expected_fraction")
 
-    def _expected(self, g: float, lo: float) -> tuple[float, str]:
-        """``(expected count guessed within g, the band kinds straddling g)``: the items certainly
-        within (``lo``) plus, for each band straddling ``g``, the share of its spread at or below ``g``."""
+    def _expected(self, g: float, lo: float) -> float:
+        """The expected count guessed within g: the items certainly within (``lo``) plus, for each band
+        straddling ``g``, the share of its spread at or below ``g``."""
         if not self._wide_w.size:
-            return lo, ""
+            return lo
         x = math.log(math.floor(g) + 1.0)
         a, c, b = self._wa, self._wc, self._wb
         inside = (a < x) & (x < b)
         f = np.where(x < c, 0.5 * (x - a) / (c - a), 0.5 + 0.5 * (x - c) / (b - c))
-        kinds = sorted({self._wide_band[i] for i in np.flatnonzero(inside)})
-        return lo + float(np.sum(self._wide_w[inside] * f[inside])), " + ".join(kinds)
+        return lo + float(np.sum(self._wide_w[inside] * f[inside]))
 
     def decades(self, max_guesses: float = 1e14) -> list[CurvePoint]:
         """:meth:`at` ``10**k`` guesses for ``k = 0, 1, ...`` up to ``max_guesses``."""

@@ -32,7 +32,7 @@ from ..answers import Answers
 from .._validate import INT64_MAX, LN2
 from ..errors import BudgetExceeded
 from ..cli.common import CLIError, constraint_name, one_line
-from ..cli.commands import count_answer, item, mass_record, rank_record, threshold_record
+from ..cli.commands import EXACT_ITEMS, count_answer, item, mass_record, rank_record, threshold_record
 from ..cli.load import Loaded, load_model, score_strings
 from ..cli.servecmd import DEFAULT_CERTIFY_BITS
 
@@ -390,7 +390,7 @@ class Service:
             if i >= self.indexed:
                 raise RequestError(self._past("i", i, i), 422)
             seq, lp = self.enum.unrank(i)
-            return self._tag({**item(self.m, i, seq, lp), "exact": True, "method": "exact", "guarantee": "exact"})
+            return self._tag({**item(self.m, i, seq, lp), **EXACT_ITEMS})
 
     def slice(self, start: Any, k: Any) -> dict:
         """Ranks ``start .. start + k - 1`` (fewer at the end of the index), as ``arenum slice --json``."""
@@ -403,8 +403,7 @@ class Service:
             pairs = self.enum.slice(start, n) if n else []
             items = [item(self.m, start + j, s, lp) for j, (s, lp) in enumerate(pairs)]
             return self._tag({"start": start, "k": k, "items": items, "indexed_sequences": self.indexed,
-                              "more": start + len(items) < self.indexed, "exact": True, "method": "exact",
-                              "guarantee": "exact"})
+                              "more": start + len(items) < self.indexed, **EXACT_ITEMS})
 
     def _threshold_arg(self, min_log_prob: Any, bits: Any) -> float:
         if (min_log_prob is None) == (bits is None):
