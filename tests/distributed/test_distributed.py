@@ -209,7 +209,7 @@ def test_an_error_closing_the_workers_does_not_hide_the_one_that_left_the_block(
 
     fac = _factory(CASES[0])
 
-    def failing_close(self):
+    def failing_close(self, cut_tables=True):
         raise RuntimeError("worker 1 could not start")
 
     with pytest.raises(KeyError) as e:
@@ -222,6 +222,38 @@ def test_an_error_closing_the_workers_does_not_hide_the_one_that_left_the_block(
     with pytest.raises(RuntimeError, match="could not start"):  # alone, it is raised
         with DistributedEnumerable(fac, 2, backend="local"):
             monkeypatch.setattr(backend.LocalBackend, "close", failing_close)
+
+
+def test_with_closes_the_workers_stores_keeping_their_tables_when_its_block_raised(tmp_path, monkeypatch):
+    """An interrupted build (a ``with`` block that raised, the command line's Ctrl-C) keeps every
+    table in each worker's store, as one process does: resumed, it scores no saved prefix again (a
+    finished build may cut an n-gram's tables to the budget built)."""
+    from arenum.exact import store as store_mod
+
+    seen: list[bool] = []
+    real = store_mod.TreeStore.close
+
+    def close(self, cut=True):
+        seen.append(cut)
+        return real(self, cut)
+
+    monkeypatch.setattr(store_mod.TreeStore, "close", close)
+    fac = _factory(CASES[3])
+    with DistributedEnumerable(fac, 2, backend="local", store=tmp_path / "a") as dist:
+        dist.count(-4.0)
+    assert seen == [True, True]
+    with pytest.raises(KeyboardInterrupt):
+        with DistributedEnumerable(fac, 2, backend="local", store=tmp_path / "b") as dist:
+            dist.count(-4.0)
+            raise KeyboardInterrupt
+    assert seen[2:] == [False, False]
+    dist = DistributedEnumerable(fac, 2, backend="local", store=tmp_path / "c")
+    dist.count(-4.0)
+    dist.close(cut_tables=False)
+    assert seen[4:] == [False, False]
+    with DistributedEnumerable(fac, 2, backend="local", store=tmp_path / "b") as again:  # resumed: nothing built again
+        assert again.count(-4.0) == AutoregressiveEnumerable(fac.make_model(), eos=0, max_len=5).count(-4.0)
+        assert again.stats["rounds"] == 0 and again.stats["refetches"] == 0 and min(again.stats["workers_restored"]) > 0
 
 
 class _SameRootFactory:
@@ -532,6 +564,34 @@ def test_cli_workers_give_the_single_process_answers(ray_session, tmp_path):
     p = subprocess.run([sys.executable, "-m", "arenum.cli", "threshold", "5", *map(str, M), *map(str, W)],
                        capture_output=True, timeout=300)
     assert p.returncode == 0 and b"Ray workers started in" in p.stderr  # the start-up, said apart
+
+
+def test_cli_workers_build_interrupted_by_ctrl_c_exits_as_interrupted_and_resumes(ray_session, tmp_path):
+    """Ctrl-C in a ``--workers`` build: exit 130, "interrupted" (it was a TypeError from closing the
+    workers, exit 2), the workers' stores closed keeping their tables; the run again finishes the
+    build from them, one forward per prefix over what was saved, with one process's threshold."""
+    import glob
+    import json
+    import subprocess
+    import sys
+
+    path, st = _ngram_file(tmp_path), str(tmp_path / "st")
+    args = ["build", "-m", path, "--budget", "1e5", "--store", st, "--workers", "2", "--ray-address", "auto", "-q"]
+    env = {k: v for k, v in os.environ.items() if k != "ARENUM_DEBUG"}
+    proc = subprocess.Popen([sys.executable, "-m", "arenum.cli", *args], env=env, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(os.path.getsize(j) >= 1 << 19 for j in glob.glob(st + "/worker-*/journal-*.bin")):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and "interrupted" in err.decode() and "Error" not in err.decode(), err.decode()
+    p = subprocess.run([sys.executable, "-m", "arenum.cli", *args, "--json"], env=env, capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr.decode()
+    r = json.loads(p.stdout)
+    assert r["resumed"] and r["forwards_before"] > 0
+    one = subprocess.run([sys.executable, "-m", "arenum.cli", "threshold", "100000", "-m", path, "--json", "-q"],
+                         capture_output=True, timeout=300)
+    assert r["threshold_log_prob"] == json.loads(one.stdout)["log_prob"]
 
 
 class _Flaky:

@@ -52,9 +52,9 @@ class LocalBackend:
     def pids(self) -> list[int]:
         return [os.getpid()] * self.n
 
-    def close(self) -> None:
+    def close(self, cut_tables: bool = True) -> None:
         for w in self.workers:
-            w.close()
+            w.close(cut_tables)
 
 
 class RayBackend:
@@ -124,9 +124,9 @@ class RayBackend:
     def pids(self) -> list[int]:
         return self.map("ping", [()] * self.n)
 
-    def close(self) -> None:
+    def close(self, cut_tables: bool = True) -> None:
         try:
-            self.map("close", [()] * self.n)
+            self.map("close", [(cut_tables,)] * self.n)
         finally:
             for a in self.actors:
                 self.ray.kill(a, no_restart=True)

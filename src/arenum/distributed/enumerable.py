@@ -135,12 +135,14 @@ class DistributedEnumerable(AutoregressiveEnumerable):
         self.store = None
 
     # ------------------------------------------------------------------ life
-    def close(self) -> None:
-        """Stop the workers (their stores are snapshotted first) and remove a temporary store."""
+    def close(self, *, cut_tables: bool = True) -> None:
+        """Stop the workers (their stores are snapshotted first) and remove a temporary store.
+        ``cut_tables=False`` (``with`` when its block raised, the command line interrupted) keeps every
+        table in the workers' stores, for an interrupted build: resumed, it scores no saved prefix again."""
         be = getattr(self, "_backend", None)
         if be is not None:
             try:
-                be.close()
+                be.close(cut_tables)
             finally:
                 self._backend = None
                 self._drop_tmp()
@@ -149,7 +151,7 @@ class DistributedEnumerable(AutoregressiveEnumerable):
         """:meth:`close`; an error while closing the workers (say, a restarted worker that cannot
         start) does not hide the exception that left the block: it is added to it as a note."""
         try:
-            self.close()
+            self.close(cut_tables=et is None)
         except Exception as e:
             if ev is None:
                 raise

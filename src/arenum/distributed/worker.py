@@ -328,9 +328,11 @@ class ShardWorker:
             idx._check()
         return True
 
-    def close(self) -> None:
+    def close(self, cut_tables: bool = True) -> None:
+        """Snapshot and release this worker's store; ``cut_tables=False`` (an interrupted build) keeps
+        every table, so that the build resumed scores no saved prefix again."""
         if self.store is not None:
-            self.store.close()
+            self.store.close(cut=cut_tables)
             self.store = None
 
     def ping(self) -> int:
