@@ -41,6 +41,7 @@ from .tables import (
     build_heads,
     check_cardinality,
     collect_rows,
+    dense_widths,
     heads_in_order,
     parse_dense_batch,
     parse_dense_heads,
@@ -235,7 +236,7 @@ class StepOracle:
         if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype.kind == "f":
             if floors is not None:
                 out: Any = parse_dense_heads(raw, prefixes, floors, self._parser)
-                out = (*out, raw.shape[1])
+                out = (*out, dense_widths(raw, out[0]))
             else:
                 out = self._parse_dense_batch(raw, prefixes)
         else:
@@ -303,7 +304,7 @@ class StepOracle:
                     parts_row.append(chunk[r])
                     parts_ids.append(ids)
                     parts_lp.append(lps)
-                    full[chunk] = V  # -inf entries count as present: at worst a needless re-score
+                    full[chunk] = V  # each row's entries above -inf
                 else:
                     presorted = False
                     collect_rows(res, chunk, floors, parts_row, parts_ids, parts_lp, full)

@@ -447,6 +447,20 @@ def parse_dense_heads(arr: np.ndarray, prefixes: list[tuple], floors: np.ndarray
     return r, _column_ids(V, ps.vocab)[c], lp
 
 
+def dense_widths(arr: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Each dense row's table width, its entries above ``-inf`` (a ``-inf`` column is no entry), given
+    ``r``, the rows of the heads cut from it: a row whose head holds all of them is whole, and is not
+    scored again for a deeper threshold. One ``min`` pass when a row is cut; the count only for rows
+    that hold a ``-inf``."""
+    n, V = arr.shape
+    w = np.full(n, V, np.int64)
+    if n and np.bincount(r, minlength=n).min() < V:
+        sub = np.flatnonzero(arr.min(axis=1) == -math.inf)
+        if sub.size:
+            w[sub] = np.count_nonzero(arr[sub] > -math.inf, axis=1)
+    return w
+
+
 def rows_of_dense(arr: np.ndarray, ids_all: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     """The ``(ids, logps)`` table of each validated dense row, ``-inf`` entries dropped (unsorted)."""
     out = []
