@@ -324,7 +324,7 @@ class AutoregressiveEnumerable:
         :meth:`unrank`). Reads :meth:`slice` in chunks of 64 items doubling up to 65,536: the forwards
         and memory of the items read so far; best-first past a cap (:func:`arenum.exact.listing`)."""
         rest = lambda: ((self._decode(ids), s) for ids, s in best_first(self._table_of_ids, self.support))  # noqa: E731
-        return listing(self.slice, lambda: self.seek_index().at_depth_floor, rest)
+        return listing(self.slice, lambda: self.seek_index().more_below_floor, rest)
 
     def _table_of_ids(self, prefix_ids: tuple) -> tuple[np.ndarray, np.ndarray]:
         with self._lock:

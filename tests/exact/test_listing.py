@@ -1,6 +1,7 @@
 """``enumerator()``: the exact order read off the index in growing chunks, best-first past a cap."""
 from __future__ import annotations
 
+import math
 from itertools import islice
 
 import pytest
@@ -52,6 +53,33 @@ def _forwards_for(m, k):
     ar = AutoregressiveEnumerable(m, eos=0, max_len=8)
     ar.top_k(k)
     return ar.stats["forwards"]
+
+
+@pytest.mark.parametrize("eos", [0, None])
+def test_a_whole_support_is_listed_off_the_index_without_a_forward_twice(eos):
+    """A finite support read to its end (its build reaches -inf, below the depth floor) is listed
+    whole by the index: the listing does not walk it again best-first (which scored every prefix a
+    second time: 6 forwards for 3 prefixes, and all of them again after ``count(-inf)``)."""
+    L = 4
+    m = RandomModel(3, seed=7, eos=eos, eos_boost=1.5)
+    bf = brute_force(m.table, fixed_len=None if eos is not None else L, eos=eos, cap=L)
+    ar = AutoregressiveEnumerable(m, eos=eos, max_len=L)
+    assert list(ar.enumerator()) == bf
+    assert ar.stats["forwards"] == ar.stats["tree_prefixes"] and ar.stats["refetches"] == 0
+    f = ar.stats["forwards"]
+    ar.count(float("-inf"))
+    assert list(ar.enumerator()) == bf and ar.stats["forwards"] == f
+
+
+def test_past_the_depth_floor_the_listing_goes_on_best_first():
+    """Sequences below ``max_depth_bits`` (4096) are not in any index: the listing reaches them
+    best-first, in order, after the index's items."""
+    def tab(p):
+        return [0, 1], [math.log1p(-math.exp(-1500.0)), -1500.0]  # two steps of token 1: past 4096 bits
+
+    bf = brute_force(lambda p: tuple(map(list, tab(p))), fixed_len=4)
+    ar = AutoregressiveEnumerable(lambda p: list(zip(*tab(p))), max_len=4)
+    assert list(ar.enumerator()) == bf and ar.seek_index().more_below_floor
 
 
 @pytest.mark.parametrize("cap", [50, 400])

@@ -157,9 +157,14 @@ class SeekIndex:
     def truncated(self) -> bool:
         """The declared support was cut: the depth cap bound a prefix with budget left, or the
         build reached ``max_depth_bits`` while more sequences exist."""
-        return self.tree.depth_truncated or (
-            -math.inf < self.tree.built <= self.depth_floor and self._more_beyond()
-        )
+        return self.tree.depth_truncated or self.more_below_floor
+
+    @property
+    @locked
+    def more_below_floor(self) -> bool:
+        """The build reached :attr:`depth_floor` while the support goes on below it: the order past
+        the index is not in it (a support built whole, to ``-inf``, has nothing below)."""
+        return -math.inf < self.tree.built <= self.depth_floor and self._more_beyond()
 
     def _more_beyond(self) -> bool:
         return self.tree.completions_beyond(self.limits.max_depth_bits)
