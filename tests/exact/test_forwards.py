@@ -210,3 +210,67 @@ def test_tail_draws_score_no_prefix_the_tree_holds(term, form):
     est = ar.monte_carlo(3000, head=True)
     assert est.head is not None and seen
     assert not built & set(seen)  # every prefix scored once, by the tree or by the draws
+
+
+@pytest.mark.parametrize("form", ["pairs", "arrays", "dense", "batch", "batch-dense", "heads"])
+def test_a_failure_mid_round_scores_no_prefix_twice(monkeypatch, form):
+    """Model errors and Ctrl-C at random calls (seeded, many trials): the rows a round got before the
+    failure are kept (the round itself is not committed), so over all the tries every prefix is
+    scored once (a retry scored them again: 8 forwards for 7 prefixes), and the answers are exact."""
+    import collections
+
+    import numpy as np
+
+    monkeypatch.setattr(tree_mod, "_FETCH_ENTRIES", 40)  # rounds of several chunks
+    rng = np.random.default_rng(17)
+    for trial in range(12):
+        m = RandomModel(4, seed=100 + trial, peak=1.0, eos=0 if trial % 2 else None, eos_boost=2.0,
+                        form="dense" if form in ("dense", "batch-dense") else "arrays" if form == "arrays" else "pairs")
+        L = 4
+        eos = m.eos
+        bf = brute_force(m.table, fixed_len=None if eos is not None else L, eos=eos, cap=L)
+        scored: collections.Counter = collections.Counter()
+        fail = set(rng.choice(np.arange(1, 60), size=4, replace=False).tolist())
+        calls = [0]
+
+        def tick():
+            calls[0] += 1
+            if calls[0] in fail:
+                raise KeyboardInterrupt if calls[0] % 2 else RuntimeError("transient")
+
+        def single(p):
+            tick()
+            scored[p] += 1
+            return m(p)
+
+        def batch(ps):
+            tick()
+            scored.update(ps)
+            rows = [m(p) for p in ps]
+            return np.stack(rows) if form == "batch-dense" else rows
+
+        def heads(ps, floors):
+            tick()
+            scored.update(ps)
+            counts, toks, lps, widths = [], [], [], []
+            for p, f in zip(ps, floors):
+                t, v = m.table(p)
+                k = sum(1 for x in v if x >= f)
+                counts.append(k), toks.extend(t[:k]), lps.extend(v[:k]), widths.append(len(t))
+            return np.array(counts), np.array(toks, np.int64), np.array(lps), np.array(widths)
+
+        kw: dict = {"batch_size": 3}
+        if form.startswith("batch"):
+            kw["batch_next_logprobs"] = batch
+        if form == "heads":
+            kw["batch_next_heads"] = heads
+        ar = AutoregressiveEnumerable(single, eos=eos, max_len=L, **kw)
+        for _ in range(len(fail) + 1):
+            try:
+                got = ar.slice(0, len(bf) + 1)
+                break
+            except (KeyboardInterrupt, RuntimeError):
+                ar._check()
+        assert got == bf
+        ar._check()
+        assert max(scored.values()) == 1 and ar.stats["forwards"] == sum(scored.values()), (trial, scored.most_common(2))

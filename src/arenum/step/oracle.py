@@ -23,6 +23,7 @@ which prefixes to score: the prefix tree and the queries do.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
@@ -140,6 +141,8 @@ class StepOracle:
         self._cache_size = int(cache_size)
         self.cache_bytes = 0  # bytes of the memoized full tables
         self.cache_max_bytes: int | None = None  # set by the enumerable from its memory budget
+        # rows scored in a round that an exception cut short: read by the query run again (fetch_heads)
+        self._salvage: dict[tuple, tuple[np.ndarray, np.ndarray, int, float, float]] = {}
         self._parser = Parser(vocab, self.norm_tol, self._renormalized)
         self._widest_row = 0  # the widest row parsed from one-prefix calls (sizes their chunks)
         self.eos_id: int | None = None
@@ -209,8 +212,10 @@ class StepOracle:
             st.model_seconds += clock() - t0
             st.forwards += len(raws)
             t1 = clock()
-            if raws:
-                parse_tables(raws, prefixes[: len(raws)], self._parser)  # raises the first bad row's error
+            if raws:  # raises the first bad row's error; else the rows are kept for the query run again
+                row, ids, lps, widths = parse_tables(raws, prefixes[: len(raws)], self._parser)
+                k = len(raws)
+                self._stash(prefixes[:k], np.full(k, -math.inf), [np.arange(k)], [row], [ids], [lps], widths, None)
             st.parse_seconds += clock() - t1
             raise
         t1 = clock()
@@ -233,6 +238,8 @@ class StepOracle:
         self.stats.calls += 1
         self.stats.batch_calls += 1
         check_cardinality("batch_next_logprobs", raw, len(prefixes), "for a batch of {n} prefixes", "prefix")
+        if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.shape[1] == 0 and prefixes:
+            raise ValueError(f"next_logprobs({short_repr(prefixes[0])}): empty step table (a dense batch of 0 columns)")
         if isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype.kind == "f":
             if floors is not None:
                 out: Any = parse_dense_heads(raw, prefixes, floors, self._parser)
@@ -273,9 +280,46 @@ class StepOracle:
                 parts_ids.append(ids[:k])
                 parts_lp.append(lps[:k])
                 full[i] = lps.shape[0]
-        t_parse = 0.0
         offs = None  # each row's offset, where the adapter gives one (Heads)
+        self._salvage_used: list[int] = []
+        if self._salvage:
+            left = self._from_salvage(prefixes, floors, todo, parts_row, parts_ids, parts_lp, full)
+            if len(left) < len(todo):
+                presorted, todo = False, left
+                got = {i: o for i, o in self._salvage_offs.items() if o == o}
+                if got:
+                    offs = np.full(n, np.nan)
+                    offs[list(got)] = list(got.values())
+        t_parse = 0.0
         direct = len(todo) == n  # nothing cached: a chunk's prefixes are a slice
+        n_pre = len(parts_row)  # the parts read from the cache (or kept from a cut round)
+        scored: list[tuple[np.ndarray, int]] = []  # the chunks scored, for a round cut short (below)
+        parts_lens: list[np.ndarray] = []  # one-prefix calls of a slice: each chunk's row lengths
+        offs_box = [offs]  # the offsets, as the chunks fill them
+        try:
+            heads = self._fetch_todo(prefixes, floors, todo, direct, parts_row, parts_lens, parts_ids, parts_lp, full,
+                                     presorted, offs_box, t_parse, scored)
+            for i in self._salvage_used:  # read: the rows kept for this round are the caller's now
+                self._salvage.pop(prefixes[i], None)
+            return heads
+        except BaseException:
+            # the rows scored before the failure are kept, so that the query run again does not score them again
+            chunks = [c for c, _ in scored]
+            end = scored[-1][1] if scored else n_pre  # the parts of whole chunks
+            rows = [np.repeat(c, ln) for c, ln in zip(chunks, parts_lens)] if parts_lens else parts_row[n_pre:end]
+            try:
+                self._stash(prefixes, floors, chunks, rows, parts_ids[n_pre:end], parts_lp[n_pre:end], full, offs_box[0])
+            except Exception:  # pragma: no cover - best effort: never hides the failure
+                pass
+            raise
+
+    def _fetch_todo(self, prefixes: list[tuple], floors: np.ndarray, todo: list[int], direct: bool,
+                    parts_row: list, parts_lens: list, parts_ids: list, parts_lp: list, full: np.ndarray,
+                    presorted: bool, offs_box: list, t_parse: float, scored: list[tuple[np.ndarray, int]]) -> Heads:
+        """:meth:`fetch_heads` of the rows ``todo`` (the model's calls), the parts read before it given;
+        each chunk scored is appended to ``scored`` once its parts are, with the number of parts then."""
+        n = len(prefixes)
+        offs = offs_box[0]
         if self._heads is not None:
             presorted = False
             bs = self.batch_size
@@ -289,9 +333,10 @@ class StepOracle:
                 full[chunk] = widths
                 if off is not None:
                     if offs is None:
-                        offs = np.full(n, np.nan)
+                        offs = offs_box[0] = np.full(n, np.nan)
                     offs[chunk] = off
                 self.stats.forwards += len(chunk)
+                scored.append((chunk, len(parts_ids)))
         elif self._batch is not None:
             bs = self.batch_size
             for a in range(0, len(todo), bs):
@@ -310,12 +355,12 @@ class StepOracle:
                     collect_rows(res, chunk, floors, parts_row, parts_ids, parts_lp, full)
                 t_parse += time.perf_counter() - t0
                 self.stats.forwards += len(chunk)
+                scored.append((chunk, len(parts_ids)))
         else:
             # one call per prefix: the rows parsed together, about PARSE_ENTRIES entries at a time
             # (after the first batch_size rows, by the widest row seen)
             bs = self.batch_size
             whole = not todo or float(floors[todo].max()) <= _LOWEST  # no cut: whole rows
-            parts_lens: list[np.ndarray] = []
             a = 0
             while a < len(todo):
                 if self._widest_row:
@@ -337,6 +382,7 @@ class StepOracle:
                 parts_ids.append(ids)
                 parts_lp.append(lps)
                 full[chunk] = widths
+                scored.append((chunk, len(parts_ids)))
             if direct:
                 t0 = time.perf_counter()
                 heads = heads_in_order(parts_lens, parts_ids, parts_lp, full, presorted)
@@ -347,6 +393,45 @@ class StepOracle:
         heads.offs = offs
         self.stats.parse_seconds += t_parse + time.perf_counter() - t0
         return heads
+
+    def _stash(self, prefixes: list[tuple], floors: np.ndarray, done: list[np.ndarray], rows: list, ids: list,
+               lps: list, full: np.ndarray, offs: np.ndarray | None) -> None:
+        """Keep the rows of ``done`` (each prefix's entries ``>= floors[i]``, from the parts ``rows``,
+        ``ids``, ``lps``; its width; its offset) that a round scored before an exception cut it short:
+        the round is not committed, and :meth:`fetch_heads` reads them when the query runs again."""
+        if not done:
+            return
+        idx = np.concatenate(done)
+        r = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+        kid = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+        klp = np.concatenate(lps) if lps else np.zeros(0)
+        o = np.argsort(r, kind="stable")  # each row's entries together, in their order
+        r, kid, klp = r[o], kid[o], klp[o]
+        lo, hi = np.searchsorted(r, idx, "left"), np.searchsorted(r, idx, "right")
+        for i, a, b in zip(idx.tolist(), lo.tolist(), hi.tolist()):
+            off = math.nan if offs is None else float(offs[i])
+            self._salvage[prefixes[i]] = (kid[a:b].copy(), klp[a:b].copy(), int(full[i]), float(floors[i]), off)
+
+    def _from_salvage(self, prefixes: list[tuple], floors: np.ndarray, todo: list[int], parts_row: list,
+                      parts_ids: list, parts_lp: list, full: np.ndarray) -> list[int]:
+        """Read the kept rows of ``todo`` that reach ``floors`` into the parts (their offsets in
+        ``_salvage_offs``, their rows in ``_salvage_used``); the rows left to score."""
+        left, sv = [], self._salvage
+        self._salvage_offs: dict[int, float] = {}
+        for i in todo:
+            got = sv.get(prefixes[i])
+            if got is None or got[3] > floors[i]:  # none, or not kept as deep as this floor asks: scored
+                left.append(i)
+                continue
+            self._salvage_used.append(i)  # dropped once the round is read (fetch_heads)
+            ids, lps, width, _, off = got
+            keep = lps >= floors[i]
+            parts_row.append(np.full(int(keep.sum()), i, np.int64))
+            parts_ids.append(ids[keep])
+            parts_lp.append(lps[keep])
+            full[i] = width
+            self._salvage_offs[i] = off
+        return left
 
     def _call_heads(
         self, prefixes: list[tuple], floors: np.ndarray
