@@ -197,3 +197,20 @@ def test_count_index_errors():
         make(coin).quantized_count_index("q", 3)
     with pytest.raises(ValueError, match="log_prob must be finite and <= 0"):
         q.fine_bucket(0.5)
+
+
+@pytest.mark.parametrize("kernels", ["numpy", None])
+def test_a_bad_token_deep_in_the_tree_and_an_empty_dense_batch_name_their_prefix(monkeypatch, kernels):
+    """A token of the wrong kind at a deep prefix named no prefix (the vocabulary's own message); a
+    dense batch of 0 columns was numpy's "zero-size array to reduction operation"."""
+    if kernels:
+        monkeypatch.setenv("ARENUM_KERNELS", kernels)
+    for bad in (1.0, "a", 2**70):
+        ar = AutoregressiveEnumerable(lambda p, bad=bad: [(0, LOG_HALF), (bad if p == (0, 1) else 1, LOG_HALF)], max_len=3)
+        with pytest.raises((TypeError, ValueError), match=r"^next_logprobs\(\(0, 1\)\): .*token") as e:
+            ar.count(-math.inf)
+        assert "\n" not in str(e.value)
+        ar._check()
+    ar = AutoregressiveEnumerable(coin, max_len=2, batch_next_logprobs=lambda ps: np.zeros((len(ps), 0)))
+    with pytest.raises(ValueError, match=r"^next_logprobs\(\(\)\): empty step table"):
+        ar.count(-math.inf)

@@ -149,7 +149,17 @@ def _pairs(raw: Any, prefix: tuple) -> tuple[list, list]:
 
 
 def parse_table(raw: Any, prefix: tuple, ps: Parser) -> tuple[np.ndarray, np.ndarray]:
-    """Validate one raw result; return ``(ids, logps)`` unsorted, ``-inf`` dropped, normalized."""
+    """Validate one raw result; return ``(ids, logps)`` unsorted, ``-inf`` dropped, normalized. Every
+    error names the prefix (a token's own, from the vocabulary, too)."""
+    try:
+        return _parse_table(raw, prefix, ps)
+    except (TypeError, ValueError) as e:
+        if str(e).startswith("next_logprobs("):
+            raise
+        raise type(e)(f"next_logprobs({short_repr(prefix)}): {e}") from None
+
+
+def _parse_table(raw: Any, prefix: tuple, ps: Parser) -> tuple[np.ndarray, np.ndarray]:
     vocab = ps.vocab
     if type(raw) is list and raw and not isinstance(raw[0], np.ndarray):
         # (token, log_prob) pairs, the common form: a dict checks pairs and duplicates in one go
