@@ -182,3 +182,37 @@ def test_cli_labels_min_auto_reference_and_svg_pdf(tmp_path, capsys):
                        (["--reference", test], "names no password column")):
         rc, out, err = _eval(capsys, *base, *extra)
         assert rc == 2 and why in err and err.count("\n") == 1, err
+
+
+def test_eval_interrupted_closes_its_store_keeping_every_table(tmp_path, capsys, monkeypatch):
+    """Ctrl-C in ``eval --store`` closed the store as a finished run does, cutting its tables, so the
+    run again scored the saved prefixes a second time: it keeps them now, as every other command."""
+    import arenum.report as report
+    from arenum.exact import store as store_mod
+
+    seen: list[bool] = []
+    real = store_mod.TreeStore.close
+
+    def close(self, cut=True):
+        seen.append(cut)
+        return real(self, cut)
+
+    monkeypatch.setattr(store_mod.TreeStore, "close", close)
+    path = tmp_path / "m.npz"
+    _models()[1].save(path)
+    test = tmp_path / "test.txt"
+    test.write_text("\n".join(TEST) + "\n", encoding="utf-8")
+    base = [path, test, "--max-len", MAX_LEN, "--max-forwards", 300, "--store", tmp_path / "st", "-q"]
+    rc, _, err = _eval(capsys, *base)
+    assert rc == 0, err
+    real_curve = report.guessing_curve
+
+    def interrupted(enum, *a, **kw):
+        enum.count(-6.0)  # some work, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "guessing_curve", interrupted)
+    rc, _, err = _eval(capsys, *base)
+    assert rc == 130 and "interrupted" in err
+    assert seen == [True, False]
+    monkeypatch.setattr(report, "guessing_curve", real_curve)

@@ -20,6 +20,7 @@ import os
 import sys
 import time
 
+from ..enumerable import AutoregressiveEnumerable
 from .common import CLIError, check_figure_out, check_writable, checked_atomic_write, make_progress, read_lines, table
 from .load import load_model
 
@@ -117,6 +118,7 @@ def cmd_eval(args: argparse.Namespace) -> "object":
         m.enum.progress = bar = make_progress(args.quiet)
         if bar is not None:  # a terminal: a line per model, above its bar
             _say(f"eval: model {k + 1}/{len(specs)} {spec}: ranking {len(lines):,} lines")
+        done = False
         try:
             seqs, errs = [], []
             for s in lines:
@@ -130,10 +132,14 @@ def cmd_eval(args: argparse.Namespace) -> "object":
                     errs.append(str(exc))
             curves.append(guessing_curve(m.enum, seqs, labels=lines, name=name, errors=errs,
                                          samples=args.samples, seed=args.seed))
+            done = True
         finally:
             if bar is not None:
                 bar.close()
-            m.enum.close()  # a store: snapshot and release its lock
+            if done or not isinstance(m.enum, AutoregressiveEnumerable):
+                m.enum.close()  # a store: snapshot and release its lock
+            else:  # interrupted (Ctrl-C) or failed: keep every table, so that the run again scores no prefix twice
+                m.enum.close(cut_tables=False)
         if bar is not None:
             c = curves[-1]
             _say(f"eval: model {k + 1}/{len(specs)} {spec}: done, {c.forwards:,} forwards, {c.seconds:.1f} s, "
