@@ -256,6 +256,35 @@ def test_with_closes_the_workers_stores_keeping_their_tables_when_its_block_rais
         assert again.stats["rounds"] == 0 and again.stats["refetches"] == 0 and min(again.stats["workers_restored"]) > 0
 
 
+def test_a_damaged_cluster_file_or_a_one_process_store_is_refused_in_one_line(tmp_path):
+    """``cluster.json`` damaged (workers 1 on a 2-worker plan opened 1 worker and listed 21 of 40
+    sequences; others raised TypeError, KeyError, IndexError, a bare JSONDecodeError) and a
+    single-process store given to the workers (it was rebuilt beside, as a cluster's) are refused."""
+    import json
+
+    fac = _factory(CASES[3])
+    with DistributedEnumerable(fac, 2, backend="local", store=tmp_path / "s") as dist:
+        want = dist.slice(0, 10**6)
+    path = tmp_path / "s" / "cluster.json"
+    orig = json.loads(path.read_text())
+    for bad in ({**orig, "workers": 1}, {**orig, "workers": True}, [1, 2], {**orig, "plan": "{}"},
+                {**orig, "plan": "not json"}, {**orig, "workers": 0}, {**orig, "workers": 3}, {"plan": orig["plan"]}):
+        path.write_text(json.dumps(bad))
+        with pytest.raises(StoreError, match="not a readable cluster file") as e:
+            DistributedEnumerable(fac, None, backend="local", store=tmp_path / "s")
+        assert "\n" not in str(e.value)
+    path.write_text(json.dumps(orig))
+    with DistributedEnumerable(fac, None, backend="local", store=tmp_path / "s") as dist:
+        assert dist.slice(0, 10**6) == want and dist.stats["rounds"] == 0
+    one = AutoregressiveEnumerable(fac.make_model(), eos=0, max_len=5, store=tmp_path / "one")
+    one.count(-3.0)
+    one.close()
+    before = sorted(os.listdir(tmp_path / "one"))
+    with pytest.raises(StoreError, match="single-process store") as e:
+        DistributedEnumerable(fac, 2, backend="local", store=tmp_path / "one")
+    assert "\n" not in str(e.value) and sorted(os.listdir(tmp_path / "one")) == before
+
+
 class _SameRootFactory:
     """Worker ``k`` gets model ``seeds[k % 2]`` past the first step, all the same first step (the
     local backend calls the factory once per worker, in order)."""

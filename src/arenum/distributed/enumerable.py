@@ -115,7 +115,7 @@ class DistributedEnumerable(AutoregressiveEnumerable):
         self._int_mode = ref["int_mode"]
         self.support = be.call(0, "support")
         if saved is not None:
-            plan = ShardPlan.from_json(saved["plan"])
+            plan = saved["plan_obj"]
             if saved.get("fingerprint") != self.fingerprint:
                 raise StoreError(f"{os.path.join(root, CLUSTER_FILE)}: built for another model")
         else:
@@ -295,15 +295,26 @@ def _read_cluster(root: str | None) -> dict | None:
         return None
     path = os.path.join(root, CLUSTER_FILE)
     if not os.path.exists(path):
+        if os.path.exists(os.path.join(root, "manifest.json")):  # a one-process store: not rebuilt as a cluster's
+            raise StoreError(f"{root}: holds a single-process store, not a cluster's: open it without workers "
+                             "(or give the workers another folder)")
         return None
     try:
         with open(path, encoding="utf-8") as f:
             d = json.load(f)
-        if not isinstance(d.get("workers"), int) or not isinstance(d.get("plan"), str):
-            raise ValueError("missing fields")
+        if not isinstance(d, dict):
+            raise ValueError("not a JSON object")
+        w = d.get("workers")
+        if type(w) is not int or w < 1 or not isinstance(d.get("plan"), str):
+            raise ValueError("missing or bad fields")
+        plan = ShardPlan.from_json(d["plan"])
+        if plan.workers != w:
+            raise ValueError(f"its plan is for {plan.workers} workers, not {w}")
+        d["plan_obj"] = plan
         return d
-    except (OSError, ValueError) as exc:
-        raise StoreError(f"{path}: not a readable cluster file ({exc})") from None
+    except Exception as exc:  # damaged: any field or plan that does not parse
+        why = (str(exc).strip().splitlines() or [""])[0]
+        raise StoreError(f"{path}: not a readable cluster file ({type(exc).__name__}: {why})") from None
 
 
 def _default_workers(backend: str, address: str | None, gpus: float) -> int:
