@@ -21,3 +21,20 @@ def save_word_checkpoint():
         tok.save_pretrained(path)
 
     return save
+
+
+@pytest.fixture
+def store_closes(monkeypatch) -> list[bool]:
+    """Every ``TreeStore.close`` of the test, in order: its ``cut`` (a finished build cuts the
+    tables; an interrupted one keeps them)."""
+    from arenum.exact import store as store_mod
+
+    seen: list[bool] = []
+    real = store_mod.TreeStore.close
+
+    def close(self, cut=True):
+        seen.append(cut)
+        return real(self, cut)
+
+    monkeypatch.setattr(store_mod.TreeStore, "close", close)
+    return seen

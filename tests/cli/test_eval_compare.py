@@ -184,20 +184,11 @@ def test_cli_labels_min_auto_reference_and_svg_pdf(tmp_path, capsys):
         assert rc == 2 and why in err and err.count("\n") == 1, err
 
 
-def test_eval_interrupted_closes_its_store_keeping_every_table(tmp_path, capsys, monkeypatch):
+def test_eval_interrupted_closes_its_store_keeping_every_table(tmp_path, capsys, monkeypatch, store_closes):
     """Ctrl-C in ``eval --store`` closed the store as a finished run does, cutting its tables, so the
     run again scored the saved prefixes a second time: it keeps them now, as every other command."""
     import arenum.report as report
-    from arenum.exact import store as store_mod
-
-    seen: list[bool] = []
-    real = store_mod.TreeStore.close
-
-    def close(self, cut=True):
-        seen.append(cut)
-        return real(self, cut)
-
-    monkeypatch.setattr(store_mod.TreeStore, "close", close)
+    seen = store_closes
     path = tmp_path / "m.npz"
     _models()[1].save(path)
     test = tmp_path / "test.txt"

@@ -224,20 +224,11 @@ def test_an_error_closing_the_workers_does_not_hide_the_one_that_left_the_block(
             monkeypatch.setattr(backend.LocalBackend, "close", failing_close)
 
 
-def test_with_closes_the_workers_stores_keeping_their_tables_when_its_block_raised(tmp_path, monkeypatch):
+def test_with_closes_the_workers_stores_keeping_their_tables_when_its_block_raised(tmp_path, store_closes):
     """An interrupted build (a ``with`` block that raised, the command line's Ctrl-C) keeps every
     table in each worker's store, as one process does: resumed, it scores no saved prefix again (a
     finished build may cut an n-gram's tables to the budget built)."""
-    from arenum.exact import store as store_mod
-
-    seen: list[bool] = []
-    real = store_mod.TreeStore.close
-
-    def close(self, cut=True):
-        seen.append(cut)
-        return real(self, cut)
-
-    monkeypatch.setattr(store_mod.TreeStore, "close", close)
+    seen = store_closes
     fac = _factory(CASES[3])
     with DistributedEnumerable(fac, 2, backend="local", store=tmp_path / "a") as dist:
         dist.count(-4.0)

@@ -697,17 +697,8 @@ def test_cli_build_interrupted_by_ctrl_c_resumes_without_scoring_a_saved_prefix_
     assert r["forwards_before"] + r["forwards"] == r["prefixes"] == r["store_forwards"]
 
 
-def test_with_closes_keeping_the_tables_when_its_block_raised(tmp_path, monkeypatch):
-    from arenum.exact import store as store_mod
-
-    seen: list[bool] = []
-    real = store_mod.TreeStore.close
-
-    def close(self, cut=True):
-        seen.append(cut)
-        return real(self, cut)
-
-    monkeypatch.setattr(store_mod.TreeStore, "close", close)
+def test_with_closes_keeping_the_tables_when_its_block_raised(tmp_path, store_closes):
+    seen = store_closes
     m = _model(True)
     with _open(m, True, tmp_path / "a") as ar:
         ar.count(-6.0)
