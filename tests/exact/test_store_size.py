@@ -30,6 +30,33 @@ def _open(m, path, term, **kw):
                                     batch_size=8, store=path, fingerprint="m", **kw)
 
 
+def _recount(ar) -> dict[str, np.ndarray]:
+    """The steering histograms recounted from the heads the tree stores (each entry once)."""
+    from arenum.exact.records import HIST_BINS_PER_BIT, HIST_LEN
+
+    def bin_of(x):  # the bin a fetch counts an entry of score x in: floor(-x / ln 2 * 64), capped
+        return np.minimum(x / (-math.log(2) / HIST_BINS_PER_BIT), HIST_LEN - 1).astype(np.int64)
+
+    tree = ar._tree
+    out = {"h_comp": np.zeros(HIST_LEN, np.int64), "h_pref": np.zeros(HIST_LEN, np.int64)}
+    for d, lev in enumerate(tree.levels):
+        tlen, off = lev.tlen.astype(np.int64), lev.off.astype(np.int64)
+        rep = np.repeat(np.arange(tlen.shape[0]), tlen)
+        at = np.repeat(off, tlen) + np.arange(rep.shape[0]) - np.repeat(np.cumsum(tlen) - tlen, tlen)
+        b = bin_of(lev.score[rep] + lev.pool_lp.v[at])
+        eos = lev.pool_tok.v[at] == tree.eos_id if tree.eos_id is not None else np.zeros(b.shape[0], bool)
+        leaf = d == tree.leaf_level
+        np.add.at(out["h_comp"], b[eos | (tree.eos_id is None and leaf)], 1)
+        if not leaf:
+            np.add.at(out["h_pref"], b[~eos], 1)
+    return out
+
+
+def _hists_hold_the_stored_heads(ar) -> bool:
+    got = _recount(ar)
+    return all(np.array_equal(getattr(ar._tree, k), got[k]) for k in got)
+
+
 def _du(p) -> int:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
@@ -53,15 +80,20 @@ def test_a_reopened_store_answers_bit_identically_with_no_forward_and_deepens_ex
         ar2 = _open(m, p, term)
         assert ar2.stats["forwards"] == 0
         ar2._check()
+        # the steering histograms count what is stored: a cut takes its entries out, so that a prefix
+        # scored again counts them once (they were counted twice: a cap one process met was refused)
+        assert _hists_hold_the_stored_heads(ar2)
         assert ar2.count(T) == n and ar2.slice(0, n) == want == bf[:n]
         assert [ar2.rank(s).rank for s, _ in want[::7]] == list(range(0, n, 7))
         assert ar2.stats["forwards"] == 0
         # deeper: every answer exact; a cut store scores its cut prefixes again, and says so
         assert ar2.count(-math.inf) == len(bf) and ar2.slice(0, len(bf)) == bf
         ar2._check()
+        assert _hists_hold_the_stored_heads(ar2) and ar2._tree.known_prefixes(99.0) == ar2._tree.n_nodes
         clean = AutoregressiveEnumerable(m, max_len=L, eos=0 if term else None, batch_next_logprobs=m.batch,
                                          batch_size=8)
         clean.count(-math.inf)
+        assert _hists_hold_the_stored_heads(clean)
         extra = ar2.stats["forwards"] - (clean.stats["forwards"] - ar.stats["forwards"])
         assert extra == ar2.stats["refetches"]
         assert (extra > 0) == cut

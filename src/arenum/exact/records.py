@@ -36,7 +36,7 @@ from .levels import Level
 from .._validate import LN2
 
 __all__ = ["RecordKind", "RECORDS", "check_record", "encode_record", "decode_record", "HIST_BINS_PER_BIT",
-           "HIST_LEN", "narrow_ids", "f32_rows", "from_f32_rows"]
+           "HIST_LEN", "bin_of", "narrow_ids", "f32_rows", "from_f32_rows"]
 
 HIST_BINS_PER_BIT = 64
 """The steering histograms' bins per bit of score."""
@@ -310,6 +310,12 @@ def _bin_counts(tree: Any, fx: np.ndarray, fid: np.ndarray, eos: int | None, is_
         if cp.any():
             out.append((tree.h_pref, lo, cp, lo + _last(cp)))
     return out
+
+
+def bin_of(x: np.ndarray) -> np.ndarray:
+    """The steering histograms' bin of entries of scores ``x`` (``<= 0``), as :func:`_bin_counts` puts them."""
+    b = np.minimum(x / (-LN2 / HIST_BINS_PER_BIT), HIST_LEN - 1)
+    return b.astype(np.int64)  # b >= 0: the floor
 
 
 def _last(c: np.ndarray) -> int:

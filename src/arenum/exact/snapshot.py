@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from .levels import COLUMNS
-from .records import f32_rows, from_f32_rows, narrow_ids
+from .records import bin_of, f32_rows, from_f32_rows, narrow_ids
 from .._validate import LN2
 
 __all__ = ["pack_state", "unpack_state", "choose_pack", "measure_cut", "note_offsets", "DERIVED", "SECONDS_PER_BYTE"]
@@ -169,23 +169,25 @@ def _pool_with_offsets(p: str, lp: np.ndarray, keep: np.ndarray, lo: np.ndarray,
 
 
 def pack_state(scalars: dict, arrays: dict[str, np.ndarray], *, eos_id: int | None,
-               cut: float | None, measured: list | None = None, offsets: list | None = None
-               ) -> tuple[dict, dict[str, np.ndarray], dict[str, str], dict]:
+               cut: float | None, measured: list | None = None, offsets: list | None = None,
+               leaf_level: int | None = None) -> tuple[dict, dict[str, np.ndarray], dict[str, str], dict]:
     """``(scalars, files, encodings, cut)`` of a tree's exported state (module docstring); ``cut`` says
     how many nodes had entries cut (``cut_nodes``), and the entries and bytes cut. ``cut``: keep
     only head entries with ``score + lp >= cut`` (per node at most the score of its last made child,
     so every child keeps its entry); ``None`` keeps every stored entry. ``measured``: the per-level
     cut :func:`measure_cut` already computed for this ``cut`` (not computed again). Heads superseded
     by a later fetch of their prefix are dropped either way. ``offsets``: per level, each node's row
-    offset where known (a store's, from the fetch records' ``koff``; NaN elsewhere)."""
+    offset where known (a store's, from the fetch records' ``koff``; NaN elsewhere). The steering
+    histograms count the stored entries: a cut takes its entries out of them (``leaf_level``, the
+    tree's, says where every entry is a completion), so that a prefix scored again after the cut
+    counts them once, as a tree that never stored them would."""
     n = int(scalars["n_levels"])
     files: dict[str, np.ndarray] = {}
     enc: dict[str, str] = {}
     entries = 0
     used = 0
     info = {"cut_nodes": 0, "dropped_entries": 0, "dropped_bytes": 0}
-    for k in ("h_comp", "h_pref"):
-        files[k] = _narrow(arrays[k])
+    hists = {k: np.array(arrays[k], np.int64) for k in ("h_comp", "h_pref")}
     if cut is not None and measured is None:
         measured = measure_cut(scalars, arrays, cut, offsets)[0]
     for d in range(n):
@@ -195,6 +197,8 @@ def pack_state(scalars: dict, arrays: dict[str, np.ndarray], *, eos_id: int | No
         pool_lp, pool_tok = arrays[p + "pool_lp"], arrays[p + "pool_tok"]
         if cut is not None:
             keep, floor = measured[d]
+            if (keep < tlen).any():
+                _uncount(hists, score, off, tlen, keep, pool_lp, pool_tok, eos_id, d == leaf_level)
         else:
             keep, floor = tlen, np.asarray(arrays[p + "floor"], np.float64)
         total = int(keep.sum())
@@ -218,9 +222,35 @@ def pack_state(scalars: dict, arrays: dict[str, np.ndarray], *, eos_id: int | No
         tok_bytes = 4 if tok.size == 0 or (np.iinfo(np.int32).min <= int(tok.min()) and int(tok.max()) <= np.iinfo(np.int32).max) else 8
         node_bytes = sum(np.dtype(t).itemsize for t in COLUMNS.values()) + (8 if eos_id is not None else 0)
         used += score.shape[0] * node_bytes + total * (8 + tok_bytes)
+    for k, h in hists.items():
+        files[k] = _narrow(h[: int(np.flatnonzero(h)[-1]) + 1] if h.any() else h[:0])
     out = dict(scalars)
     out["pool_entries"], out["used_bytes"] = entries, used
     return out, files, enc, info
+
+
+def _uncount(hists: dict[str, np.ndarray], score: np.ndarray, off: np.ndarray, tlen: np.ndarray, keep: np.ndarray,
+             pool_lp: np.ndarray, pool_tok: np.ndarray, eos_id: int | None, is_leaf: bool) -> None:
+    """Take a level's cut entries (each head's past ``keep``) out of the steering histograms, in the
+    bins the fetch put them in (:func:`arenum.exact.records.bin_of`)."""
+    m = tlen.shape[0]
+    rep = np.repeat(np.arange(m), tlen)
+    pos = np.arange(rep.shape[0], dtype=np.int64) - np.repeat(np.cumsum(tlen) - tlen, tlen)
+    gone = pos >= keep[rep]
+    at = off[rep[gone]] + pos[gone]
+    b = bin_of(score[rep[gone]] + pool_lp[at])
+    eos = pool_tok[at] == eos_id if eos_id is not None else np.zeros(b.shape[0], np.bool_)
+    parts = [("h_comp", b[eos]), ("h_pref", b[~eos])] if eos_id is not None else [("h_comp" if is_leaf else "h_pref", b)]
+    for k, bins in parts:
+        if eos_id is not None and k == "h_pref" and is_leaf:
+            continue  # a leaf's other entries are counted nowhere
+        if bins.size:
+            h = hists[k]
+            if int(bins.max()) >= h.shape[0]:
+                raise ValueError(f"a cut entry lies past {k}'s last bin")
+            h -= np.bincount(bins, minlength=h.shape[0])
+            if (h < 0).any():
+                raise ValueError(f"{k} would count fewer entries than the tree stores")
 
 
 def _cut(pool_lp: np.ndarray, s: np.ndarray, off: np.ndarray, tlen: np.ndarray, made: np.ndarray,
@@ -374,5 +404,6 @@ def choose_pack(tree, cost: tuple[float, int] | None, keep_tables: bool | None,
         nodes, saved = info["cut_nodes"], info["dropped_bytes"]
         sec, fw = cost
         if nodes and (keep_tables is False or (fw and nodes * sec / fw < saved * SECONDS_PER_BYTE)):
-            return pack_state(scalars, arrays, eos_id=eos, cut=at, measured=per, offsets=offsets)[:3] + (True,)
+            return pack_state(scalars, arrays, eos_id=eos, cut=at, measured=per, offsets=offsets,
+                              leaf_level=tree.leaf_level)[:3] + (True,)
     return pack_state(scalars, arrays, eos_id=eos, cut=None, offsets=offsets)[:3] + (False,)
