@@ -276,6 +276,36 @@ def test_a_damaged_cluster_file_or_a_one_process_store_is_refused_in_one_line(tm
     assert "\n" not in str(e.value) and sorted(os.listdir(tmp_path / "one")) == before
 
 
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_the_workers_score_no_prefix_the_plan_scored(workers):
+    """The plan's interior tables travel with it: with a fingerprint given, a build across workers
+    scores each prefix once, the single process's forwards (the interior prefixes were scored by
+    the plan and again by every worker below them: 75 forwards where one process pays 31)."""
+    import collections
+
+    calls: collections.Counter = collections.Counter()
+
+    def fac():
+        m = RandomModel(3, seed=5, peak=0.5, eos=0, eos_boost=1.5)
+
+        def f(p):
+            calls[tuple(p)] += 1
+            return m(p)
+        return AutoregressiveEnumerable(f, max_len=5, eos=0)
+
+    one = fac()
+    want = one.slice(0, 200)
+    n_one = sum(calls.values())
+    calls.clear()
+    with DistributedEnumerable(fac, workers, backend="local", fingerprint="x") as dist:
+        assert dist.plan.tables and dist.slice(0, 200) == want
+        assert max(calls.values()) == 1 and sum(calls.values()) == n_one == dist.stats["forwards"]
+    from arenum.distributed import ShardPlan
+
+    old = ShardPlan.from_json(dist.plan.to_json(log_probs=False))  # a plan saved without its tables' log-probs
+    assert not old.lps and old.digest() == dist.plan.digest() == ShardPlan.from_json(dist.plan.to_json()).digest()
+
+
 class _SameRootFactory:
     """Worker ``k`` gets model ``seeds[k % 2]`` past the first step, all the same first step (the
     local backend calls the factory once per worker, in order)."""

@@ -57,8 +57,9 @@ class ShardPlan:
     """A frontier cut of the support (module docstring).
 
     ``workers``: how many parts. ``units``: frontier prefix -> worker. ``tables``: interior prefix ->
-    its whole table's tokens in table order (descending log-prob, ties in the model's order).
-    ``eos_owner``: interior prefix -> the worker counting its ``eos`` completion. ``eos``: the end
+    its whole table's tokens in table order (descending log-prob, ties in the model's order); ``lps``:
+    their log-probs (the plan's forwards, so that no worker scores an interior prefix again; a plan
+    saved without them is read as it was, its workers scoring their interior prefixes). ``eos_owner``: interior prefix -> the worker counting its ``eos`` completion. ``eos``: the end
     token (``None``: fixed length).
     """
 
@@ -68,6 +69,7 @@ class ShardPlan:
     eos_owner: dict[tuple, int] = field(default_factory=dict)
     eos: Any = None
     mass: list[float] = field(default_factory=list)
+    lps: dict[tuple, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._pos = {p: {t: j for j, t in enumerate(toks)} for p, toks in self.tables.items()}
@@ -128,27 +130,36 @@ class ShardPlan:
         return tuple(out)
 
     # ------------------------------------------------------------------ identity
-    def to_json(self) -> str:
-        return json.dumps({
+    def to_json(self, *, log_probs: bool = True) -> str:
+        """The plan as JSON; ``log_probs=False`` leaves out the interior tables' log-probs (the
+        :meth:`digest`'s form: what cuts the support, the same with or without them)."""
+        d = {
             "workers": self.workers,
             "units": [[[_enc(t) for t in u], w] for u, w in self.units.items()],
             "tables": [[[_enc(t) for t in p], [_enc(t) for t in toks]] for p, toks in self.tables.items()],
             "eos_owner": [[[_enc(t) for t in p], w] for p, w in self.eos_owner.items()],
             "eos": _enc(self.eos), "mass": self.mass,
-        }, sort_keys=True)
+        }
+        if log_probs and self.lps:  # float.hex: bit for bit
+            d["lps"] = [[[_enc(t) for t in p], [float(v).hex() for v in lp]] for p, lp in self.lps.items()]
+        return json.dumps(d, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "ShardPlan":
         d = json.loads(text)
         def seq(xs: list) -> tuple:
             return tuple(_dec(x) for x in xs)
-        return cls(workers=int(d["workers"]), units={seq(u): int(w) for u, w in d["units"]},
+        plan = cls(workers=int(d["workers"]), units={seq(u): int(w) for u, w in d["units"]},
                    tables={seq(p): list(seq(t)) for p, t in d["tables"]},
-                   eos_owner={seq(p): int(w) for p, w in d["eos_owner"]}, eos=_dec(d["eos"]), mass=list(d["mass"]))
+                   eos_owner={seq(p): int(w) for p, w in d["eos_owner"]}, eos=_dec(d["eos"]), mass=list(d["mass"]),
+                   lps={seq(p): [float.fromhex(v) for v in lp] for p, lp in d.get("lps", [])})
+        if any(len(lp) != len(plan.tables.get(p, ())) for p, lp in plan.lps.items()):
+            raise ValueError("the plan's log-probs do not match its tables")
+        return plan
 
     def digest(self) -> str:
-        """A hash of the plan (part of each worker's store fingerprint)."""
-        return hashlib.sha256(self.to_json().encode()).hexdigest()[:32]
+        """A hash of the plan (part of each worker's store fingerprint), its log-probs left out."""
+        return hashlib.sha256(self.to_json(log_probs=False).encode()).hexdigest()[:32]
 
     def describe(self) -> dict:
         return {"workers": self.workers, "units": len(self.units), "interior": len(self.tables),
@@ -172,6 +183,7 @@ def plan_shards(workers: int, table: Callable[[tuple], tuple[list, np.ndarray]],
         return ShardPlan(workers=workers, eos=eos, mass=[1.0] + [0.0] * (workers - 1))
     max_splits = MAX_SPLITS_PER_WORKER * workers if max_splits is None else max_splits
     tables: dict[tuple, list] = {}
+    lps_of: dict[tuple, list[float]] = {}
     units: dict[tuple, float] = {}  # frontier prefix -> its score
     eos_items: dict[tuple, float] = {}
 
@@ -183,7 +195,8 @@ def plan_shards(workers: int, table: Callable[[tuple], tuple[list, np.ndarray]],
         if all(eos is not None and t == eos for t in toks):
             return False
         tables[p] = toks
-        for t, lp in zip(toks, np.asarray(lps, np.float64).tolist()):
+        lps_of[p] = np.asarray(lps, np.float64).tolist()
+        for t, lp in zip(toks, lps_of[p]):
             if eos is not None and t == eos:
                 eos_items[p] = s + lp
             else:
@@ -213,7 +226,7 @@ def plan_shards(workers: int, table: Callable[[tuple], tuple[list, np.ndarray]],
         w = k if lap == 0 else workers - 1 - k
         owner[u] = w
         load[w] += math.exp(s)
-    plan = ShardPlan(workers=workers, units=owner, tables=tables, eos=eos)
+    plan = ShardPlan(workers=workers, units=owner, tables=tables, eos=eos, lps=lps_of)
     for p, s in eos_items.items():  # the eos completion of an interior node: a worker below it
         w = min(plan._owners[p]) if plan._owners[p] else 0
         plan.eos_owner[p] = w

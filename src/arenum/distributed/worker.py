@@ -54,19 +54,44 @@ class ShardOracle:
         inter = [i for i, p in enumerate(prefixes) if plan.is_interior(tuple(p))]
         if not inter:
             return inner.fetch_heads(prefixes, floors)
-        floors = np.array(floors, np.float64)
-        floors[inter] = -math.inf
-        h = inner.fetch_heads(prefixes, floors)
-        lens, full = h.lens.copy(), h.full.copy()
-        off = np.cumsum(lens) - lens
-        keep = np.ones(h.ids.shape[0], bool)
-        for i in inter:
-            a, n = int(off[i]), int(lens[i])
+        # an interior table the plan holds is read from it (the plan scored it), the others scored
+        known = {i for i in inter if tuple(prefixes[i]) in plan.lps}
+        rest = [i for i in range(len(prefixes)) if i not in known]
+        n = len(prefixes)
+        lens, full = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        ids_of: dict[int, np.ndarray] = {}
+        lps_of: dict[int, np.ndarray] = {}
+        if rest:
+            fl = np.array(floors, np.float64)[rest]
+            is_inter = np.array([i in inter for i in rest], bool)
+            fl[is_inter] = -math.inf
+            h = inner.fetch_heads([prefixes[i] for i in rest] if known else prefixes, fl)
+            off = np.cumsum(h.lens) - h.lens
+            for k, i in enumerate(rest):
+                a, m = int(off[k]), int(h.lens[k])
+                ids, lps = h.ids[a:a + m], h.lps[a:a + m]
+                if is_inter[k]:
+                    mine = self._mine(tuple(prefixes[i]), inner.tokens(ids))
+                    ids, lps = ids[mine], lps[mine]
+                    full[i] = ids.shape[0]
+                else:
+                    full[i] = h.full[k]
+                ids_of[i], lps_of[i] = ids, lps
+        for i in known:
             p = tuple(prefixes[i])
-            m = np.array([plan.owns(self._worker, p, t) for t in inner.tokens(h.ids[a:a + n])], bool)
-            keep[a:a + n] = m
-            lens[i] = full[i] = int(m.sum())
-        return Heads(h.ids[keep], h.lps[keep], lens, full)
+            mine = self._mine(p, plan.tables[p])
+            ids_of[i] = inner.vocab.ids([t for t, y in zip(plan.tables[p], mine) if y])
+            lps_of[i] = np.asarray(plan.lps[p], np.float64)[mine]
+            full[i] = ids_of[i].shape[0]
+        for i in range(n):
+            lens[i] = ids_of[i].shape[0]
+        cat = [ids_of[i] for i in range(n)]
+        return Heads(np.concatenate(cat).astype(np.int64, copy=False) if cat else np.zeros(0, np.int64),
+                     np.concatenate([lps_of[i] for i in range(n)]) if n else np.zeros(0), lens, full)
+
+    def _mine(self, prefix: tuple, tokens: Any) -> np.ndarray:
+        """Which entries of the interior table at ``prefix`` this worker's tree keeps."""
+        return np.array([self._plan.owns(self._worker, prefix, t) for t in tokens], bool)
 
 
 def _trim(h: np.ndarray) -> np.ndarray:
