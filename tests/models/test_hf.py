@@ -698,3 +698,45 @@ def test_tokenizer_with_special_tokens_added_past_its_base_vocabulary(tmp_path):
     o = CausalLMOracle.from_pretrained(tmp_path, prompt="w3 w7")
     assert o.tokenizer is not None and o.prompt_ids == [3, 7] and o.eos == 21 and o.bos_token_id == 20
     assert o.decode((5, 9)) == "w5 w9"
+
+
+def test_a_store_refuses_a_model_that_differs_past_its_first_values_or_in_its_config(tmp_path):
+    """The store's fingerprint saw each parameter's first 64 values and no configuration: a model
+    edited past them, or with another layer-norm epsilon, answered from the other's store, labelled
+    exact, with no forward. Now both are refused in one line; the same model (another copy, another
+    path) opens the store with no forward."""
+    from arenum import StoreError
+    from arenum.models.hf import CausalLMOracle
+
+    def oracle(edit=None):
+        m = tiny_gpt2()
+        if edit is not None:
+            edit(m)
+        return CausalLMOracle(m, prompt=[BOS], eos=EOS, dtype=torch.float64)
+
+    st = tmp_path / "st"
+    ar = oracle().enumerable(max_len=3, store=st)
+    want = ar.slice(0, 30)
+    ar.close()
+
+    def tail(m):
+        with torch.no_grad():
+            m.transformer.h[1].mlp.c_fc.weight[-1, -1] *= -3  # far past the first 64 values
+
+    def eps(m):
+        for mod in m.modules():
+            if isinstance(mod, torch.nn.LayerNorm):
+                mod.eps = 1.0
+        m.config.layer_norm_epsilon = 1.0
+
+    for edit in (tail, eps):
+        o = oracle(edit)
+        assert o.enumerable(max_len=3).slice(0, 30) != want  # another model indeed
+        with pytest.raises(StoreError, match="another model") as e:
+            o.enumerable(max_len=3, store=st)
+        assert "\n" not in str(e.value)
+    m = tiny_gpt2()
+    m.config._name_or_path = "/another/path/to/the/same/checkpoint"
+    again = CausalLMOracle(m, prompt=[BOS], eos=EOS, dtype=torch.float64).enumerable(max_len=3, store=st)
+    assert again.slice(0, 30) == want and again.stats["forwards"] == 0
+    again.close()

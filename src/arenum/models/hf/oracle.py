@@ -505,21 +505,50 @@ class CausalLMOracle:
         return (None if self.tokenizer is None else _DecodeOne(self.tokenizer)), None
 
     def fingerprint(self) -> str:
-        """A hash of what decides this oracle's tables: the checkpoint's name, every parameter's
-        name, shape and first values, the prompt ids, dtype, device type and logit scale. Identifies
-        the model to a forward store (``enumerable(store=...)``) without a forward."""
+        """A hash of what decides this oracle's tables, without a forward: the model's configuration
+        (less where it was loaded from), every parameter's and buffer's name, dtype, shape, first
+        values, a strided sample and the sum of its raw bits (exact integers: any edited value shows,
+        whatever order the device sums in), the prompt ids, dtype, device type and logit scale.
+        Identifies the model to a forward store (``enumerable(store=...)``)."""
         import hashlib
+        import json
 
         h = hashlib.sha256()
         cfg = getattr(self.model, "config", None)
-        head = [str(getattr(cfg, "_name_or_path", "")), list(self.prompt_ids), str(self.dtype),
+        conf = cfg.to_dict() if hasattr(cfg, "to_dict") else {}
+        for k in ("_name_or_path", "transformers_version", "_commit_hash", "torch_dtype", "dtype"):
+            conf.pop(k, None)
+        head = [json.dumps(conf, sort_keys=True, default=repr), list(self.prompt_ids), str(self.dtype),
                 torch.device(self.device).type, self.logit_scale]
         h.update(repr(head).encode("utf-8"))
         with torch.no_grad():
-            for name, p in self.model.named_parameters():
-                h.update(f"{name}{tuple(p.shape)}".encode())
-                h.update(p.detach().reshape(-1)[:64].to("cpu", torch.float64).numpy().tobytes())
+            for kind, items in (("p", self.model.named_parameters()), ("b", self.model.named_buffers())):
+                for name, p in items:
+                    h.update(f"{kind}:{name}{tuple(p.shape)}{p.dtype}".encode())
+                    h.update(_tensor_digest(p.detach()))
         return "hf:" + h.hexdigest()
+
+
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _tensor_digest(t: Any) -> bytes:
+    """A tensor's first 64 values, a strided sample of about 4,096 more and the integer sum of its
+    raw bits (modulo 2**64): the same bytes on every run of one device, for the same values."""
+    flat = t.reshape(-1)
+    n = flat.shape[0]
+    if n == 0:
+        return b""
+    step = max(1, n // 4096)
+    out = [flat[:64].to("cpu", torch.float64).numpy().tobytes(), flat[::step].to("cpu", torch.float64).numpy().tobytes()]
+    raw = flat.contiguous()
+    if raw.is_floating_point() or raw.is_complex():
+        raw = raw.view(_BITS[raw.element_size()]) if raw.element_size() in _BITS else raw.to(torch.float64).view(torch.int64)
+    total = 0
+    for a in range(0, n, 1 << 24):  # chunks: no whole-tensor int64 copy
+        total += int(raw[a:a + (1 << 24)].to(torch.int64).sum().item())
+    out.append((total % (1 << 64)).to_bytes(8, "little"))
+    return b"".join(out)
 
 
 class _DecodeOne:
