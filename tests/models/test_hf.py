@@ -236,6 +236,9 @@ def test_from_pretrained_local_only(tmp_path, model, save_word_checkpoint):
     with pytest.raises(FileNotFoundError, match="local") as err:
         CausalLMOracle.from_pretrained(tmp_path / "missing")
     assert "no such folder" in str(err.value) and "Repo id" not in str(err.value)  # no unrelated hub text
+    with pytest.raises(FileNotFoundError, match="nothing is downloaded") as err:  # a name, not a path
+        CausalLMOracle.from_pretrained("no-such-model-name-qa")
+    assert "\n" not in str(err.value)  # transformers' own message is several lines: its first only
 
 
 def test_encode_decode_match_the_support(model):

@@ -125,7 +125,7 @@ def load_checkpoint(
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **mk)
     except OSError as exc:
         raise FileNotFoundError(
-            f"no local causal-LM checkpoint at {path!r} (local_files_only=True; nothing is downloaded): {exc}"
+            f"no local causal-LM checkpoint at {path!r} (local_files_only=True; nothing is downloaded): {_first_line(exc)}"
         ) from exc
     except (TypeError, ImportError):  # a bad model_kwargs entry, a missing package: named as they are
         raise
