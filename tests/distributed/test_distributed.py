@@ -418,6 +418,27 @@ def test_ray_workers_answer_as_one_process_on_an_ngram(ray_session, tmp_path, wo
         dist._check()
 
 
+def test_more_workers_than_the_clusters_cpus_share_them_and_what_it_cannot_hold_is_refused(ray_session, tmp_path):
+    """Six workers on the four-CPU session share its CPUs (each actor asked for one CPU, and Ray kept
+    the fifth pending for ever, without a word); what no sharing can hold is a one-line error."""
+    from arenum.distributed.backend import placeable
+
+    res = {"CPU": 4.0}
+    assert placeable(2, None, 0.0, res) == 1.0 and placeable(6, None, 0.0, res) == 4.0 / 6
+    for n, cpus, gpus, why in ((65, None, 0.0, "at most 16 a CPU"), (5, 1.0, 0.0, "need 5 CPUs"),
+                               (2, None, 1.0, "need 2 GPUs")):
+        with pytest.raises(ValueError, match=why) as e:
+            placeable(n, cpus, gpus, res)
+        assert "\n" not in str(e.value)
+    path = _ngram_file(tmp_path)
+    spec = ModelSpec.ngram(path, max_len=5, batch_size=64)
+    one = spec()[0]
+    with DistributedEnumerable(spec, 6) as dist:
+        assert len(set(dist.backend.pids())) == 6 and dist.slice(0, 200) == one.slice(0, 200)
+    with pytest.raises(ValueError, match="need 10 CPUs"):
+        DistributedEnumerable(spec, 5, num_cpus_per_worker=2)
+
+
 def test_ray_workers_answer_as_one_process_on_a_tiny_transformer(ray_session, tmp_path):
     torch = pytest.importorskip("torch") if os.environ.get("CI") is None else __import__("torch")
     from transformers import GPT2Config, GPT2LMHeadModel

@@ -64,13 +64,14 @@ class RayBackend:
     kind = "ray"
 
     def __init__(self, factory: Callable[[], Any], n: int, stores: list[str | None], fingerprint: str | None, *,
-                 address: str | None = None, num_cpus: float = 1.0, num_gpus: float = 0.0) -> None:
+                 address: str | None = None, num_cpus: float | None = None, num_gpus: float = 0.0) -> None:
         try:
             import ray
         except ImportError:
             raise ImportError("workers on Ray need the ray package: pip install 'arenum[ray]'") from None
         self.ray = ray
         start_ray(address)
+        num_cpus = placeable(n, num_cpus, num_gpus, ray.cluster_resources())
         actor = ray.remote(ShardWorker).options(max_restarts=-1, max_task_retries=-1, num_cpus=num_cpus,
                                                 num_gpus=num_gpus)
         self.n = n
@@ -131,6 +132,29 @@ class RayBackend:
             for a in self.actors:
                 self.ray.kill(a, no_restart=True)
             self.actors = []
+
+
+MAX_WORKERS_PER_CPU = 16
+"""Workers sharing one CPU at most (each holds a model replica)."""
+
+
+def placeable(n: int, num_cpus: float | None, num_gpus: float, res: dict) -> float:
+    """The CPUs of each of ``n`` actors the cluster (resources ``res``) can place now: ``num_cpus``,
+    or by default one each, shared when there are more workers than CPUs. ``ValueError`` (one line)
+    for what it cannot hold: Ray would keep the actors pending, without a word, for ever."""
+    cpus, gpus = float(res.get("CPU", 0.0)), float(res.get("GPU", 0.0))
+    if num_cpus is None:
+        if n > MAX_WORKERS_PER_CPU * max(cpus, 1.0):
+            raise ValueError(f"{n} workers on a Ray cluster of {cpus:g} CPUs: at most {MAX_WORKERS_PER_CPU} a CPU "
+                             "(each holds a model replica)")
+        num_cpus = min(1.0, cpus / n) if cpus else 1.0
+    elif n * num_cpus > cpus + 1e-9:
+        raise ValueError(f"{n} workers of {num_cpus:g} CPUs each need {n * num_cpus:g} CPUs; the Ray cluster has "
+                         f"{cpus:g} (give fewer workers or num_cpus_per_worker)")
+    if num_gpus and n * num_gpus > gpus + 1e-9:
+        raise ValueError(f"{n} workers of {num_gpus:g} GPUs each need {n * num_gpus:g} GPUs; the Ray cluster has "
+                         f"{gpus:g} (give fewer workers or num_gpus_per_worker)")
+    return num_cpus
 
 
 _START_TRIES = 3  # starts of the workers when the cluster cancels an actor before it runs

@@ -51,15 +51,17 @@ class DistributedEnumerable(AutoregressiveEnumerable):
         (``cluster.json``): reopening answers without forwards, and a restarted actor resumes from
         it. ``None`` (default): on Ray, a temporary folder serves for restarts and is removed by
         :meth:`close`; ``False``: no store at all (a restarted actor starts its part again).
-    num_cpus_per_worker, num_gpus_per_worker: Ray resources of each actor (GPUs default to the
-        spec's: one for a CUDA device).
+    num_cpus_per_worker, num_gpus_per_worker: Ray resources of each actor (CPUs default to one,
+        shared when there are more workers than the cluster's CPUs, at most 16 a CPU; GPUs to the
+        spec's: one for a CUDA device). What the cluster cannot hold now is a ``ValueError`` (Ray
+        would keep the actors pending without a word).
 
     Not supported across workers (``ValueError``): ``branch_cap``, ``logprob_error``, ``exact_limit``.
     """
 
     def __init__(self, model: Callable[[], Any], workers: int | None = None, *, address: str | None = None,
                  backend: str = "ray", store: str | os.PathLike | bool | None = None, fingerprint: str | None = None,
-                 num_cpus_per_worker: float = 1.0, num_gpus_per_worker: float | None = None,
+                 num_cpus_per_worker: float | None = None, num_gpus_per_worker: float | None = None,
                  progress: Callable[[dict], None] | None = None) -> None:
         if not callable(model):
             raise TypeError(f"model must be a ModelSpec or a factory returning an enumerable, got {type(model).__name__}")
