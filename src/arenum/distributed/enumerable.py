@@ -23,7 +23,7 @@ from ..enumerable import AutoregressiveEnumerable
 from ..beyond import INTERVALS, BeyondExact, Interval, MonteCarloEstimator, SampleSet
 from ..errors import StoreError
 from ..exact import PROBES, SeekIndex
-from .backend import LocalBackend, RayBackend, start_ray
+from .backend import LocalBackend, RayBackend, placeable, start_ray
 from .merge import DistributedSeek, MergedTree
 from .plan import ShardPlan, plan_shards
 from .worker import write_atomic
@@ -80,6 +80,13 @@ class DistributedEnumerable(AutoregressiveEnumerable):
             W = saved["workers"] if saved else _default_workers(backend, address, gpus)
         if saved and saved["workers"] != W:
             raise StoreError(f"{os.path.join(root, CLUSTER_FILE)}: built with {saved['workers']} workers, not {W}")
+        if backend == "ray":  # what the cluster cannot hold is refused before anything is made
+            try:
+                import ray
+            except ImportError:
+                raise ImportError("workers on Ray need the ray package: pip install 'arenum[ray]'") from None
+            start_ray(address)
+            placeable(W, num_cpus_per_worker, gpus, ray.cluster_resources())
         if store is None and backend == "ray":
             root = self._tmp = tempfile.mkdtemp(prefix="arenum-workers-")
         stores = [None if root is None else os.path.join(root, f"worker-{j}") for j in range(W)]
