@@ -635,6 +635,11 @@ def test_cli_workers_give_the_single_process_answers(ray_session, tmp_path):
     p = subprocess.run([sys.executable, "-m", "arenum.cli", "threshold", "5", *map(str, M), *map(str, W)],
                        capture_output=True, timeout=300)
     assert p.returncode == 0 and b"Ray workers started in" in p.stderr  # the start-up, said apart
+    # a worker's store refused: one line on stderr, and nothing on stdout (Ray printed 164 lines of
+    # "Task ShardWorker.ping failed ... will be retried" tracebacks there, the stream a cracker reads)
+    p = subprocess.run([sys.executable, "-m", "arenum.cli", "threshold", "5", "-m", path, "--max-len", "5",
+                        "--store", str(tmp_path / "s"), *map(str, W), "-q"], capture_output=True, timeout=300)
+    assert p.returncode == 2 and p.stdout == b"" and p.stderr.decode().count("\n") == 1, p.stderr.decode()
 
 
 def test_cli_workers_build_interrupted_by_ctrl_c_exits_as_interrupted_and_resumes(ray_session, tmp_path):

@@ -79,7 +79,7 @@ class RayBackend:
         try:
             for attempt in range(_START_TRIES):  # every worker built its model, or the first one's error is raised
                 errs: dict[int, Exception] = {}
-                for j, ref in enumerate([a.ping.remote() for a in self.actors]):
+                for j, ref in enumerate([a.ping.options(max_task_retries=0).remote() for a in self.actors]):
                     try:
                         self._get(ref)
                     except Exception as exc:
