@@ -22,7 +22,7 @@ import time
 
 from ..enumerable import AutoregressiveEnumerable
 from .common import CLIError, check_figure_out, check_writable, checked_atomic_write, make_progress, read_lines, table
-from .load import load_model
+from .load import check_model_spec, load_model
 
 
 def _pct(p) -> str:
@@ -109,6 +109,8 @@ def cmd_eval(args: argparse.Namespace) -> "object":
     refs = _references(getattr(args, "reference", None) or [], lines, names)  # refused before any model work
     if getattr(args, "store", None) and len(specs) > 1:
         raise CLIError("--store keeps one model's tree: give it with one model (or run eval once per model)")
+    for spec in specs:  # a bad model is refused before the others are worked on (each loads in its turn)
+        check_model_spec(spec)
     curves = []
     t0 = time.perf_counter()
     for k, (spec, name) in enumerate(zip(specs, names)):

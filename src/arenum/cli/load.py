@@ -127,10 +127,21 @@ def load_model_file(path: str) -> Any:
     return load_ngram_file(path)
 
 
-def load_ngram_file(path: str) -> Any:
-    """:meth:`NGramModel.load` with one-line errors for missing, unreadable or malformed files."""
-    from ..models.ngram import NGramModel
+def check_model_spec(spec: str) -> None:
+    """What can be told of a ``--model`` without loading it: the folder or file is there and of a
+    model's kind (one-line :class:`CLIError`, the loader's words), so that a command with several
+    models (``eval``) refuses a bad one before it works on the others."""
+    if spec.startswith("hf:"):
+        path = spec[3:]
+        if not path:
+            raise CLIError("--model hf: needs a folder, e.g. hf:/models/distilgpt2")
+        if not os.path.isdir(path):
+            raise CLIError(f"hf model folder {path!r} does not exist (only local folders are read; nothing is downloaded)")
+        return
+    _check_model_file(spec)
 
+
+def _check_model_file(path: str) -> None:
     if not os.path.exists(path):
         raise CLIError(f"model file {path!r} does not exist")
     if os.path.isdir(path):
@@ -142,6 +153,13 @@ def load_ngram_file(path: str) -> Any:
         raise CLIError(f"cannot read model file {path!r}: {exc.strerror or exc}") from None
     if magic != b"PK\x03\x04":
         raise CLIError(f"{path!r} is not an arenum n-gram model file (not a .npz archive written by 'arenum fit')")
+
+
+def load_ngram_file(path: str) -> Any:
+    """:meth:`NGramModel.load` with one-line errors for missing, unreadable or malformed files."""
+    from ..models.ngram import NGramModel
+
+    _check_model_file(path)
     try:
         return NGramModel.load(path)
     except OSError as exc:
