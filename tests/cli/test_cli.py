@@ -545,3 +545,14 @@ def test_store_messages_name_what_the_command_line_can_do():
     other = in_cli_words("store s was built under no constraint; this enumerable has the constraint 'x'")
     assert "wait for it to end" in held and "arenum serve" in denied and "store_readonly" not in held + denied
     assert "this command has the constraint" in other
+
+
+def test_a_closed_standard_output_is_said_in_one_line():
+    """Started with fd 1 closed (``>&-``) the commands wrote 'internal error: AttributeError:
+    'NoneType' object has no attribute ...'."""
+    env = {k: v for k, v in os.environ.items() if k != "ARENUM_DEBUG"}
+    for args in (["guesses", DEMO_FILE, "--count", "3"], ["top", "2", "-m", DEMO_FILE]):
+        p = subprocess.run([sys.executable, "-m", "arenum.cli", *map(str, args)], stdout=None, stderr=subprocess.PIPE,
+                           env=env, timeout=300, preexec_fn=lambda: os.close(1))
+        err = p.stderr.decode()
+        assert p.returncode == 2 and err == "arenum: error: standard output is closed (write it to a file or a pipe)\n"

@@ -112,6 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from ..errors import BudgetExceeded
 
+    if sys.stdout is None:  # started with fd 1 closed ('>&-'): say so, before any work
+        if sys.stderr is not None:
+            sys.stderr.write("arenum: error: standard output is closed (write it to a file or a pipe)\n")
+        return 2
+
     try:
         out = _run(args)
         _emit(out, args.json)
