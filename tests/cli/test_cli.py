@@ -556,3 +556,15 @@ def test_a_closed_standard_output_is_said_in_one_line():
                            env=env, timeout=300, preexec_fn=lambda: os.close(1))
         err = p.stderr.decode()
         assert p.returncode == 2 and err == "arenum: error: standard output is closed (write it to a file or a pipe)\n"
+
+
+def test_a_stream_that_starts_past_the_end_says_so():
+    """``guesses --start`` and ``slice --jsonl`` past the end of the support printed nothing at all
+    (the table form says "past the end of the support"): a note on stderr now, stdout empty."""
+    for args in (["guesses", DEMO_FILE, "--max-len", 2, "--start", 10**9, "--count", 5],
+                 ["slice", 10**9, 3, "-m", DEMO_FILE, "--max-len", 2, "--jsonl"]):
+        p = run(*args, "-q")
+        assert p.returncode == 0 and p.stdout == b"" and "past the end of the support" in p.stderr.decode()
+        assert p.stderr.decode().count("\n") == 1
+    p = run("guesses", DEMO_FILE, "--max-len", 2, "--count", 3, "-q")
+    assert p.returncode == 0 and len(p.stdout.splitlines()) == 3 and p.stderr == b""

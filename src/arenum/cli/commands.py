@@ -261,8 +261,9 @@ def cmd_slice(args: argparse.Namespace, m: Loaded) -> Output:
 
         name = constraint_name(m.enum)  # each line says under which constraint it answers
         head = {"command": "slice", **({} if name is None else {"constraint": name}), **_header(m)}
-        stream_jsonl(m, args.start, args.k, lambda r, seq, lp: {**head, **item(m, r, seq, lp), **EXACT_ITEMS})
-        return Output(None, [])
+        n = stream_jsonl(m, args.start, args.k, lambda r, seq, lp: {**head, **item(m, r, seq, lp), **EXACT_ITEMS})
+        past = not n and args.k > 0
+        return Output(None, [], notes=[f"no sequences: start {args.start:,} is past the end of the support"] if past else [])
     before, t0 = m.forwards(), time.perf_counter()
     pairs = m.enum.slice(args.start, args.k)
     return _list_output("slice", m, pairs, args.start, before, t0, start=args.start, k=args.k)

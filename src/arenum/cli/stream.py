@@ -201,8 +201,9 @@ def cmd_guesses(args: argparse.Namespace, m: Loaded) -> Any:
         raise CLIError(f"unknown --encoding {args.encoding!r} (e.g. utf-8, latin-1, cp1252)") from None
     out = sys.stdout.buffer
     reader = Reader(out)
-    left_out = 0
+    left_out = written = 0
     for items in chunks(m, args.start, args.count, lambda: reader.taken()):
+        written += len(items)
         lines = [m.display(seq) for seq, _ in items]
         bad = next((s for s in lines if "\n" in s or "\r" in s), None)
         if bad is not None:
@@ -220,11 +221,14 @@ def cmd_guesses(args: argparse.Namespace, m: Loaded) -> Any:
         _write(out, data)
         reader.wrote(len(items), len(data))
     notes = [f"{left_out:,} candidates left out: not encodable in {args.encoding}"] if left_out else []
+    if not written and args.count != 0:
+        notes.append(f"no candidates: --start {args.start:,} is past the end of the support")
     return Output(None, [], notes=notes)
 
 
-def stream_jsonl(m: Loaded, start: int, k: int, record: Callable[[int, tuple, float], dict]) -> None:
-    """``slice START K --jsonl``: one JSON object per sequence (``record(rank, seq, lp)``), streamed."""
+def stream_jsonl(m: Loaded, start: int, k: int, record: Callable[[int, tuple, float], dict]) -> int:
+    """``slice START K --jsonl``: one JSON object per sequence (``record(rank, seq, lp)``), streamed;
+    how many."""
     out = sys.stdout.buffer
     reader = Reader(out)
     i = start
@@ -234,3 +238,4 @@ def stream_jsonl(m: Loaded, start: int, k: int, record: Callable[[int, tuple, fl
         data = text.encode("utf-8", "surrogatepass")
         _write(out, data)
         reader.wrote(len(items), len(data))
+    return i - start
