@@ -568,3 +568,11 @@ def test_a_stream_that_starts_past_the_end_says_so():
         assert p.stderr.decode().count("\n") == 1
     p = run("guesses", DEMO_FILE, "--max-len", 2, "--count", 3, "-q")
     assert p.returncode == 0 and len(p.stdout.splitlines()) == 3 and p.stderr == b""
+
+
+def test_an_output_folder_that_refuses_files_is_refused_before_any_work(tmp_path):
+    """``fit -o /proc/x.npz`` passed the writable check (os.access) and failed at the end naming its
+    temporary file ('[Errno 2] ... /proc/.arenum-XXXX.tmp'): a file is made and removed there first."""
+    (tmp_path / "words.txt").write_text("abc\nab\n", encoding="utf-8")
+    err = fails("fit", tmp_path / "words.txt", "-o", "/proc/x.npz")
+    assert "refuses new files" in err and ".tmp" not in err and "/proc" in err

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -109,6 +110,12 @@ def check_writable(path: str) -> None:
         raise CLIError(f"cannot write {path!r}: it is a folder")
     if not os.access(folder, os.W_OK):
         raise CLIError(f"cannot write {path!r}: folder {folder!r} is not writable")
+    try:  # a file made and removed there: what a folder that refuses files (say /proc) says, before any work
+        fd, tmp = tempfile.mkstemp(prefix=".arenum-check-", dir=folder)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise CLIError(f"cannot write {path!r}: folder {folder!r} refuses new files ({exc.strerror or exc})") from None
 
 
 def checked_atomic_write(path: str, write: Callable[[str], None]) -> int:
