@@ -576,3 +576,14 @@ def test_an_output_folder_that_refuses_files_is_refused_before_any_work(tmp_path
     (tmp_path / "words.txt").write_text("abc\nab\n", encoding="utf-8")
     err = fails("fit", tmp_path / "words.txt", "-o", "/proc/x.npz")
     assert "refuses new files" in err and ".tmp" not in err and "/proc" in err
+
+
+def test_a_full_standard_output_is_named_in_one_line():
+    """(Linux's /dev/full.) Writing to a full device said '[Errno 28] No space left on device' without saying where."""
+    env = {k: v for k, v in os.environ.items() if k != "ARENUM_DEBUG"}
+    for args in (["guesses", DEMO_FILE, "--count", "50000"], ["top", "3", "-m", DEMO_FILE]):
+        with open("/dev/full", "wb") as full:
+            p = subprocess.run([sys.executable, "-m", "arenum.cli", *map(str, args)], stdout=full,
+                               stderr=subprocess.PIPE, env=env, timeout=300)
+        err = p.stderr.decode()
+        assert p.returncode == 2 and err == "arenum: error: cannot write the standard output: No space left on device\n", err

@@ -94,6 +94,15 @@ def _under_constraint(out: Output, name: str | None, command: str) -> Output:
 
 
 def _emit(out: Output, as_json: bool) -> None:
+    try:
+        _emit_to_stdout(out, as_json)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:  # a full disk, a closed device: said as the standard output's
+        raise CLIError(f"cannot write the standard output: {exc.strerror or exc}") from None
+
+
+def _emit_to_stdout(out: Output, as_json: bool) -> None:
     if as_json:
         if out.json_lines:
             sys.stdout.write("".join(dumps(d) + "\n" for d in out.doc))

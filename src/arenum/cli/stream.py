@@ -183,8 +183,13 @@ def chunks(m: Loaded, start: int, count: int | None, taken: Callable[[], int] | 
 
 
 def _write(out: Any, data: bytes) -> None:
-    out.write(data)
-    out.flush()
+    try:
+        out.write(data)
+        out.flush()
+    except BrokenPipeError:  # the reader went away: the command line stops quietly
+        raise
+    except OSError as exc:  # a full disk, a closed device: said as the standard output's
+        raise CLIError(f"cannot write the standard output: {exc.strerror or exc}") from None
 
 
 def cmd_guesses(args: argparse.Namespace, m: Loaded) -> Any:
