@@ -214,3 +214,13 @@ def test_a_bad_token_deep_in_the_tree_and_an_empty_dense_batch_name_their_prefix
     ar = AutoregressiveEnumerable(coin, max_len=2, batch_next_logprobs=lambda ps: np.zeros((len(ps), 0)))
     with pytest.raises(ValueError, match=r"^next_logprobs\(\(\)\): empty step table"):
         ar.count(-math.inf)
+
+
+def test_a_rank_of_probability_0_names_the_token_the_model_does_not_hold():
+    """'has probability 0' said nothing of which token (a transformer's out-of-vocabulary id, a typo)."""
+    ar = make(coin, max_len=3)
+    for seq, k in (((9, 1, 0), 0), ((0, 1, 7), 2)):
+        with pytest.raises(ValueError, match=rf"has probability 0 \(its token {seq[k]} at position {k} is not in the "
+                                             rf"model's table after \({', '.join(map(str, seq[:k]))}"):
+            ar.rank(seq)
+    ar._check()

@@ -33,7 +33,7 @@ from .step import FiniteStateTables, NORM_TOL, StepOracle, constrain_finite_stat
 from .results import (CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult,
                       SequenceList, SequenceResult, ThresholdResult)
 from .settings import Settings
-from .support import Support
+from .support import Support, why_zero
 
 if TYPE_CHECKING:  # pragma: no cover
     from .beyond import AREnvelopeIndex, LatticeEnvelopeIndex
@@ -513,9 +513,7 @@ class AutoregressiveEnumerable:
         certified bracket (``method='bracket'``). ``ValueError`` if the sequence has probability 0."""
         seq, s = self._canonical(sequence)
         if s == -math.inf:
-            out = self.support.why_outside(seq)
-            why = f"is outside the declared support: {out}" if out is not None else "has probability 0"
-            raise ValueError(f"sequence {short_repr(seq)} {why}; its rank is undefined")
+            raise ValueError(f"sequence {short_repr(seq)} {why_zero(seq, self.support, self._tree)}; its rank is undefined")
         return self._answers().rank(s)
 
     @locked

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-__all__ = ["Support", "advance", "constraint_live", "why_rejected"]
+__all__ = ["Support", "advance", "constraint_live", "why_rejected", "why_zero"]
 
 
 def constraint_live(c: Any, state: Any) -> bool:
@@ -141,3 +141,19 @@ class Support:
     def can_extend(self, length: int) -> bool:
         """Whether a prefix of ``length`` tokens (not complete) may take another token."""
         return length < self.cap
+
+
+def why_zero(seq: tuple, support: Support, tree: Any) -> str:
+    """Why ``seq`` has probability 0, in words: outside the declared support, or the first of its
+    tokens the model's table does not hold after the ones before it (``tree.steps``, where it has one)."""
+    from ._validate import short_repr
+
+    out = support.why_outside(seq)
+    if out is not None:
+        return f"is outside the declared support: {out}"
+    steps = getattr(tree, "steps", None)
+    k = len(steps(seq)) - 1 if steps is not None else -1
+    if 0 <= k < len(seq):
+        return (f"has probability 0 (its token {seq[k]!r} at position {k} is not in the model's table after "
+                f"{short_repr(seq[:k])})")
+    return "has probability 0"

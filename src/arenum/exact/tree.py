@@ -513,23 +513,24 @@ class PrefixTree:
         entries (``-inf`` if a token has probability 0). Steps the stored tables answer cost no
         forward; the rest come from the oracle's memoized full tables (one forward per new prefix).
         Does not check the support."""
+        s = 0.0
+        for v in self.steps(seq):
+            s = s + v  # -inf (a token of probability 0) is the last step, and the sum
+        return s
+
+    def steps(self, seq: tuple) -> list[float]:
+        """The step log-probs :meth:`score` sums, to the first ``-inf`` (a token of probability 0)."""
         o = self.oracle
         ids = o.ids_of(seq)  # None: a token no table has shown yet
-        known = ids[: ids.index(None)] if None in ids else ids
-        steps = self.lookup(tuple(known))
-        if steps and steps[-1] == -math.inf:
-            return -math.inf
-        for t in range(len(steps), len(seq)):
+        steps = self.lookup(tuple(ids[: ids.index(None)] if None in ids else ids))
+        for t in range(len(steps), len(seq) if not steps or steps[-1] > -math.inf else 0):
             tab_ids, lps = o.table(seq[:t])  # parsing the table interns its tokens
             tid = o.ids_of((seq[t],))[0]
             hit = np.flatnonzero(tab_ids == tid) if tid is not None else np.zeros(0, np.int64)
-            if hit.size == 0:
-                return -math.inf
-            steps.append(float(lps[hit[0]]))
-        s = 0.0
-        for v in steps:
-            s = s + v
-        return s
+            steps.append(float(lps[hit[0]]) if hit.size else -math.inf)
+            if not hit.size:
+                break
+        return steps
 
     # ------------------------------------------------------------------ lookup
     def _child_keys(self, d: int) -> tuple[np.ndarray, np.ndarray]:
