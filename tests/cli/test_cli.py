@@ -536,14 +536,15 @@ def test_demo_records_take_their_labels_from_the_answers():
 
 
 def test_store_messages_name_what_the_command_line_can_do():
-    """The store's hints name the Python keyword (store_readonly=True); the command line has none."""
+    """The store's hints name the Python keyword (store_readonly=True); the command line's is --readonly."""
     from arenum.cli.common import in_cli_words
     from arenum.exact import READONLY_HINT, WRITER_HINT  # the store's own words
 
     held = in_cli_words(f"store s: lock is held by another writer {WRITER_HINT}; {READONLY_HINT}")
     denied = in_cli_words(f"store s: lock cannot be opened (permission denied); {READONLY_HINT}")
     other = in_cli_words("store s was built under no constraint; this enumerable has the constraint 'x'")
-    assert "wait for it to end" in held and "arenum serve" in denied and "store_readonly" not in held + denied
+    assert "wait for it to end" in held and "serve it" in denied and "store_readonly" not in held + denied
+    assert "pass --readonly" in held and "pass --readonly" in denied
     assert "this command has the constraint" in other
 
 

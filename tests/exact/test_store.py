@@ -707,3 +707,30 @@ def test_with_closes_keeping_the_tables_when_its_block_raised(tmp_path, store_cl
             ar.count(-6.0)
             raise KeyboardInterrupt
     assert seen[:2] == [True, False]
+
+
+def test_cli_readonly_reads_a_store_beside_the_command_that_holds_it(tmp_path, pw_model):
+    """The command line had no read-only open (only serve read without writing): a query beside a
+    build was refused. ``--readonly`` reads it without its lock and writes nothing; deeper queries
+    deepen in memory only."""
+    from arenum.models.ngram import NGramModel
+
+    st = tmp_path / "st"
+    assert _cli("build", "-m", pw_model, "--budget", "3000", "--store", st, "-q").returncode == 0
+    files = {f.name: f.stat().st_size for f in st.iterdir()}
+    one = json.loads(_cli("threshold", 1000, "-m", pw_model, "--json", "-q").stdout)
+    held = NGramModel.load(pw_model).enumerable(store=st)  # holds the lock, as a build would
+    try:
+        p = _cli("threshold", 1000, "-m", pw_model, "--store", st, "--json", "-q")
+        assert p.returncode == 2 and "pass --readonly" in p.stderr.decode()
+        got = json.loads(_cli("threshold", 1000, "-m", pw_model, "--store", st, "--readonly", "--json", "-q").stdout)
+        assert got["log_prob"] == one["log_prob"] and got["forwards"] == 0
+        deep = json.loads(_cli("threshold", 20000, "-m", pw_model, "--store", st, "--readonly", "--json", "-q").stdout)
+        assert deep["forwards"] > 0
+    finally:
+        held.close(cut_tables=False)
+    assert {f.name: f.stat().st_size for f in st.iterdir()} == files  # written by nobody but the holder (nothing)
+    for args, why in ((("threshold", 5, "-m", pw_model, "--readonly"), "applies to --store"),
+                      (("build", "-m", pw_model, "--budget", 10, "--store", st, "--readonly"), "build writes its store")):
+        p = _cli(*args)
+        assert p.returncode == 2 and why in p.stderr.decode() and p.stderr.decode().count("\n") == 1

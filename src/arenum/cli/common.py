@@ -345,9 +345,9 @@ def in_cli_words(msg: str) -> str:
     from ..exact import READONLY_HINT, WRITER_HINT
 
     msg = msg.replace(f"{WRITER_HINT}; {READONLY_HINT}", "(another command building or querying it): wait for it to "
-                      "end, or serve the store (arenum serve reads it without writing)")
-    msg = msg.replace(READONLY_HINT, "a query opens its store to extend it: copy the folder somewhere writable, or "
-                      "serve it (arenum serve reads a store without writing)")
+                      "end, pass --readonly to read it beside that command, or serve the store")
+    msg = msg.replace(READONLY_HINT, "a query opens its store to extend it: pass --readonly to read it without "
+                      "writing, copy the folder somewhere writable, or serve it")
     msg = msg.replace("; this enumerable has", "; this command has")
     return re.sub(r"this enumerable has (\w+)=(\S+)", sub, msg)
 

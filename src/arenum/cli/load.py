@@ -37,7 +37,11 @@ def _estimate_kwargs(args: argparse.Namespace | None) -> dict:
     if getattr(args, "store", None) == "":
         raise CLIError("--store needs a folder (got an empty string)")
     store = {"store": args.store} if getattr(args, "store", None) else {}
-    if store and getattr(args, "store_readonly", False):  # arenum serve: many readers, no lock
+    if getattr(args, "store_readonly", False):  # --readonly, and arenum serve: many readers, no lock
+        if not store:
+            raise CLIError("--readonly applies to --store DIR (a store to read without writing)")
+        if getattr(args, "command", None) == "build":
+            raise CLIError("build writes its store: run it without --readonly")
         store["store_readonly"] = True
     if getattr(args, "exact_limit", None) is None:
         return store
@@ -235,6 +239,8 @@ def load_model(args: argparse.Namespace) -> Loaded:
         raise CLIError("--exact-limit (estimates) is not available with --workers")
     if getattr(args, "certify_resolution", None) is not None:
         raise CLIError("--certify-resolution (certified brackets) is not available with --workers")
+    if getattr(args, "store_readonly", False):
+        raise CLIError("--readonly is not available with --workers (each worker holds its store's lock)")
     store = getattr(args, "store", None)
     args.store = None  # the local copy (strings to token ids and back) keeps no store
     try:

@@ -162,6 +162,9 @@ def _model_opts(model: str) -> argparse.ArgumentParser:
     g.add_argument("--store", metavar="DIR",
                    help="keep the exact tree in DIR: later runs answer from it without re-scoring, deeper "
                         "queries extend it, a killed build resumes (see 'arenum build', 'arenum info')")
+    g.add_argument("--readonly", dest="store_readonly", action="store_true",
+                   help="with --store: read it without its lock, writing nothing (beside a build that holds it; "
+                        "a query past what it holds deepens in memory only)")
     g.add_argument("--workers", type=_int_type("--workers", 1), metavar="N",
                    help="split the exact build over N Ray workers, each with its own model replica (the same "
                         "answers; needs 'pip install arenum[ray]'; see docs/distributed.md)")
