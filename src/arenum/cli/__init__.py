@@ -36,11 +36,10 @@ import os
 import sys
 from typing import Sequence
 
-from ..enumerable import AutoregressiveEnumerable
 from .common import DEMO_MAX_FORWARDS, CLIError, budget_message, dumps, one_line, make_progress, in_cli_words
 from .parser import build_parser
-from .load import load_model
-from .common import Output, constraint_name, constraint_of
+from .load import close_model, load_model
+from .common import Output, constraint_name, constraint_of, writing_stdout
 from .demo import demo_model_path, fit_demo_model
 
 ESTIMATING = ("rank", "count", "threshold")
@@ -71,10 +70,7 @@ def _run(args: argparse.Namespace) -> Output:
     finally:
         if bar is not None:
             bar.close()
-        if done or not isinstance(m.enum, AutoregressiveEnumerable):
-            m.enum.close()  # a store: snapshot and release its lock
-        else:  # interrupted (Ctrl-C) or failed: keep every table, so that the run again scores no prefix twice
-            m.enum.close(cut_tables=False)
+        close_model(m, done)
 
 
 def _under_constraint(out: Output, name: str | None, command: str) -> Output:
@@ -94,24 +90,16 @@ def _under_constraint(out: Output, name: str | None, command: str) -> Output:
 
 
 def _emit(out: Output, as_json: bool) -> None:
-    try:
-        _emit_to_stdout(out, as_json)
-    except BrokenPipeError:
-        raise
-    except OSError as exc:  # a full disk, a closed device: said as the standard output's
-        raise CLIError(f"cannot write the standard output: {exc.strerror or exc}") from None
-
-
-def _emit_to_stdout(out: Output, as_json: bool) -> None:
-    if as_json:
-        if out.json_lines:
-            sys.stdout.write("".join(dumps(d) + "\n" for d in out.doc))
-        elif out.doc is not None:
-            sys.stdout.write(dumps(out.doc) + "\n")
-    else:
-        for line in out.text:
-            sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+    with writing_stdout():
+        if as_json:
+            if out.json_lines:
+                sys.stdout.write("".join(dumps(d) + "\n" for d in out.doc))
+            elif out.doc is not None:
+                sys.stdout.write(dumps(out.doc) + "\n")
+        else:
+            for line in out.text:
+                sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

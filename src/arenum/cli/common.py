@@ -9,8 +9,9 @@ import os
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from .._io import atomic_write
 from .._validate import LN2
@@ -100,6 +101,19 @@ def read_lines(path: str, *, skip_blank: bool = False) -> list[str]:
     without empty and whitespace-only lines."""
     lines, _ = decode_lines(read_bytes(path), "stdin" if path == "-" else repr(path), options=False)
     return [s for s in lines if s.strip()] if skip_blank else lines
+
+
+@contextmanager
+def writing_stdout() -> Iterator[None]:
+    """A write to the standard output that fails (a full disk, a closed device) as a one-line
+    :class:`CLIError` saying so; a reader gone away (``BrokenPipeError``) as it is: the command
+    line stops quietly."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise CLIError(f"cannot write the standard output: {exc.strerror or exc}") from None
 
 
 def check_writable(path: str) -> None:

@@ -20,9 +20,8 @@ import os
 import sys
 import time
 
-from ..enumerable import AutoregressiveEnumerable
 from .common import CLIError, check_figure_out, check_writable, checked_atomic_write, make_progress, read_lines, table
-from .load import check_model_spec, load_model
+from .load import check_model_spec, close_model, load_model
 
 
 def _pct(p) -> str:
@@ -138,10 +137,7 @@ def cmd_eval(args: argparse.Namespace) -> "object":
         finally:
             if bar is not None:
                 bar.close()
-            if done or not isinstance(m.enum, AutoregressiveEnumerable):
-                m.enum.close()  # a store: snapshot and release its lock
-            else:  # interrupted (Ctrl-C) or failed: keep every table, so that the run again scores no prefix twice
-                m.enum.close(cut_tables=False)
+            close_model(m, done)
         if bar is not None:
             c = curves[-1]
             _say(f"eval: model {k + 1}/{len(specs)} {spec}: done, {c.forwards:,} forwards, {c.seconds:.1f} s, "

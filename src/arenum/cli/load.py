@@ -131,6 +131,17 @@ def load_model_file(path: str) -> Any:
     return load_ngram_file(path)
 
 
+def close_model(m: Loaded, finished: bool) -> None:
+    """Close a command's enumerable (a store: snapshot and release its lock); a run interrupted
+    (Ctrl-C) or failed keeps every table, so that the run again scores no saved prefix twice."""
+    from ..enumerable import AutoregressiveEnumerable
+
+    if finished or not isinstance(m.enum, AutoregressiveEnumerable):
+        m.enum.close()
+    else:
+        m.enum.close(cut_tables=False)
+
+
 def check_model_spec(spec: str) -> None:
     """What can be told of a ``--model`` without loading it: the folder or file is there and of a
     model's kind (one-line :class:`CLIError`, the loader's words), so that a command with several
@@ -175,8 +186,7 @@ def load_ngram_file(path: str) -> Any:
 
 def _hf_loaded(path: str, *, prompt: str | None, max_len: int | None, eos: Any, max_forwards: int,
                extra: dict | None = None, args: argparse.Namespace | None = None) -> Loaded:
-    if not os.path.isdir(path):
-        raise CLIError(f"hf model folder {path!r} does not exist (only local folders are read; nothing is downloaded)")
+    check_model_spec("hf:" + path)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: from_pretrained is local-only anyway
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
@@ -287,9 +297,8 @@ def _distributed(args: argparse.Namespace, m: Loaded, workers: int, store: str |
 def _load_model(args: argparse.Namespace) -> Loaded:
     spec = args.model
     if spec.startswith("hf:"):
+        check_model_spec(spec)
         path = spec[3:]
-        if not path:
-            raise CLIError("--model hf: needs a folder, e.g. hf:/models/distilgpt2")
         if args.eos is None and args.max_len is None:
             raise CLIError("--eos none (fixed length) needs --max-len")
         return _hf_loaded(path, prompt=args.prompt, max_len=args.max_len, eos=args.eos,

@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any, Callable, Iterator
 
-from .common import CLIError, budget_message, dumps
+from .common import CLIError, budget_message, dumps, writing_stdout
 from .load import Loaded
 
 FIRST_CHUNK = 256
@@ -183,13 +183,9 @@ def chunks(m: Loaded, start: int, count: int | None, taken: Callable[[], int] | 
 
 
 def _write(out: Any, data: bytes) -> None:
-    try:
+    with writing_stdout():
         out.write(data)
         out.flush()
-    except BrokenPipeError:  # the reader went away: the command line stops quietly
-        raise
-    except OSError as exc:  # a full disk, a closed device: said as the standard output's
-        raise CLIError(f"cannot write the standard output: {exc.strerror or exc}") from None
 
 
 def cmd_guesses(args: argparse.Namespace, m: Loaded) -> Any:

@@ -65,13 +65,8 @@ class RayBackend:
 
     def __init__(self, factory: Callable[[], Any], n: int, stores: list[str | None], fingerprint: str | None, *,
                  address: str | None = None, num_cpus: float | None = None, num_gpus: float = 0.0) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise ImportError("workers on Ray need the ray package: pip install 'arenum[ray]'") from None
-        self.ray = ray
-        start_ray(address)
-        num_cpus = placeable(n, num_cpus, num_gpus, ray.cluster_resources())
+        self.ray, num_cpus = ray_placement(n, num_cpus, num_gpus, address)
+        ray = self.ray
         actor = ray.remote(ShardWorker).options(max_restarts=-1, max_task_retries=-1, num_cpus=num_cpus,
                                                 num_gpus=num_gpus)
         self.n = n
@@ -107,7 +102,7 @@ class RayBackend:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, BaseException):
                 raise cause from None
-            raise WorkerError(_first_line(exc)) from None
+            raise WorkerError(first_line(exc)) from None
         except ray.exceptions.RayActorError as exc:
             raise _start_error(exc) from None
 
@@ -157,6 +152,17 @@ def placeable(n: int, num_cpus: float | None, num_gpus: float, res: dict) -> flo
     return num_cpus
 
 
+def ray_placement(n: int, num_cpus: float | None, num_gpus: float, address: str | None) -> tuple[Any, float]:
+    """``(ray, the CPUs of each actor)``: Ray imported (a one-line ``ImportError`` without it), this
+    process joined to its cluster (:func:`start_ray`), and :func:`placeable` checked there."""
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("workers on Ray need the ray package: pip install 'arenum[ray]'") from None
+    start_ray(address)
+    return ray, placeable(n, num_cpus, num_gpus, ray.cluster_resources())
+
+
 _START_TRIES = 3  # starts of the workers when the cluster cancels an actor before it runs
 _NEVER_RAN = "cancelled before it started"  # Ray's words for that
 
@@ -176,7 +182,7 @@ def _gather(calls: list[Callable[[], Any]]) -> list[Any]:
     return out
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     lines = [ln for ln in str(exc).splitlines() if ln.strip()]
     return lines[-1] if lines else type(exc).__name__
 
@@ -203,4 +209,4 @@ def _actor_reason(exc: BaseException) -> str:
         ln = ln.strip()
         if ln and ("Error" in ln.split(":")[0] or "Exception" in ln.split(":")[0]):
             return ln
-    return _first_line(exc)
+    return first_line(exc)

@@ -22,8 +22,8 @@ from .._validate import exact_int, optional_exact_int
 from ..enumerable import AutoregressiveEnumerable
 from ..beyond import INTERVALS, BeyondExact, Interval, MonteCarloEstimator, SampleSet
 from ..errors import StoreError
-from ..exact import PROBES, SeekIndex
-from .backend import LocalBackend, RayBackend, placeable, start_ray
+from ..exact import MANIFEST, PROBES, SeekIndex
+from .backend import LocalBackend, RayBackend, first_line, ray_placement, start_ray
 from .merge import DistributedSeek, MergedTree
 from .plan import ShardPlan, plan_shards
 from .worker import write_atomic
@@ -81,12 +81,7 @@ class DistributedEnumerable(AutoregressiveEnumerable):
         if saved and saved["workers"] != W:
             raise StoreError(f"{os.path.join(root, CLUSTER_FILE)}: built with {saved['workers']} workers, not {W}")
         if backend == "ray":  # what the cluster cannot hold is refused before anything is made
-            try:
-                import ray
-            except ImportError:
-                raise ImportError("workers on Ray need the ray package: pip install 'arenum[ray]'") from None
-            start_ray(address)
-            placeable(W, num_cpus_per_worker, gpus, ray.cluster_resources())
+            ray_placement(W, num_cpus_per_worker, gpus, address)
         if store is None and backend == "ray":
             root = self._tmp = tempfile.mkdtemp(prefix="arenum-workers-")
         stores = [None if root is None else os.path.join(root, f"worker-{j}") for j in range(W)]
@@ -304,7 +299,7 @@ def _read_cluster(root: str | None) -> dict | None:
         return None
     path = os.path.join(root, CLUSTER_FILE)
     if not os.path.exists(path):
-        if os.path.exists(os.path.join(root, "manifest.json")):  # a one-process store: not rebuilt as a cluster's
+        if os.path.exists(os.path.join(root, MANIFEST)):  # a one-process store: not rebuilt as a cluster's
             raise StoreError(f"{root}: holds a single-process store, not a cluster's: open it without workers "
                              "(or give the workers another folder)")
         return None
@@ -322,8 +317,7 @@ def _read_cluster(root: str | None) -> dict | None:
         d["plan_obj"] = plan
         return d
     except Exception as exc:  # damaged: any field or plan that does not parse
-        why = (str(exc).strip().splitlines() or [""])[0]
-        raise StoreError(f"{path}: not a readable cluster file ({type(exc).__name__}: {why})") from None
+        raise StoreError(f"{path}: not a readable cluster file ({type(exc).__name__}: {first_line(exc)})") from None
 
 
 def _default_workers(backend: str, address: str | None, gpus: float) -> int:

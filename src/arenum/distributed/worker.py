@@ -83,9 +83,8 @@ class ShardOracle:
             ids_of[i] = inner.vocab.ids([t for t, y in zip(plan.tables[p], mine) if y])
             lps_of[i] = np.asarray(plan.lps[p], np.float64)[mine]
             full[i] = ids_of[i].shape[0]
-        for i in range(n):
-            lens[i] = ids_of[i].shape[0]
         cat = [ids_of[i] for i in range(n)]
+        lens[:] = [a.shape[0] for a in cat]
         return Heads(np.concatenate(cat).astype(np.int64, copy=False) if cat else np.zeros(0, np.int64),
                      np.concatenate([lps_of[i] for i in range(n)]) if n else np.zeros(0), lens, full)
 

@@ -21,12 +21,12 @@ from .index import ExactIndex, mass_bracket
 from .quantize import Quantizer
 from .seek import Limits, SeekIndex, default_max_bytes
 from .store import PROBES, READONLY_HINT, WRITER_HINT, TreeStore, cluster_workers, open_store, root_fingerprint
-from .storefiles import describe_store
+from .storefiles import MANIFEST, describe_store
 from .tree import DEFAULT_TABLE_BYTES, HIST_BINS_PER_BIT, PrefixTree
 
 __all__ = [
     "BUDGET_HINT", "CountHistogram", "CountIndex", "DEFAULT_TABLE_BYTES", "ExactIndex", "HIST_BINS_PER_BIT",
-    "Limits", "PROBES", "PrefixTree", "Quantizer", "READONLY_HINT", "SeekIndex", "TreeStore", "WRITER_HINT",
+    "Limits", "MANIFEST", "PROBES", "PrefixTree", "Quantizer", "READONLY_HINT", "SeekIndex", "TreeStore", "WRITER_HINT",
     "autoregressive_count_index", "best_first", "hist_cum", "build_count_index", "default_max_bytes",
     "cluster_workers", "describe_store", "float_units", "listing", "mass_bracket", "open_store", "root_fingerprint", "to_float",
     "values",

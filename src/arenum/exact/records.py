@@ -293,11 +293,9 @@ def _bin_counts(tree: Any, fx: np.ndarray, fid: np.ndarray, eos: int | None, is_
     temporary: a fresh array each round would cost more in first touches than the arithmetic)."""
     if fx.shape[0] == 0:
         return []
-    b = np.divide(fx, -LN2 / HIST_BINS_PER_BIT, out=fx)  # == -x / LN2 * 64 exactly: scaling by 2**6 is exact
-    np.minimum(b, HIST_LEN - 1, out=b)
-    lo, hi = int(b.min()), int(b.max())  # b >= 0: int() is the floor
-    np.subtract(b, lo, out=b)  # exact (0 <= lo <= b < 2**20): the floor of b - lo is the bin - lo
-    ib = b.astype(np.int64)
+    ib = bin_of(fx, out=fx)
+    lo, hi = int(ib.min()), int(ib.max())
+    ib -= lo
     w = hi - lo + 1
     if eos is None:
         return [(tree.h_comp if is_leaf else tree.h_pref, lo, c, lo + _last(c)) for c in [np.bincount(ib, minlength=w)]]
@@ -312,9 +310,11 @@ def _bin_counts(tree: Any, fx: np.ndarray, fid: np.ndarray, eos: int | None, is_
     return out
 
 
-def bin_of(x: np.ndarray) -> np.ndarray:
-    """The steering histograms' bin of entries of scores ``x`` (``<= 0``), as :func:`_bin_counts` puts them."""
-    b = np.minimum(x / (-LN2 / HIST_BINS_PER_BIT), HIST_LEN - 1)
+def bin_of(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """The steering histograms' bin of entries of scores ``x`` (``<= 0``): ``min(floor(-x / LN2 *
+    HIST_BINS_PER_BIT), HIST_LEN - 1)``. ``out``: a float64 temporary to compute in (``x`` itself may be)."""
+    b = np.divide(x, -LN2 / HIST_BINS_PER_BIT, out=out)  # == -x / LN2 * 64 exactly: scaling by 2**6 is exact
+    np.minimum(b, HIST_LEN - 1, out=b)
     return b.astype(np.int64)  # b >= 0: the floor
 
 

@@ -239,11 +239,12 @@ def _uncount(hists: dict[str, np.ndarray], score: np.ndarray, off: np.ndarray, t
     gone = pos >= keep[rep]
     at = off[rep[gone]] + pos[gone]
     b = bin_of(score[rep[gone]] + pool_lp[at])
-    eos = pool_tok[at] == eos_id if eos_id is not None else np.zeros(b.shape[0], np.bool_)
-    parts = [("h_comp", b[eos]), ("h_pref", b[~eos])] if eos_id is not None else [("h_comp" if is_leaf else "h_pref", b)]
-    for k, bins in parts:
-        if eos_id is not None and k == "h_pref" and is_leaf:
-            continue  # a leaf's other entries are counted nowhere
+    if eos_id is None:  # as records._bin_counts counts them: every leaf entry a completion
+        parts = {"h_comp" if is_leaf else "h_pref": b}
+    else:  # eos entries completions; the others next-level prefixes, none at the leaf level
+        eos = pool_tok[at] == eos_id
+        parts = {"h_comp": b[eos]} if is_leaf else {"h_comp": b[eos], "h_pref": b[~eos]}
+    for k, bins in parts.items():
         if bins.size:
             h = hists[k]
             if int(bins.max()) >= h.shape[0]:

@@ -523,13 +523,13 @@ class PrefixTree:
         o = self.oracle
         ids = o.ids_of(seq)  # None: a token no table has shown yet
         steps = self.lookup(tuple(ids[: ids.index(None)] if None in ids else ids))
-        for t in range(len(steps), len(seq) if not steps or steps[-1] > -math.inf else 0):
+        t = len(steps)
+        while t < len(seq) and not (steps and steps[-1] == -math.inf):  # past the stored tables
             tab_ids, lps = o.table(seq[:t])  # parsing the table interns its tokens
             tid = o.ids_of((seq[t],))[0]
             hit = np.flatnonzero(tab_ids == tid) if tid is not None else np.zeros(0, np.int64)
             steps.append(float(lps[hit[0]]) if hit.size else -math.inf)
-            if not hit.size:
-                break
+            t += 1
         return steps
 
     # ------------------------------------------------------------------ lookup

@@ -281,12 +281,12 @@ class StepOracle:
                 parts_lp.append(lps[:k])
                 full[i] = lps.shape[0]
         offs = None  # each row's offset, where the adapter gives one (Heads)
-        self._salvage_used: list[int] = []
+        kept: dict[int, float] = {}  # rows read from the salvage, their offsets
         if self._salvage:
-            left = self._from_salvage(prefixes, floors, todo, parts_row, parts_ids, parts_lp, full)
-            if len(left) < len(todo):
-                presorted, todo = False, left
-                got = {i: o for i, o in self._salvage_offs.items() if o == o}
+            todo, kept = self._from_salvage(prefixes, floors, todo, parts_row, parts_ids, parts_lp, full)
+            if kept:
+                presorted = False
+                got = {i: o for i, o in kept.items() if o == o}
                 if got:
                     offs = np.full(n, np.nan)
                     offs[list(got)] = list(got.values())
@@ -299,7 +299,7 @@ class StepOracle:
         try:
             heads = self._fetch_todo(prefixes, floors, todo, direct, parts_row, parts_lens, parts_ids, parts_lp, full,
                                      presorted, offs_box, t_parse, scored)
-            for i in self._salvage_used:  # read: the rows kept for this round are the caller's now
+            for i in kept:  # read: the rows kept for this round are the caller's now
                 self._salvage.pop(prefixes[i], None)
             return heads
         except BaseException:
@@ -345,11 +345,11 @@ class StepOracle:
                                        floors[chunk])
                 t0 = time.perf_counter()
                 if isinstance(res, tuple):
-                    r, ids, lps, V = res  # whole rows, each sorted, in order
+                    r, ids, lps, widths = res  # whole rows, each sorted, in order
                     parts_row.append(chunk[r])
                     parts_ids.append(ids)
                     parts_lp.append(lps)
-                    full[chunk] = V  # each row's entries above -inf
+                    full[chunk] = widths  # each row's entries above -inf
                 else:
                     presorted = False
                     collect_rows(res, chunk, floors, parts_row, parts_ids, parts_lp, full)
@@ -413,25 +413,24 @@ class StepOracle:
             self._salvage[prefixes[i]] = (kid[a:b].copy(), klp[a:b].copy(), int(full[i]), float(floors[i]), off)
 
     def _from_salvage(self, prefixes: list[tuple], floors: np.ndarray, todo: list[int], parts_row: list,
-                      parts_ids: list, parts_lp: list, full: np.ndarray) -> list[int]:
-        """Read the kept rows of ``todo`` that reach ``floors`` into the parts (their offsets in
-        ``_salvage_offs``, their rows in ``_salvage_used``); the rows left to score."""
+                      parts_ids: list, parts_lp: list, full: np.ndarray) -> tuple[list[int], dict[int, float]]:
+        """Read the kept rows of ``todo`` that reach ``floors`` into the parts: ``(the rows left to score,
+        {row read: its offset})``; :meth:`fetch_heads` drops them from the salvage once the round is read."""
         left, sv = [], self._salvage
-        self._salvage_offs: dict[int, float] = {}
+        kept: dict[int, float] = {}
         for i in todo:
             got = sv.get(prefixes[i])
             if got is None or got[3] > floors[i]:  # none, or not kept as deep as this floor asks: scored
                 left.append(i)
                 continue
-            self._salvage_used.append(i)  # dropped once the round is read (fetch_heads)
             ids, lps, width, _, off = got
             keep = lps >= floors[i]
             parts_row.append(np.full(int(keep.sum()), i, np.int64))
             parts_ids.append(ids[keep])
             parts_lp.append(lps[keep])
             full[i] = width
-            self._salvage_offs[i] = off
-        return left
+            kept[i] = off
+        return left, kept
 
     def _call_heads(
         self, prefixes: list[tuple], floors: np.ndarray
