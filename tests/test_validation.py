@@ -79,6 +79,22 @@ def test_malformed_model_output(table, match):
         make(lambda p: table).unrank(0)
 
 
+@pytest.mark.parametrize("value, match", [("-0.7", "is a str, not a number"), (b"-0.7", "is a bytes, not a number"),
+                                          (None, "is not a number")])
+@pytest.mark.parametrize("batch", [False, True])
+def test_log_prob_not_a_number_is_refused(value, match, batch):
+    """A string or bytes (which float() parses) or None (which numpy makes NaN) is a TypeError naming
+    the value, its token and the prefix, in a single call or a batch, at any depth."""
+    def model(p):
+        return [(0, value if len(p) == 1 else LOG_HALF), (1, LOG_HALF)]
+
+    batch_fn = (lambda ps: [model(p) for p in ps]) if batch else None
+    ar = make(model, batch_next_logprobs=batch_fn, max_len=3)
+    with pytest.raises(TypeError, match=r"next_logprobs\(\(\d,\)\): log_prob .* for token 0 " + match):
+        ar.count(-math.inf)
+    ar._check()
+
+
 def test_non_iterable_output():
     with pytest.raises(TypeError, match="must return"):
         make(lambda p: 3.0).unrank(0)

@@ -74,7 +74,7 @@ def _rows(rng: random.Random, n: int, form: str, defect: bool) -> list:
     if defect:
         toks, vals = out[rng.randrange(n)]
         j = rng.randrange(len(toks))
-        kind = rng.randrange(6)
+        kind = rng.randrange(9)
         if kind == 0 and len(toks) > 1:
             toks[j] = toks[(j + 1) % len(toks)]  # a duplicate
         elif kind == 1:
@@ -85,8 +85,10 @@ def _rows(rng: random.Random, n: int, form: str, defect: bool) -> list:
             vals[j] += 0.5  # the sum off 1
         elif kind == 4:
             vals[:] = [-math.inf] * len(vals)
-        else:
+        elif kind == 5:
             toks[j] = toks[j] + 2**40  # a span too wide for the stamps: the numpy duplicate check
+        else:  # not a number, though float() or numpy would make one of it
+            vals[j] = [repr(vals[j]), None, repr(vals[j]).encode()][kind - 6]
     res = []
     for toks, vals in out:
         if form == "numpy":

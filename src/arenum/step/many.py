@@ -36,7 +36,6 @@ _ARRAY = {np.ndarray}
 _F64 = {np.dtype(np.float64)}
 _I64 = {np.dtype(np.int64)}
 _first = itemgetter(0)
-_second = itemgetter(1)
 _dtype = attrgetter("dtype")
 _ndim = attrgetter("ndim")
 _ONE = {1}
@@ -65,9 +64,12 @@ def _from_lists(raws: list, ps: Parser) -> tuple[np.ndarray, np.ndarray, np.ndar
     M = len(flat)
     try:
         toks = [t for t, _ in flat]  # unpacking checks that every item is a pair
-        lps = np.fromiter(map(_second, flat), np.float64, M)  # converted as np.array(values, float64)
+        lps = np.array([v for _, v in flat])  # numbers only: a string, bytes or None gives another dtype
     except (TypeError, ValueError):
         return None
+    if lps.ndim != 1 or lps.dtype.kind not in "fiub":
+        return None  # the row-by-row error (tables.real_values)
+    lps = lps.astype(np.float64, copy=False)
     vocab = ps.vocab
     if vocab.int_mode is not False and set(map(type, toks)) == {int}:
         if vocab.int_mode is None:

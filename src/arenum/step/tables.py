@@ -148,6 +148,22 @@ def _pairs(raw: Any, prefix: tuple) -> tuple[list, list]:
     return toks, vals
 
 
+def real_values(toks: list, vals: list, prefix: tuple) -> np.ndarray:
+    """``vals`` as float64; ``TypeError`` naming the first that is not a number (a string or bytes,
+    which ``float`` would parse, or ``None``, which numpy would make NaN) and its token."""
+    arr = np.array(vals)
+    if arr.ndim == 1 and arr.dtype.kind in "fiub":
+        return arr.astype(np.float64, copy=False)
+    for t, v in zip(toks, vals):
+        if v is None or isinstance(v, (str, bytes, bytearray)):
+            raise TypeError(f"next_logprobs({short_repr(prefix)}): log_prob {short_repr(v)} for token {t!r} is "
+                            + ("not a number" if v is None else f"a {type(v).__name__}, not a number"))
+    try:
+        return np.array(vals, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise _fail(prefix, "log_probs must be real numbers") from None
+
+
 def parse_table(raw: Any, prefix: tuple, ps: Parser) -> tuple[np.ndarray, np.ndarray]:
     """Validate one raw result; return ``(ids, logps)`` unsorted, ``-inf`` dropped, normalized. Every
     error names the prefix (a token's own, from the vocabulary, too)."""
@@ -168,10 +184,7 @@ def _parse_table(raw: Any, prefix: tuple, ps: Parser) -> tuple[np.ndarray, np.nd
         except (TypeError, ValueError):  # not pairs, an unhashable token: the slow path words the error
             d = None
         if d is not None and len(d) == len(raw):
-            try:
-                lps = np.array(list(d.values()), dtype=np.float64)
-            except (TypeError, ValueError):
-                raise _fail(prefix, "log_probs must be real numbers") from None
+            lps = real_values(list(d), list(d.values()), prefix)
             if lps.ndim == 1:
                 return normalize(vocab.ids(list(d)), lps, prefix, ps)
     if isinstance(raw, np.ndarray) and raw.ndim == 1 and raw.dtype.kind == "f":
@@ -205,10 +218,7 @@ def _parse_table(raw: Any, prefix: tuple, ps: Parser) -> tuple[np.ndarray, np.nd
         _check_unique(ids, prefix, vocab)
     else:
         toks, vals = _pairs(raw, prefix)
-        try:
-            lps = np.asarray(vals, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise _fail(prefix, "log_probs must be real numbers") from None
+        lps = real_values(toks, vals, prefix)
         if lps.ndim != 1:
             raise _fail(prefix, "log_probs must be real numbers")
         ids = np.fromiter((vocab.id(t) for t in toks), dtype=np.int64, count=len(toks))
