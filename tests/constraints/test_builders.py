@@ -131,6 +131,25 @@ def test_regex_on_a_character_ngram():
         Regex("^a")
 
 
+def test_regex_reads_classes_and_refuses_look_arounds_as_python_does():
+    """A class whose first member is ']' (a literal to Python) matches as re.fullmatch does, over
+    every string up to 3 characters of an alphabet holding ']', '[', '^', '\\' and '-'; look-arounds
+    are refused in one line."""
+    import itertools
+
+    alphabet = "ab]-[^\\"
+    strings = ["".join(t) for n in range(4) for t in itertools.product(alphabet, repeat=n)]
+    for pat in [r"[]a]", r"[^]a]", r"x[]]|[^]]+", r"[]]*", r"[]-a]+", r"[^]]b", r"[\]a]+", r"[a\]]]", r"[]^]",
+                r"[^^]", r"[\\]]", r"(?:[]b]|a)+", r"[]]{2}"]:
+        r = Regex(pat)
+        for st in strings:
+            assert (why_rejected(r, st) is None) == (re.fullmatch(pat, st) is not None), (pat, st)
+    for pat in ["a(?=b)b?", "a(?!b).", "(?<=a)b", "(?<!a)b", "(?:a(?=b))*b"]:
+        with pytest.raises(ValueError, match=r"cannot be compiled: look-arounds .* are not supported") as e:
+            Regex(pat)
+        assert "\n" not in str(e.value)
+
+
 def test_build_from_options(tmp_path):
     assert build() is None
     c = build(policy="basic8", regex="[a-z]+[0-9]", classes=2)

@@ -13,7 +13,7 @@ __all__ = ["Regex"]
 
 class Regex(TextConstraint):
     """Sequences whose text ``pattern`` matches in full (Python ``re.fullmatch`` semantics of the
-    constructs ``interegular`` supports; anchors and look-arounds are refused by it), except that
+    constructs ``interegular`` supports; anchors and look-arounds are refused), except that
     ``\\w``, ``\\d``, ``\\s`` and their negations are ASCII classes, as under ``re.ASCII`` (``\\w`` does not
     match ``é``, ``\\d`` not ``٣``): write other characters out, e.g. ``[\\wé]``.
 
@@ -38,8 +38,9 @@ class Regex(TextConstraint):
             re.compile(pattern)
         except re.error as exc:  # Python's parser names the reason and the position
             raise ValueError(f"pattern {pattern!r} cannot be compiled: {exc}") from None
+        fixed = _for_interegular(pattern)
         try:
-            fsm = interegular.parse_pattern(pattern).to_fsm()
+            fsm = interegular.parse_pattern(fixed).to_fsm()
         except interegular.Unsupported as exc:
             raise ValueError(f"pattern {pattern!r} cannot be compiled: unsupported construct {exc} (a pattern "
                              "always matches the whole text; anchors and look-arounds are not supported)") from None
@@ -54,6 +55,11 @@ class Regex(TextConstraint):
         self.start = fsm.initial
         self._dist = steps_to_accept(self._map, self._finals)
 
+    def identity(self) -> str:
+        """``name``, and the pattern where the name does not spell it."""
+        own = f"regex({self.pattern})"
+        return own if self.name == own else f"{self.name} [{own}]"
+
     def __getstate__(self) -> dict:
         d = dict(self.__dict__)
         d.pop("_alphabet")
@@ -63,7 +69,7 @@ class Regex(TextConstraint):
         import interegular
 
         self.__dict__.update(d)
-        self._alphabet = interegular.parse_pattern(self.pattern).to_fsm().alphabet
+        self._alphabet = interegular.parse_pattern(_for_interegular(self.pattern)).to_fsm().alphabet
 
     def step_char(self, state: Any, ch: str) -> Any:
         return self._map.get(state, {}).get(self._alphabet[ch])
@@ -76,3 +82,52 @@ class Regex(TextConstraint):
 
     def min_chars(self, state: Any) -> int:
         return self._dist.get(state, 0)
+
+
+def _for_interegular(pattern: str) -> str:
+    """``pattern`` as ``interegular`` reads it the way Python does: look-arounds refused (found in
+    Python's own parse tree; ``interegular`` compiles some to another language), and a character
+    class's leading ``]`` (a literal to Python, the class's end to ``interegular``) escaped, the
+    rewrite checked to give Python's parse tree unchanged."""
+    import re._parser as sre  # Python's own parser (3.11+)
+
+    tree = sre.parse(pattern)
+    if _has(tree, (sre.ASSERT, sre.ASSERT_NOT)):
+        raise ValueError(f"pattern {pattern!r} cannot be compiled: look-arounds ((?=...), (?!...), (?<=...), (?<!...)) "
+                         "are not supported (a pattern always matches the whole text)")
+    out, i, n = [], 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+        elif c == "[":  # a class: its first ']' (after an optional '^') is a literal, then up to its end
+            j = i + 1 + (pattern[i + 1:i + 2] == "^")
+            out.append(pattern[i:j])
+            if pattern[j:j + 1] == "]":
+                out.append("\\]")
+                j += 1
+            while j < n and pattern[j] != "]":
+                out.append(pattern[j:j + 2] if pattern[j] == "\\" else pattern[j])
+                j += 2 if pattern[j] == "\\" else 1
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    fixed = "".join(out)
+    if fixed != pattern and repr(sre.parse(fixed).data) != repr(tree.data):  # pragma: no cover - a safeguard
+        raise ValueError(f"pattern {pattern!r} cannot be compiled: its character classes could not be read as Python reads them")
+    return fixed
+
+
+def _has(tree: Any, ops: tuple) -> bool:
+    """Whether Python's parse ``tree`` (a ``SubPattern`` or any nesting of them) holds one of ``ops``."""
+    if isinstance(tree, (list, tuple)) or hasattr(tree, "data"):
+        items = tree.data if hasattr(tree, "data") else tree
+        for item in items:
+            if isinstance(item, tuple) and len(item) == 2 and item[0] in ops:
+                return True
+            if isinstance(item, (list, tuple)) or hasattr(item, "data"):
+                if _has(item, ops):
+                    return True
+    return False
