@@ -29,7 +29,7 @@ from .bounded import BoundedAnswers
 from .exact import best_first, listing, CountIndex, build_count_index, Quantizer, Limits, SeekIndex, TreeStore, open_store, PrefixTree
 from .beyond import (BeyondExact, CertifiedCounter, ExactHead, INTERVALS, Interval, MonteCarloEstimator,
                      FiniteStateSampler, ARSampler)
-from .step import FiniteStateTables, NORM_TOL, StepOracle, constrain_finite_state, make_oracle
+from .step import FiniteStateTables, NORM_TOL, StepOracle, constrain_finite_state, constraint_identity, make_oracle
 from .results import (CountBracket, CountDPTopPResult, CountResult, DensityRankResult, MassBracket, SeekResult,
                       SequenceList, SequenceResult, ThresholdResult)
 from .settings import Settings
@@ -152,7 +152,7 @@ class AutoregressiveEnumerable:
             keep_margin_bits=keep_margin_bits, max_prefixes=max_prefixes, max_sequences=max_sequences,
             max_bytes=max_bytes, table_bytes=table_bytes, exact_limit=exact_limit, estimate_samples=estimate_samples,
             estimate_seed=estimate_seed, confidence=confidence, logprob_error=logprob_error,
-            constraint=None if constraint is None else getattr(constraint, "name", None),
+            constraint=None if constraint is None else constraint_identity(constraint),
         )
         self._take_settings(cfg)
         self.constraint = constraint  # the arenum.Constraint restricting the support (None: none)

@@ -166,6 +166,33 @@ def test_store_identity_includes_the_constraint(tmp_path):
         AutoregressiveEnumerable(m, eos=3, max_len=5, constraint=a, store=plain, fingerprint="rm2")
 
 
+def test_a_store_tells_apart_constraints_of_one_name(tmp_path):
+    """Two automata both named "automaton", or builders given one name for other rules, are other
+    constraints to a store: refused in one line; the same rules under the same name reopen with 0
+    forwards."""
+    from arenum.constraints import Blocklist, Policy, Regex
+
+    def model(prefix):
+        return [("a", math.log(0.5)), ("b", math.log(0.3)), ("<E>", math.log(0.2))]
+
+    pairs = [(Automaton(0, {0: {"a": 0}}, accepting={0}), Automaton(0, {0: {"b": 0}}, accepting={0})),
+             (Regex("a*", name="r"), Regex("b*", name="r")),
+             (Policy(min_len=1, name="p"), Policy(min_len=2, name="p")),
+             (Blocklist(["a"], name="w"), Blocklist(["b"], name="w")),
+             (Automaton(0, {0: {"a": 0}}, accepting={0}) & Regex("a*", name="r"),
+              Automaton(0, {0: {"a": 0}}, accepting={0}) & Regex("ab*", name="r"))]
+    for i, (one, other) in enumerate(pairs):
+        assert one.name == other.name
+        path = tmp_path / f"s{i}"
+        with AutoregressiveEnumerable(model, eos="<E>", max_len=4, constraint=one, store=path, fingerprint="m") as ar:
+            n = int(ar.count(-math.inf))
+        with pytest.raises(StoreError, match=r"built under the constraint .+; this enumerable has the constraint") as e:
+            AutoregressiveEnumerable(model, eos="<E>", max_len=4, constraint=other, store=path, fingerprint="m")
+        assert "\n" not in str(e.value)
+        with AutoregressiveEnumerable(model, eos="<E>", max_len=4, constraint=one, store=path, fingerprint="m") as again:
+            assert int(again.count(-math.inf)) == n and again.stats["forwards"] == 0
+
+
 def test_samples_are_accepted_and_estimates_cover():
     vocab = list(range(4))
     m = RandomModel(vocab, seed=3, eos=3, eos_boost=1.5)

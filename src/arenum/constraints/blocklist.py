@@ -50,7 +50,12 @@ class Blocklist(TextConstraint):
         self.size = n
         self.start = 0
         self.text = text
-        self.name = name or f"blocklist({n} words, sha256 {h.hexdigest()[:12]})"
+        self._own = f"blocklist({n} words, sha256 {h.hexdigest()[:12]})"
+        self.name = name or self._own
+
+    def identity(self) -> str:
+        """``name``, and the words' count and digest where the name does not spell them."""
+        return self._own if self.name == self._own else f"{self.name} [{self._own}]"
 
     @classmethod
     def from_file(cls, path: str, *, text: Callable[[Any], str] | None = None,

@@ -87,6 +87,11 @@ class Policy(TextConstraint):
         self.start = (0, _DONE if self._missing_classes(0) == 0 else 0)
         self.name = name or self._describe()
 
+    def identity(self) -> str:
+        """``name``, and the rules where the name does not spell them."""
+        own = self._describe()
+        return own if self.name == own else f"{self.name} [{own}]"
+
     def _describe(self) -> str:
         parts = [f"min_len={self.min_len}"] if self.min_len else []
         if self.max_len is not None:

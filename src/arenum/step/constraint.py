@@ -10,7 +10,11 @@ A :class:`Constraint` is a deterministic automaton read token by token:
   not live is a rejection: the support is pruned at the first prefix that can no longer be accepted;
 - ``min_tokens(state)``: a lower bound on the tokens still needed to reach acceptance (default 0;
   used to prune prefixes that cannot be accepted within the length cap);
-- ``name``: a short identity, shown by every answer's caller and kept in a store's manifest.
+- ``name``: a short identity, shown by every answer's caller; ``identity()`` (default ``name``) is
+  what a store's manifest keeps: the builders add a digest of what defines them, so two automata
+  both named ``"automaton"`` are told apart. A constraint of your own with no ``identity()`` of its
+  own is known by its ``name``: give each a name of its own. A ``text`` function is not part of it
+  (a model's own, bound by its ``enumerable()``, is covered by the model's fingerprint).
 
 Composed with a model (``AutoregressiveEnumerable(..., constraint=c)``), the support is the model's
 support restricted to the accepted sequences: a fixed-length sequence is accepted when its state
@@ -33,7 +37,8 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 from ..support import advance, constraint_live as _live, why_rejected
 
-__all__ = ["Constraint", "TextConstraint", "Automaton", "AllOf", "bind_text", "steps_to_accept", "why_rejected"]
+__all__ = ["Constraint", "TextConstraint", "Automaton", "AllOf", "bind_text", "constraint_identity", "steps_to_accept",
+           "why_rejected"]
 
 
 class Constraint:
@@ -58,6 +63,10 @@ class Constraint:
     def min_tokens(self, state: Any) -> int:
         """A lower bound on the tokens still needed from ``state`` to acceptance (default 0)."""
         return 0
+
+    def identity(self) -> str:
+        """What a store keeps to know this constraint again (module docstring): here ``name``."""
+        return self.name
 
     def __and__(self, other: "Constraint") -> "AllOf":
         return AllOf(self, other)
@@ -164,6 +173,11 @@ class Automaton(Constraint):
         self.accepting = frozenset(accepting)
         self._dist = steps_to_accept(self.transitions, self.accepting)
 
+    def identity(self) -> str:
+        """``name`` and a digest of the start, the transitions and the accepting states."""
+        rows = sorted((repr(q), sorted((repr(t), repr(r)) for t, r in row.items())) for q, row in self.transitions.items())
+        return f"{self.name} [{sha(repr((repr(self.start), rows, sorted(map(repr, self.accepting)))))}]"
+
     def step(self, state: Any, token: Any) -> Any:
         return self.transitions.get(state, {}).get(token)
 
@@ -195,6 +209,9 @@ class AllOf(Constraint):
         self.start = tuple(p.start for p in flat)
         self.name = " & ".join(str(getattr(p, "name", type(p).__name__)) for p in flat)
 
+    def identity(self) -> str:
+        return " & ".join(constraint_identity(p) for p in self.parts)
+
     def step(self, state: Any, token: Any) -> Any:
         out = []
         for p, q in zip(self.parts, state):
@@ -212,6 +229,19 @@ class AllOf(Constraint):
 
     def min_tokens(self, state: Any) -> int:
         return max(_min_tokens(p, q) for p, q in zip(self.parts, state))
+
+
+def constraint_identity(c: Any) -> str:
+    """``c.identity()`` where ``c`` has one, else its ``name`` (module docstring)."""
+    f = getattr(c, "identity", None)
+    return str(f()) if callable(f) else str(getattr(c, "name", type(c).__name__))
+
+
+def sha(text: str) -> str:
+    """``sha256`` and the first 16 hex digits of ``text``'s digest."""
+    import hashlib
+
+    return "sha256 " + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def bind_text(constraint: Any, text: Callable[[Any], str] | None, longest_token: int | None = None) -> Any:
