@@ -71,13 +71,15 @@ class Composition:
 
     def _intern(self, q: Any) -> int:
         s = self._sid.get(q)
-        if s is None:
+        if s is None:  # the constraint's own calls first: one that raises leaves nothing half-made
+            acc = bool(self.constraint.accepts(q))
+            f = getattr(self.constraint, "min_tokens", None)
+            need = 0 if f is None else int(f(q))
             s = self._sid[q] = len(self._states)
             self._states.append(q)
             self._next.append(np.full(0, _UNKNOWN, np.int32))
-            self._acc.append(bool(self.constraint.accepts(q)))
-            f = getattr(self.constraint, "min_tokens", None)
-            self._need.append(0 if f is None else int(f(q)))
+            self._acc.append(acc)
+            self._need.append(need)
         return s
 
     def next_sids(self, s: int, ids: np.ndarray) -> np.ndarray:
@@ -220,9 +222,13 @@ class ConstrainedOracle(StepOracle):
         n = len(prefixes)
         if n == 0:
             return h
-        sids, plen = self._sids(prefixes)
-        row = np.repeat(np.arange(n), h.lens)
-        keep = self.composition.keep(sids[row], plen[row], h.ids)
+        try:  # the constraint's own calls (a text function, a step) may raise: the rows are kept for the retry
+            sids, plen = self._sids(prefixes)
+            row = np.repeat(np.arange(n), h.lens)
+            keep = self.composition.keep(sids[row], plen[row], h.ids)
+        except BaseException:
+            self.keep_heads(prefixes, floors, h)
+            raise
         lens = np.bincount(row[keep], minlength=n).astype(np.int64)
         full = lens + (h.full - h.lens)  # what lies past a cut head is not known: counted as possibly kept
         return Heads(h.ids[keep], h.lps[keep], lens, full)

@@ -412,6 +412,16 @@ class StepOracle:
             off = math.nan if offs is None else float(offs[i])
             self._salvage[prefixes[i]] = (kid[a:b].copy(), klp[a:b].copy(), int(full[i]), float(floors[i]), off)
 
+    def keep_heads(self, prefixes: list[tuple], floors: np.ndarray, h: Heads) -> None:
+        """Put the heads ``h`` that :meth:`fetch_heads` returned for ``prefixes`` back where a round cut
+        short keeps its rows (a caller that failed before using them: the query run again reads them
+        rather than scoring them again)."""
+        floors = np.maximum(np.asarray(floors, np.float64), np.finfo(np.float64).min)
+        ends = np.cumsum(h.lens)
+        for i, (a, b) in enumerate(zip((ends - h.lens).tolist(), ends.tolist())):
+            off = math.nan if h.offs is None else float(h.offs[i])
+            self._salvage[prefixes[i]] = (h.ids[a:b].copy(), h.lps[a:b].copy(), int(h.full[i]), float(floors[i]), off)
+
     def _from_salvage(self, prefixes: list[tuple], floors: np.ndarray, todo: list[int], parts_row: list,
                       parts_ids: list, parts_lp: list, full: np.ndarray) -> tuple[list[int], dict[int, float]]:
         """Read the kept rows of ``todo`` that reach ``floors`` into the parts: ``(the rows left to score,
@@ -523,6 +533,12 @@ class StepOracle:
         if hit is not None:
             self._cache.move_to_end(prefix)
             return hit
+        got = self._salvage.get(prefix) if self._salvage else None
+        if got is not None and got[0].shape[0] == got[2]:  # kept whole from a round cut short: scored once
+            del self._salvage[prefix]
+            tab = sort_table(got[0], got[1])
+            self._remember(prefix, tab)
+            return tab
         if self._batch is not None:
             res = self._call_batch([prefix])
             ids, lps = rows_of_dense(*res)[0] if isinstance(res, tuple) else res[0]
