@@ -78,6 +78,13 @@ def test_policy_blocklist_and_errors(capsys, model, tmp_path):
     assert code == 2 and "--blocklist" in err
     code, out, err = cli(capsys, "count", "-m", path, "--bits", 10, "--min-length", 5, "--max-length", 3)
     assert code == 2 and "--max-length 3 is below --min-length 5" in err
+    for flag, value, why in [("--classes", 5, "--classes must be in 0..4, got 5"), ("--classes", "x", "must be an integer"),
+                             ("--min-length", -3, "--min-length must be >= 0, got -3"),
+                             ("--max-length", 0, "--max-length must be >= 1, got 0")]:
+        with pytest.raises(SystemExit) as e:  # a traceback before
+            cli(capsys, "count", "-m", path, "--bits", 10, flag, value)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and why in err and len(err.strip().splitlines()) == 1, err
     # blocklisted strings are gone, every other rank drops by the listed ones above it
     plain = m.enumerable(max_len=5)
     under = m.enumerable(max_len=5, constraint=build(blocklist=str(block)))

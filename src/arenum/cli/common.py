@@ -2,6 +2,7 @@
 writing files, formatting numbers and tables, and the progress bar."""
 from __future__ import annotations
 
+import argparse
 import codecs
 import json
 import math
@@ -388,9 +389,10 @@ def add_constraint_args(parser: Any) -> None:
             try:
                 v = int(text)
             except ValueError:
-                raise CLIError(f"{name} must be an integer, got {text!r}") from None
+                raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
             if v < lo or (hi is not None and v > hi):
-                raise CLIError(f"{name} must be in {lo}..{hi if hi is not None else ''}, got {v}")
+                raise argparse.ArgumentTypeError(f"{name} must be " + (f">= {lo}" if hi is None else f"in {lo}..{hi}")
+                                                 + f", got {v}")
             return v
         return parse
 
