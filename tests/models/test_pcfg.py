@@ -161,6 +161,18 @@ def test_every_query_against_brute_force_over_strings(seed):
         assert lo <= str_scores[k - 1] <= hi
 
 
+def test_equal_probabilities_can_score_apart_as_the_docs_say():
+    """docs/pcfg.md, "Ties": two strings of probability exactly 1/7 score an ulp apart, and the rank
+    of one counts the other (ranks are those of the scores)."""
+    m = PCFGModel.fit(["pass123", "word123", "pass1", "abc!", "dragon", "drag0n", "Ab1!"])
+    a, b = m.logprob("pass123"), m.logprob("dragon")
+    assert (a, b) == (-1.9459101490553135, -1.9459101490553132)
+    assert Fraction(2, 7) * Fraction(1, 2) == Fraction(1, 7)  # pass123: L4D3 2/7, pass 1/2, 123 1; dragon: L6 1/7
+    e = m.enumerable()
+    assert e.rank(m.encode("pass123")).rank == sum(1 for _, v in e.slice(0, int(e.count(-math.inf))) if v > a) >= 1
+    assert math.isclose(math.exp(a), 1 / 7, rel_tol=1e-15) and math.isclose(math.exp(b), 1 / 7, rel_tol=1e-15)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_finite_state_protocol(seed):
     lines, weights = corpus(seed + 10, n=25)
