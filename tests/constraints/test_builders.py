@@ -244,6 +244,33 @@ def test_the_plain_rank_bracket_does_not_pass_the_true_cumulative_mass():
 def test_builder_inputs_and_classes_say_what_they_are():
     with pytest.raises(TypeError, match="a list of strings, got one str"):
         Blocklist("password")  # it blocked the 8 characters one by one
+    from arenum import Automaton, AutoregressiveEnumerable
+    from arenum.constraints import build, policy
+    from arenum.models import PCFGModel
+
+    # each was a raw internal error not naming the parameter, a wrong one, or silently accepted (QA)
+    for make, exc, match in [
+        (lambda: Policy(required=None), TypeError, "required must be a list of class names"),
+        (lambda: Policy(required="digit"), TypeError, r"got str 'digit' \(write \['digit'\]\)"),
+        (lambda: policy(["basic8"]), TypeError, "policy must be a preset name"),
+        (lambda: Blocklist(None), TypeError, "words must be a list of strings, got NoneType"),
+        (lambda: build(blocklist=5), TypeError, "blocklist must be a file path or a list of words, got int 5"),
+        (lambda: Automaton(0, None, [0]), TypeError, "transitions must be a mapping"),
+        (lambda: Automaton(0, {0: {"a": 0}}, 0), TypeError, "accepting must be a collection of states"),
+        (lambda: Regex("a", text=5), TypeError, "text must be a function of a token"),
+        (lambda: Policy(min_len=1, text="x"), TypeError, "text must be a function of a token"),
+        (lambda: Policy(max_len=3, min_classes=4), ValueError, "accepts nothing: 4 character classes need 4 characters"),
+        (lambda: Policy(max_len=1, required=["digit", "upper"]), ValueError, "accepts nothing"),
+        (lambda: AutoregressiveEnumerable(lambda p: [(0, 0.0)], max_len=2, constraint=Policy), TypeError,
+         "got the class Policy: make one"),
+        (lambda: PCFGModel.fit(["ab1"]).decode([0.9, 2.7]), TypeError, "token 0.9 at position 0 is not an integer"),
+        (lambda: PCFGModel.fit(["ab1"]).decode(["0"]), TypeError, "token '0' at position 0 is not an integer"),
+        (lambda: PCFGModel.fit(["ab1"]).decode("ab"), TypeError, "decode takes token ids"),
+    ]:
+        with pytest.raises(exc, match=match) as e:
+            make()
+        assert "\n" not in str(e.value)
+    assert Policy(max_len=4, min_classes=4).min_classes == 4
     assert char_class("7") == 2 and char_class("²") == 3 and char_class("③") == 3  # ASCII digits, as the PCFG
     assert why_rejected(Policy(required=["digit"]), "password²") is not None
     for pat, s in [(r"\w+", "café"), (r"\w+", "cafe"), (r"\d", "٣"), (r"\D", "٣"), (r"\s", "\u00a0"), (r"[\wé]+", "café")]:

@@ -60,6 +60,8 @@ def build(*, policy: str | None = None, min_chars: int | None = None, max_chars:
     if regex is not None:
         parts.append(Regex(regex, text=text))
     if blocklist is not None:
+        if not isinstance(blocklist, (str, list, tuple)):
+            raise TypeError(f"blocklist must be a file path or a list of words, got {type(blocklist).__name__} {blocklist!r}")
         parts.append(Blocklist.from_file(blocklist, text=text) if isinstance(blocklist, str)
                      else Blocklist(blocklist, text=text))
     for p in parts:

@@ -29,6 +29,8 @@ class Blocklist(TextConstraint):
                  name: str | None = None) -> None:
         if isinstance(words, (str, bytes)):  # one string would block its characters, one by one
             raise TypeError(f"words must be a list of strings, got one {type(words).__name__}: {str(words)[:40]!r}")
+        if not hasattr(words, "__iter__"):
+            raise TypeError(f"words must be a list of strings, got {type(words).__name__} {words!r}")
         children: list[dict[str, int]] = [{}]
         final: set[int] = set()
         h = hashlib.sha256()
@@ -49,7 +51,7 @@ class Blocklist(TextConstraint):
         self._children, self._final = children, frozenset(final)
         self.size = n
         self.start = 0
-        self.text = text
+        self.text = self.checked_text(text)
         self._own = f"blocklist({n} words, sha256 {h.hexdigest()[:12]})"
         self.name = name or self._own
 

@@ -75,15 +75,22 @@ class Policy(TextConstraint):
             raise ValueError(f"max_len={max_len} is below min_len={min_len}")
         if min_classes > 4:
             raise ValueError(f"min_classes must be in 0..4 (there are 4 classes), got {min_classes}")
+        if isinstance(required, str) or not hasattr(required, "__iter__"):
+            raise TypeError(f"required must be a list of class names from {CLASSES}, got {type(required).__name__} "
+                            f"{required!r}" + (f" (write [{required!r}])" if isinstance(required, str) else ""))
         req = tuple(required)
         bad = [c for c in req if c not in CLASSES]
         if bad:
             raise ValueError(f"required classes must be among {CLASSES}, got {bad[0]!r}")
         self.min_len, self.max_len, self.min_classes = min_len, max_len, min_classes
         self.required = tuple(c for c in CLASSES if c in req)
+        need = max(min_classes, len(self.required))  # a character of each class the rule needs
+        if max_len is not None and max_len < need:
+            raise ValueError(f"this policy accepts nothing: {need} character classes need {need} characters, "
+                             f"max_len={max_len}")
         self._req = sum(1 << CLASSES.index(c) for c in self.required)
         self._sat = max_len + 1 if max_len is not None else min_len  # counts saturate past this
-        self.text = text
+        self.text = self.checked_text(text)
         self.start = (0, _DONE if self._missing_classes(0) == 0 else 0)
         self.name = name or self._describe()
 
@@ -131,6 +138,8 @@ class Policy(TextConstraint):
 
 def policy(name: str, *, text: Callable[[Any], str] | None = None) -> Policy:
     """The preset policy ``name`` (one of :data:`PRESETS`)."""
+    if not isinstance(name, str):
+        raise TypeError(f"policy must be a preset name ({', '.join(PRESETS)}), got {type(name).__name__} {name!r}")
     if name not in PRESETS:
         raise ValueError(f"policy must be one of {', '.join(PRESETS)}, got {name!r}")
     return Policy(**PRESETS[name], name=name, text=text)

@@ -48,7 +48,7 @@ class Regex(TextConstraint):
             raise ValueError(f"pattern {pattern!r} cannot be compiled: {str(exc) or type(exc).__name__}") from None
         self.pattern = pattern
         self.name = name or f"regex({pattern})"
-        self.text = text
+        self.text = self.checked_text(text)
         self._alphabet = fsm.alphabet
         self._map = {q: dict(row) for q, row in fsm.map.items()}
         self._finals = frozenset(fsm.finals)

@@ -96,6 +96,13 @@ class TextConstraint(Constraint):
     def step_char(self, state: Any, ch: str) -> Any:
         raise NotImplementedError
 
+    @staticmethod
+    def checked_text(text: Any) -> Callable[[Any], str] | None:
+        """``text`` if it is ``None`` or callable; else ``TypeError`` (found at once, not at a query)."""
+        if text is not None and not callable(text):
+            raise TypeError(f"text must be a function of a token (or None), got {type(text).__name__} {text!r}")
+        return text
+
     def min_chars(self, state: Any) -> int:
         return 0
 
@@ -167,6 +174,10 @@ class Automaton(Constraint):
                  accepting: Iterable[Hashable], *, name: str = "automaton") -> None:
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty string, got {name!r}")
+        if not isinstance(transitions, Mapping) or not all(isinstance(r, Mapping) for r in transitions.values()):
+            raise TypeError(f"transitions must be a mapping state -> {{token: next state}}, got {short(transitions)}")
+        if not hasattr(accepting, "__iter__") or isinstance(accepting, str):
+            raise TypeError(f"accepting must be a collection of states, got {short(accepting)}")
         self.start = start
         self.name = name
         self.transitions = {q: dict(row) for q, row in transitions.items()}
@@ -232,9 +243,19 @@ class AllOf(Constraint):
 
 
 def constraint_identity(c: Any) -> str:
-    """``c.identity()`` where ``c`` has one, else its ``name`` (module docstring)."""
+    """``c.identity()`` where ``c`` has one, else its ``name`` (module docstring); ``TypeError`` for a
+    class given where an instance is meant."""
+    if isinstance(c, type):
+        raise TypeError(f"constraint must be a constraint object, got the class {c.__name__}: make one, e.g. "
+                        f"{c.__name__}(...)")
     f = getattr(c, "identity", None)
     return str(f()) if callable(f) else str(getattr(c, "name", type(c).__name__))
+
+
+def short(x: Any) -> str:
+    """``x``'s type and a short repr, for a message."""
+    r = repr(x)
+    return f"{type(x).__name__} {r if len(r) <= 60 else r[:57] + '...'}"
 
 
 def sha(text: str) -> str:

@@ -208,7 +208,13 @@ class PCFGModel:
     def decode(self, seq: Iterable[int]) -> str:
         """Inverse of :meth:`encode`: the password of a token sequence (a trailing ``eos`` is dropped).
         ``ValueError`` for a sequence the model cannot produce (naming the first wrong token)."""
-        ids = [int(t) for t in seq]
+        if isinstance(seq, (str, bytes)):
+            raise TypeError(f"decode takes token ids (encode gives them), got a {type(seq).__name__}: {seq[:40]!r}")
+        ids = list(seq)
+        for j, t in enumerate(ids):
+            if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
+                raise TypeError(f"token {t!r} at position {j} is not an integer token id")
+        ids = [int(t) for t in ids]
         if ids and ids[-1] == self._eos:
             ids.pop()
         self._check_prefix(tuple(ids), complete=True)
