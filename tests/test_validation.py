@@ -95,6 +95,22 @@ def test_log_prob_not_a_number_is_refused(value, match, batch):
     ar._check()
 
 
+def test_an_eos_the_model_never_gives_is_named():
+    """A terminating model whose tables never give eos a positive probability has an empty support:
+    a query past it says why (it said only "0 sequences")."""
+    ar = make(lambda p: [(0, LOG_HALF), (1, LOG_HALF)], eos=2, max_len=3)
+    assert ar.count(-math.inf) == 0
+    for f in (lambda: ar.threshold(1), lambda: ar.unrank(0)):
+        with pytest.raises(IndexError, match=r"0 sequences: no table of a prefix shorter than max_len=3 gives eos=2 "
+                                             r"a positive probability"):
+            f()
+    late = make(lambda p: [(0, LOG_HALF), (2, LOG_HALF)] if len(p) == 2 else [(0, LOG_HALF), (1, LOG_HALF)],
+                eos=2, max_len=3)
+    assert late.count(-math.inf) == 4
+    with pytest.raises(IndexError, match=r"beyond the support \(4 sequences\)$"):
+        late.unrank(4)
+
+
 def test_non_iterable_output():
     with pytest.raises(TypeError, match="must return"):
         make(lambda p: 3.0).unrank(0)

@@ -444,6 +444,10 @@ class SeekIndex:
         if -math.inf < self.tree.built <= self.depth_floor and self._more_beyond():
             return (f"{what} is beyond the {n} sequences within max_depth_bits="
                     f"{self.limits.max_depth_bits:g}")
+        sup = self.tree.support
+        if n == 0 and sup.eos_id is not None and sup.constraint is None and not self.tree.completions_beyond(0.0):
+            return (f"{what} is beyond the support (0 sequences: no table of a prefix shorter than max_len={sup.cap} "
+                    f"gives eos={sup.eos!r} a positive probability)")
         return f"{what} is beyond the support ({n} sequences)"
 
     @locked
