@@ -31,6 +31,7 @@ from typing import Any, Sequence
 from ..answers import Answers
 from .._validate import INT64_MAX, LN2
 from ..errors import BudgetExceeded
+from ..exact import MANIFEST
 from ..cli.common import CLIError, constraint_name, one_line
 from ..cli.commands import EXACT_ITEMS, count_answer, item, mass_record, rank_record, threshold_record
 from ..cli.load import Loaded, load_model, score_strings
@@ -163,7 +164,7 @@ def prepare(cfg: ServeConfig, log: Any = None) -> tuple[ServeConfig, bool]:
                     f"{time.perf_counter() - t0:.1f} s)")
             finally:
                 m.enum.close()
-        elif not os.path.exists(os.path.join(store, "manifest.json")):
+        elif not os.path.exists(os.path.join(store, MANIFEST)):
             raise CLIError(f"store {store!r} does not exist: pass --build N to build the N most likely "
                            "sequences into it first")
     except BaseException:
@@ -214,7 +215,7 @@ class Service:
     @classmethod
     def open(cls, cfg: ServeConfig, *, temporary: bool = False) -> "Service":
         """Open ``cfg.store`` read-only, frozen at what it holds (run :func:`prepare` first)."""
-        if cfg.store is None or not os.path.exists(os.path.join(cfg.store, "manifest.json")):
+        if cfg.store is None or not os.path.exists(os.path.join(cfg.store, MANIFEST)):
             raise CLIError(f"store {cfg.store!r} does not exist: pass --build N to build the N most likely "
                            "sequences into it first")
         probe = load_model(_args(cfg, cfg.store, True, cfg.max_forwards))
