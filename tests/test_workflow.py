@@ -297,6 +297,40 @@ def test_guessing_curve_exact_against_brute_force():
     assert json.dumps(doc, allow_nan=True)
 
 
+def test_curve_points_stay_in_their_bands_past_the_cap():
+    """Callback models (no finite-state tables: Monte Carlo bands, fractional ends) past a small cap,
+    seeded trials: at every plotted count the point lies strictly inside a band of width, within
+    [0, 1], the curve never falls, and exact_until is the last count at which the fraction is exact
+    (QA: a point at 112% outside its band, a curve going down; exact_until one past the last exact)."""
+    import random
+
+    from arenum import AutoregressiveEnumerable
+    from arenum.testing import RandomModel, brute_force
+
+    bad = 0
+    for seed in range(60):
+        rng = random.Random(seed)
+        V, L = rng.randint(2, 4), rng.randint(2, 5)
+        rm = RandomModel(V, seed=seed, ties=rng.random() < 0.3)
+        tr = brute_force(rm.table, eos=V - 1, cap=L)
+        enum = AutoregressiveEnumerable(rm, max_len=L, max_prefixes=rng.choice([1, 2, 4, 10]), eos=V - 1)
+        seqs = [rng.choice(tr)[0] for _ in range(rng.randint(1, 20))]
+        cur = guessing_curve(enum, seqs, samples=rng.choice([100, 1000]), seed=seed)
+        last = 0.0
+        for p in cur.points(100, 8):
+            assert 0.0 <= p.lo <= p.fraction <= p.hi <= 1.0, (seed, p)
+            if p.hi > p.lo:
+                assert p.lo < p.fraction < p.hi, (seed, p)
+            assert p.fraction >= last - 1e-12, (seed, p, last)
+            last = p.fraction
+        eu = cur.exact_until()
+        if math.isfinite(eu):
+            bad += 1
+            assert eu == 0 or cur.at(eu).exact, (seed, eu)
+            assert not cur.at(eu + 1).exact, (seed, eu)
+    assert bad > 10  # the trials reach past the cap
+
+
 def test_guessing_curve_past_the_cap_is_flagged_and_bounded():
     model = NGramModel.fit(CORPUS, order=3)
     full = model.enumerable(max_len=6)

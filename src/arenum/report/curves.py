@@ -114,6 +114,8 @@ class GuessCurve:
         wide = [i for i, it in enumerate(self.items) if it.rank_lo < it.rank_hi and it.method != "unrankable"]
         self._wide_w = w[wide]
         its = [self.items[i] for i in wide]
+        self._wlo = np.array([it.rank_lo + 1.0 for it in its], dtype=np.float64)  # the band's guess numbers
+        self._whi = np.array([it.rank_hi + 1.0 for it in its], dtype=np.float64)
         self._wa = np.log(np.array([it.rank_lo + 1.0 for it in its], dtype=np.float64))
         self._wc = np.log(np.array([it.rank + 1.5 for it in its], dtype=np.float64))
         self._wb = np.log(np.array([it.rank_hi + 2.0 for it in its], dtype=np.float64))
@@ -160,13 +162,15 @@ class GuessCurve:
                           " + ".join(sorted(kinds)) or "certified", "expected_fraction")
 
     def _expected(self, g: float, lo: float) -> float:
-        """The expected count guessed within g: the items certainly within (``lo``) plus, for each band
-        straddling ``g``, the share of its spread at or below ``g``."""
+        """The expected count guessed within g: the items certainly within (``lo``: band's top ``<= g``)
+        plus, for each band straddling ``g`` (its bottom ``<= g`` < its top), the share of its spread at
+        or below ``g``: strictly between 0 and 1, so the point lies strictly inside the band (a band with
+        a fractional end, a Monte Carlo interval's, was counted in ``lo`` and again here)."""
         if not self._wide_w.size:
             return lo
         x = math.log(math.floor(g) + 1.0)
         a, c, b = self._wa, self._wc, self._wb
-        inside = (a < x) & (x < b)
+        inside = (self._wlo <= g) & (g < self._whi)
         f = np.where(x < c, 0.5 * (x - a) / (c - a), 0.5 + 0.5 * (x - c) / (b - c))
         return lo + float(np.sum(self._wide_w[inside] * f[inside]))
 
@@ -183,9 +187,10 @@ class GuessCurve:
 
     def exact_until(self) -> float:
         """The largest guess count ``g`` such that the fraction is exact at every count up to ``g``
-        (``inf`` when the whole curve is exact)."""
+        (``inf`` when the whole curve is exact; ``0`` when not even at one guess): the guess number
+        before the first that a bracket may hold."""
         straddle = [it.cert_lo + 1.0 for it in self.items if it.cert_lo != it.cert_hi and it.method != "unrankable"]
-        return max(1.0, min(straddle)) if straddle else math.inf
+        return max(0.0, math.ceil(min(straddle)) - 1.0) if straddle else math.inf
 
     def as_dict(self, max_guesses: float = 1e14) -> dict:
         """JSON-ready: the decades, counts and every distinct sequence's rank record."""
@@ -410,7 +415,7 @@ def draw_guessing_curves(curves: Sequence[GuessCurve], *, max_guesses: float = 1
             ax.plot(g[sel], y[sel], "--", color=color, lw=width * 0.75,
                     label=f"{lbl}: point value in its {' + '.join(band_name(k) for k in kinds)}")
         eu = cur.exact_until()
-        if math.isfinite(eu) and eu <= max_guesses:
+        if math.isfinite(eu) and 1.0 <= eu <= max_guesses:
             ax.axvline(eu, color=color, lw=0.9, ls=":",
                        label=f"{cur.name}: exact up to {_fmt_guesses(eu)} guesses (dotted; past it, a band)")
     ax.set_xscale("log")
