@@ -439,3 +439,32 @@ def test_a_build_larger_than_the_support_holds_all_of_it(tiny_model_path):
         assert past.status_code == 422 and "past the end of the support" in past.json()["error"]
     finally:
         stop(r)
+
+
+def test_answers_do_not_depend_on_the_strings_asked_before(tiny_model_path, tmp_path):
+    """A string ranked past the index let the tree deepen in memory (no forward: the prefixes held
+    sufficed), so later counts, masses and ranks changed with what other clients had sent (QA: a
+    count's lower end 30 -> 33), and two server processes could answer one request differently. The
+    served index is frozen: the same answers before and after, and in a second process's service."""
+    import itertools
+
+    from arenum.serve import ServeConfig, Service, prepare
+
+    cfg, _ = prepare(ServeConfig(model=tiny_model_path, store=str(tmp_path / "st"), build=30, max_len=5,
+                                 certify_bits=0))
+    one, two = Service.open(cfg), Service.open(cfg)
+    try:
+        def answers(svc):  # less the time taken and the forwards the scoring of each string paid
+            got = [svc.count(bits=b) for b in (6.0, 10.0, 40.0)] + [svc.mass(bits=b) for b in (6.0, 40.0)] + \
+                svc.rank(["cccc", "abcab", "ba"], steps=False)
+            return [{k: v for k, v in d.items() if k not in ("seconds", "forwards", "forwards_total")} for d in got]
+
+        before = answers(one)
+        words = ["".join(p) for n in range(1, 5) for p in itertools.product("abc", repeat=n)]
+        for j in range(0, len(words), 16):
+            one.rank(words[j:j + 16], steps=False)
+        assert answers(one) == before == answers(two)
+        one.check()
+    finally:
+        one.close()
+        two.close()

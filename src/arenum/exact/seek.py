@@ -94,6 +94,8 @@ class SeekIndex:
         #: the last build a cap refused: ``(T, max_prefixes, max_bytes left, tree bytes, message)``
         #: (:meth:`_deepen`: a build at least as deep is refused at once while it still holds)
         self._refused: tuple[float, float, float, int, str] | None = None
+        #: :meth:`freeze`: no build past the budget built then (a server's answers never depend on its requests)
+        self.frozen = False
         self.builds = 0
         self.index_seconds = 0.0  # wall time spent building exact indexes
 
@@ -279,6 +281,9 @@ class SeekIndex:
         retry scanned millions of prefixes: 0.2-0.4 s a rank past the cap)."""
         lim = self.limits.max_prefixes
         bits = -T / LN2
+        if self.frozen:
+            raise BudgetExceeded(f"an exact answer at {bits:.3f} bits is past the frozen index "
+                                 f"({-self.tree.built / LN2:.3f} bits built)")
         if lim is not None:
             known = self.tree.known_prefixes(bits)
             if known > lim:
@@ -299,6 +304,12 @@ class SeekIndex:
         except BudgetExceeded as e:
             self._refused = (T, *caps, self.tree.memory_bytes(), str(e))
             raise
+
+    def freeze(self) -> None:
+        """No deepening from now on, even one the prefixes held would allow without a forward: every
+        answer past the budget built so far takes its capped path (a certified DP's bracket, an
+        estimate, a bracket), the same whatever was asked before."""
+        self.frozen = True
 
     @locked
     def ensure_bits(self, bits: float) -> ExactIndex:

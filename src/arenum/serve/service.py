@@ -191,6 +191,8 @@ class Service:
         enum = m.enum
         self.enum = enum
         self.constraint = constraint_name(enum)  # None: every sequence of the model counts
+        enum.seek_index().freeze()  # no request deepens it, not even without a forward: answers never depend on
+        # what was asked before (another client's strings would show in a count's lower end)
         self.plain = Answers(enum.seek_index(), enum.support)  # no certified DP, no estimate: never slow
         t0 = time.perf_counter()
         self.indexed = int(self.plain.count_bracket(-math.inf).lo)  # the index of the stored tree (no DP)
