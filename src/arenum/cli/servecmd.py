@@ -89,10 +89,15 @@ def cmd_serve(args: argparse.Namespace) -> Output:
     except ImportError as exc:
         raise CLIError(f"arenum serve needs the serve extra (pip install 'arenum[serve]'): {exc}") from None
     say = (lambda s: None) if args.quiet else (lambda s: sys.stderr.write(f"arenum: {s}\n"))
-    cfg, temporary = prepare(config_of(args), say)
+    old_term = _term_as_interrupt()  # before the build: a SIGTERM there removes a temporary store too
+    try:
+        cfg, temporary = prepare(config_of(args), say)
+    except BaseException:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+        raise
     common = dict(host=args.host, port=args.port, access_log=False, log_level="warning", server_header=False,
                   proxy_headers=False)  # no proxy in front: no X-Forwarded-* parsing on every request
-    old_term = _term_as_interrupt()
     try:
         if args.workers == 1:
             sock = listen_socket(args.host, args.port, reuse_port=False)  # a port in use: said before the DP
