@@ -468,3 +468,11 @@ def test_answers_do_not_depend_on_the_strings_asked_before(tiny_model_path, tmp_
     finally:
         one.close()
         two.close()
+
+
+def test_children_at_the_last_place_offer_only_the_end(tiny_server):
+    """At max_len - 1 tokens only the end can follow (QA: every letter was listed with its
+    probability, and choosing one was then refused)."""
+    kids = post(tiny_server.url, "/api/children", {"prefix": "abca"}).json()
+    assert [c["end"] for c in kids["children"]] == [True] and kids["more"] == 0
+    assert len(post(tiny_server.url, "/api/children", {"prefix": "abc"}).json()["children"]) > 1

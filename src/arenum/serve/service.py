@@ -479,6 +479,8 @@ class Service:
                 lp0 += st["log_prob"]
             o = self.enum.oracle
             toks, lps = o.table(o.tokens(ids))
+            if eos is not None and len(ids) == self.enum.cap - 1:  # the last place: only the end can follow
+                toks, lps = toks[toks == eos], lps[toks == eos]
             kids = []
             for tid, lp in zip(toks[:k].tolist(), lps[:k].tolist()):
                 total = lp0 + lp
