@@ -297,6 +297,15 @@ def test_guessing_curve_exact_against_brute_force():
     assert json.dumps(doc, allow_nan=True)
 
 
+def test_an_unrankable_line_says_why():
+    """A test line past the length cap was reported as "probability 0 under the model" (QA)."""
+    model = NGramModel.fit(CORPUS, order=3)
+    cur = guessing_curve(model.enumerable(max_len=4), [model.encode("abcabc"), model.encode("ab")], labels=["l", "s"])
+    long, short = cur.items
+    assert long.method == "unrankable" and "7 tokens long with EOS, past the length cap 4" in long.error
+    assert short.method != "unrankable"
+
+
 def test_curve_points_stay_in_their_bands_past_the_cap():
     """Callback models (no finite-state tables: Monte Carlo bands, fractional ends) past a small cap,
     seeded trials: at every plotted count the point lies strictly inside a band of width, within
