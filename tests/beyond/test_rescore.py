@@ -749,3 +749,85 @@ def test_ngram_seek_index_slice_certified(ngrams):
     res = idx.slice(20, 10, certify=True)
     assert res.certified is True
     assert [lp for _, lp in res.items] == pytest.approx(sorted(t.tolist(), reverse=True)[20:30], abs=1e-12)
+
+
+# ----------------------------------------------------------------------------- what the QA found (one fix each)
+
+def test_no_sequence_is_scored_twice_and_none_is_listed_twice():
+    """unrank of a rank, twice, and unrank_many with a rank repeated scored the sequence again, and a
+    later top_k again (QA: 10 scorings for 6 sequences); a draft giving one sequence at several ranks
+    (an estimated order, as an envelope index) had it listed twice and sent twice in one call."""
+    _, target, index, t_scores, _, _ = make_pair(11)
+    tgt = CountingTarget(target)
+    idx = RescoredIndex(index, tgt, rerank_window=0)
+    idx.unrank(3), idx.unrank(3), idx.unrank_many([5, 5]), idx.top_k(6)
+    sent = [s for b in tgt.batches for s in b]
+    assert len(sent) == len(set(sent)) == idx.target_sequences == 6
+
+    class Repeating:  # no declared order: an estimate, never certified
+        def __init__(self, items):
+            self.items = items
+
+        def unrank(self, i):
+            return self.items[i]
+
+    items = index.items[:4]
+    rep = Repeating([items[0], items[1], items[1], items[2], items[0], items[3]])
+    tgt = CountingTarget(target)
+    res = RescoredIndex(rep, tgt, rerank_window=2).top_k(4)
+    assert len({s for s, _ in res.items}) == len(res.items) == 4
+    assert [len(b) for b in tgt.batches] == [4] and res.scored == 4
+    assert all(lp == t_scores[s] for s, lp in res.items)
+
+
+def test_a_draft_index_cap_keeps_the_answer():
+    """A draft index refusing to go deeper (BudgetExceeded, its max_sequences) while certify grows the
+    window, or under a window past it, raised and lost the target calls paid (QA): the query answers
+    from the head pulled, not certified past it; only start + k past the cap raises."""
+    from arenum import AutoregressiveEnumerable, BudgetExceeded
+    from arenum.testing import RandomModel
+
+    draft = AutoregressiveEnumerable(RandomModel(3, seed=3), max_len=5, max_sequences=40)
+    target = AutoregressiveEnumerable(RandomModel(3, seed=3, peak=1.3), max_len=5)
+    r = RescoredIndex(draft.seek_index(), target, rerank_window=8, assumed_gap=2.0).top_k(5, certify=True)
+    assert r.certified is False and r.pulled == 40 and len(r.items) == 5
+    idx = RescoredIndex(draft.seek_index(), target, rerank_window=40)
+    r = idx.top_k(5)
+    assert r.pulled == 40 and [lp for _, lp in r.items] == sorted(target.score_sequences(
+        [s for s, _ in draft.slice(0, 40)]).tolist(), reverse=True)[:5]
+    with pytest.raises(BudgetExceeded, match="cannot give ranks up to 45"):
+        idx.slice(40, 5)
+
+
+def test_threads_share_an_index_and_failed_calls_are_not_counted():
+    """Two threads on one index attached scores to the wrong sequences (QA); a target call that failed
+    was counted in target_calls and target_sequences; dict(r) and list(r) read the fields."""
+    import threading
+    import time
+
+    _, target, index, t_scores, _, _ = make_pair(12)
+
+    def slow(seqs):
+        time.sleep(0.01)
+        return [t_scores[s] for s in seqs]
+
+    idx = RescoredIndex(index, slow, rerank_window=3)
+    ths = [threading.Thread(target=idx.slice, args=(j * 4, 4)) for j in range(6)]
+    [t.start() for t in ths]
+    [t.join() for t in ths]
+    assert all(lp == t_scores[s] for s, lp in idx.top_k(30).items)
+    state = {"n": 0}
+
+    def flaky(seqs):
+        state["n"] += 1
+        if state["n"] <= 2:
+            raise RuntimeError("busy")
+        return [t_scores[s] for s in seqs]
+
+    idx = RescoredIndex(index, flaky, rerank_window=2)
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            idx.top_k(3)
+    r = idx.top_k(3)
+    assert idx.target_calls == 1 and idx.target_sequences == r.scored == 5
+    assert list(r) == r.keys() and dict(r)["items"] == r.items and len(r) == len(r.keys())

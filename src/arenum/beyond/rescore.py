@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
@@ -42,6 +43,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._validate import exact_int, finite_float, optional_exact_int
+from ..errors import BudgetExceeded
 
 __all__ = ["RescoredIndex", "RescoreResult"]
 
@@ -110,6 +112,15 @@ class RescoreResult:
     def get(self, key: str, default: Any = None) -> Any:
         return getattr(self, key) if key in self.keys() else default
 
+    def __iter__(self) -> Any:  # the keys, as a dict's: dict(r), list(r)
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def values(self) -> list[Any]:
+        return [getattr(self, k) for k in self.keys()]
+
 
 class RescoredIndex:
     """Draft-ordered, target-scored enumeration with window reranking.
@@ -137,9 +148,13 @@ class RescoredIndex:
         Only the upper half, ``target_lp <= draft_lp + g``, is used (a target far BELOW the draft
         somewhere harms no certificate), and it is checked on every pulled sequence.
 
-    Target scores of the draft head are cached, so paging through a ranking, re-asking a query or
-    growing a window never scores a sequence twice. Counters: ``target_calls`` and
-    ``target_sequences`` (cumulative over the index's life).
+    Target scores are cached by sequence, so paging through a ranking, re-asking a query, growing a
+    window, an ``unrank`` of a rank already scored, or a draft index that gives one sequence at
+    several ranks (an estimated order: it is listed once) never scores a sequence twice. Counters:
+    ``target_calls`` and ``target_sequences`` (cumulative over the index's life; a call that fails is
+    not counted). One lock: threads may share an index. A draft index that refuses to go deeper
+    (``BudgetExceeded``, a cap) ends the pull there: the query answers from the head it has (not
+    certified past it), or raises when even ``start + k`` cannot be pulled.
     """
 
     def __init__(self, draft_index: Any, target: Any, *, rerank_window: int = 64,
@@ -173,6 +188,9 @@ class RescoredIndex:
         self._tlp: list[float] = []
         self._draft_exhausted = False  # the draft index ran out (IndexError / short slice)
         self._draft_truncated = False  # ... while reporting its enumeration cut short
+        self._draft_capped: BudgetExceeded | None = None  # the draft index refused to go deeper (a cap)
+        self._known: dict[Any, float] = {}  # target scores by sequence (hashable form)
+        self._lock = threading.RLock()
         self._use_slice = callable(getattr(draft_index, "slice", None))
 
     def __repr__(self) -> str:
@@ -223,6 +241,12 @@ class RescoredIndex:
 
     def unrank_many(self, indices: Sequence[int]) -> list[tuple[Any, float]]:
         """:meth:`unrank` for many draft ranks, scoring all the uncached ones in ONE target call."""
+        if not hasattr(indices, "__iter__"):
+            raise TypeError(f"indices must be a sequence of ranks, got {type(indices).__name__} {indices!r}")
+        with self._lock:
+            return self._unrank_many(indices)
+
+    def _unrank_many(self, indices: Sequence[int]) -> list[tuple[Any, float]]:
         ranks = []
         for i in indices:
             r = exact_int("i", i)
@@ -248,6 +272,10 @@ class RescoredIndex:
     # ------------------------------------------------------------------ machinery
 
     def _query(self, start: int, k: int, certify: bool, max_target: Any) -> RescoreResult:
+        with self._lock:
+            return self._query_locked(start, k, certify, max_target)
+
+    def _query_locked(self, start: int, k: int, certify: bool, max_target: Any) -> RescoreResult:
         if not isinstance(certify, bool):
             raise TypeError(f"certify must be a bool, got {type(certify).__name__} {certify!r}")
         max_target = optional_exact_int("max_target", max_target, minimum=0)
@@ -276,9 +304,11 @@ class RescoredIndex:
         n = budget_cap(need + extra)
         while True:
             n = self._ensure_scored(n)
+            if n < need and self._draft_capped is not None and not self._draft_exhausted:
+                raise BudgetExceeded(f"the draft index cannot give ranks up to {need}: {self._draft_capped}")
             verdict = self._verdict(start, k, n)
             if not certify or verdict["certified"] is not False or verdict["exhausted"] \
-                    or verdict["_hopeless"]:
+                    or verdict["_hopeless"] or self._draft_capped is not None:
                 break
             extra = max(2 * extra, 1)
             nxt = budget_cap(need + extra)
@@ -299,14 +329,20 @@ class RescoredIndex:
         return n
 
     def _pull(self, n: int) -> None:
+        try:
+            self._pull_to(n)
+        except BudgetExceeded as e:  # a cap of the draft index: what was pulled stays, nothing deeper
+            self._draft_capped = e
+
+    def _pull_to(self, n: int) -> None:
         while len(self._seqs) < n and not self._draft_exhausted:
             have = len(self._seqs)
             want = n - have
             if self._use_slice:
                 try:
                     got = self.draft_index.slice(have, want)
-                except IndexError:
-                    got = None  # the end falls inside the request: finish one at a time
+                except (IndexError, BudgetExceeded):
+                    got = None  # the end or a cap falls inside the request: finish one at a time
                 if isinstance(got, (Mapping, RescoreResult)):  # a reranked result, not a draft-order list
                     self._use_slice = False
                     continue
@@ -324,21 +360,45 @@ class RescoredIndex:
                     pairs.append(_as_pair(self.draft_index.unrank(r), r))
             except IndexError:
                 self._end_reached()
-            self._append(pairs)
+            finally:  # a cap (or an interrupt) keeps the ranks pulled before it
+                self._append(pairs)
 
     def _end_reached(self) -> None:
         self._draft_exhausted = True
         self._draft_truncated = bool(getattr(self.draft_index, "truncated", False))
 
     def _append(self, pairs: list[tuple[Any, float]]) -> None:
-        for seq, lp in pairs:
-            self._seqs.append(seq)
-            self._dlp.append(lp)
+        n0 = len(self._seqs)
+        try:
+            self._seqs.extend(seq for seq, _ in pairs)
+            self._dlp.extend(lp for _, lp in pairs)
+        except BaseException:  # Ctrl-C between the two: the lists stay of one length
+            del self._seqs[n0:], self._dlp[n0:]
+            raise
 
     def _score(self, seqs: list[Any]) -> list[float]:
-        """One target call for ``seqs``; validated: exactly one real, non-NaN, non-``+inf`` score each."""
-        self.target_calls += 1
-        self.target_sequences += len(seqs)
+        """The target's scores of ``seqs``: the known ones from the cache, the others (each distinct one
+        once) in one target call, validated: exactly one real, non-NaN, non-``+inf`` score each."""
+        keys = [_key(q) for q in seqs]
+        at: dict[Any, int] = {}  # a distinct unknown sequence -> its place in the call
+        call: list[Any] = []
+        where: list[int] = []  # each sequence's place in the call (-1: known)
+        for q, key in zip(seqs, keys):
+            if key is not None and key in self._known:
+                where.append(-1)
+            elif key is not None and key in at:
+                where.append(at[key])
+            else:
+                if key is not None:
+                    at[key] = len(call)
+                where.append(len(call))
+                call.append(q)
+        got = self._call(call) if call else []
+        for key, j in at.items():
+            self._known[key] = got[j]
+        return [self._known[key] if j < 0 else got[j] for key, j in zip(keys, where)]
+
+    def _call(self, seqs: list[Any]) -> list[float]:
         raw = self._score_fn(list(seqs))
         try:
             arr = np.asarray(raw, dtype=np.float64)  # (n,) float64
@@ -352,6 +412,8 @@ class RescoredIndex:
             j = int(np.argmax(bad))
             raise ValueError(f"target returned {arr[j]!r} for sequence {seqs[j]!r}; "
                              "scores must be real log-probs (-inf allowed)")
+        self.target_calls += 1
+        self.target_sequences += len(seqs)
         return arr.tolist()
 
     def _bound(self, n: int, complete: bool) -> float | None:
@@ -376,8 +438,15 @@ class RescoredIndex:
         fd, ft = d > -math.inf, t > -math.inf
         # Ranked: target-positive pulled sequences by descending target score, ties by draft rank.
         pos = np.flatnonzero(ft)
-        ranked = pos[np.argsort(-t[pos], kind="stable")]
-        items = [(self._seqs[r], float(t[r])) for r in ranked[start:start + k].tolist()]
+        ranked = pos[np.argsort(-t[pos], kind="stable")].tolist()
+        seen: set = set()  # a sequence the draft gave at several ranks (an estimated order) is listed once
+        once = []
+        for r in ranked:
+            key = _key(self._seqs[r])
+            if key is None or key not in seen:
+                seen.add(key)
+                once.append(r)
+        items = [(self._seqs[r], float(t[r])) for r in once[start:start + k]]
         both = fd & ft
         diff = t[both] - d[both]
         gap = float(np.max(np.abs(diff))) if diff.size else 0.0
@@ -430,3 +499,13 @@ def _as_pair(item: Any, rank: int) -> tuple[Any, float]:
     if math.isnan(f) or f == math.inf:
         raise ValueError(f"draft_index log_prob at rank {rank} must be a real log-prob, got {lp!r}")
     return seq, f
+
+
+def _key(seq: Any) -> Any:
+    """A hashable form of ``seq`` for the score cache (a list as a tuple); ``None`` when there is none."""
+    key = tuple(seq) if isinstance(seq, list) else seq
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
