@@ -494,3 +494,34 @@ def test_a_coarser_grid_reads_smaller_blocks_with_the_same_brackets(monkeypatch,
             if cap == 5:
                 _check_all(cc, sc, n_t=20)
     assert big  # some counts past 2**53
+
+
+def test_a_cycle_of_steps_rounded_to_zero_cells_is_counted_length_by_length():
+    """A step of probability close to 1 (p(a|a) ~ 0.995) rounds down to 0 cells in the upper DP: the
+    cycle it makes raised ValueError from every certified query, at default settings too (QA); the
+    DP now counts such a rounding length by length, and the brackets hold brute force."""
+    import itertools
+    import warnings
+
+    from arenum.models import NGramModel
+
+    m = NGramModel.fit(["a" * 200] * 5 + ["b"], order=2, smoothing="wb")
+    for terminating in (True, False):
+        e = m.enumerable(max_len=3, max_prefixes=1, terminating=terminating)
+        if terminating:
+            seqs = [tuple(p) + (m.eos,) for n in range(3) for p in itertools.product(range(m.vocab_size - 1), repeat=n)]
+        else:
+            seqs = list(itertools.product(range(m.vocab_size), repeat=3))
+        scores = m.score_sequences(seqs)
+        for t in sorted(set(scores.tolist()))[::2] + [-60.0, -1.0]:
+            b = e.count_bracket(t)
+            true = int((scores >= t).sum())
+            assert b.lo <= true <= b.hi, (terminating, t, b, true)
+            mb = e.mass_above(t)
+            assert mb.lo <= float(np.exp(scores[scores >= t]).sum()) * (1 + 1e-12) and \
+                mb.hi >= float(np.exp(scores[scores >= t]).sum()) * (1 - 1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # counted length by length: the warning states the cost
+        c = m.enumerable().count(-60.0)
+    d = c.as_dict()
+    assert d["method"] == "certified" and not d["exact"] and 0 < d["ci_lo"] <= d["ci_hi"]

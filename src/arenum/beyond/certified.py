@@ -171,6 +171,7 @@ class CertifiedCounter:
         self._minplus = {True: (m0, 0), False: (m0, 0)}  # cheapest rounded cost of r-token paths, r
         self._least: dict[bool, tuple[np.ndarray, int]] = {}  # each rounding's min-plus row and its minimum
         self._cheapest: dict[bool, int] = {}  # the cheapest step of each rounding (cells)
+        self._zero_cycles: dict[bool, bool] = {}  # whether a rounding has a cycle of 0-cell steps
         #: per rounding: the cheapest ``j``-token walk from any state (``[0, w_1, .., w_j]``) and its row
         self._walks: dict[bool, tuple[list[int], np.ndarray]] = {}
         #: per rounding: every cell up to this is shown uncapped by those walks (kept in a store with
@@ -245,6 +246,14 @@ class CertifiedCounter:
             j += 1
         return False
 
+    def _zero_cycle(self, lower: bool) -> bool:
+        """Whether this rounding has a cycle of steps that each cost 0 cells (probability close to 1,
+        rounded down), which the one-pass sweep cannot count; found once, from its step tables."""
+        got = self._zero_cycles.get(lower)
+        if got is None:
+            got = self._zero_cycles[lower] = self._edges[lower].zero_depth is None
+        return got
+
     def _cheapest_step(self, lower: bool) -> int:
         """The fewest cells one possible step costs in this rounding (0 when there is none)."""
         got = self._cheapest.get(lower)
@@ -259,6 +268,9 @@ class CertifiedCounter:
         else:
             levels = None if self.terminating and self._uncapped(lower, K) else self.cap
         key = (lower, mass, levels)
+        if levels is None and key not in self._sweeps and self._zero_cycle(lower):
+            levels = self.cap  # a cycle of steps rounded down to 0 cells: counted length by length
+            key = (lower, mass, levels)
         sw = self._sweeps.get(key)
         if sw is None:
             work = (self.cap - 1) * int(self._edges[lower].possible.sum()) * (K + 1)  # cell updates past one pass

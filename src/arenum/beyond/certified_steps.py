@@ -179,8 +179,10 @@ class StepEdges:
             self._c_prob = self.prob[self.c_src, self._c_col]
         return self._c_prob
 
-    def _zero_depth(self, src: np.ndarray, nxt: np.ndarray) -> int:
-        """Longest path of zero-cost edges (they are resolved within one cell); cycles are refused."""
+    def _zero_depth(self, src: np.ndarray, nxt: np.ndarray) -> int | None:
+        """Longest path of zero-cost edges (they are resolved within one cell); ``None`` for a cycle of
+        them (steps of probability close to 1 rounded down to 0 cells): the one-pass sweep cannot count
+        it, the sweep length by length can (:meth:`arenum.beyond.certified.CertifiedCounter._sweep`)."""
         S = self.S
         depth = np.zeros(S, dtype=np.int64)
         for it in range(S + 1):
@@ -189,8 +191,7 @@ class StepEdges:
             if np.array_equal(new, depth):
                 return it
             depth = new
-        raise ValueError("the model has a cycle of steps that each round down to zero cells (p close to 1): "
-                         "use a finer resolution_bits")
+        return None
 
 
 class LazySteps(dict):

@@ -86,7 +86,7 @@ class Sweep:
     def factor(self) -> float:
         """The slack of a cell: ``1 -/+ (n + 8) u`` for ``n`` terms summed into it (doubled with weights)."""
         e = self.e
-        n = e.degree + 4 + (e.degree + 4) * 2 * e.zero_depth
+        n = e.degree + 4 + (e.degree + 4) * 2 * (e.zero_depth or 0)  # None: a zero-cost cycle, length by length
         eps = (n + 8) * _U * (1.0 if not self.mass and e.weight is None else 2.0)  # weights: a product per term
         return 1.0 - eps if self.lower else 1.0 + eps
 
