@@ -292,3 +292,26 @@ def test_annotated_numbers_behave_as_numbers():
     t = ThresholdResult(-2.5, exact=False, method="monte_carlo", ci_lo=-3.0, ci_hi=-2.0, confidence=0.95)
     assert t == -2.5 and t < -2 and t.as_dict()["ci_lo"] == -3.0
     assert repr(CountResult(5)) == "5" and CountResult(5).as_dict()["exact"] is True
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_mass_intervals_hold_a_truth_of_nothing_or_everything(seed):
+    """With no draw above t (a true mass of 0) the Wilson interval's lower end came out 2e-19, and with
+    every draw above it (the whole mass) its upper end a few ulps below the value and the truth: a
+    95% interval that can never hold its truth there (QA). Now exactly 0 and 1."""
+    import math
+
+    from arenum import AutoregressiveEnumerable
+    from arenum.testing import RandomModel, brute_force
+
+    m = RandomModel(3, seed=seed)
+    ar = AutoregressiveEnumerable(m, max_len=3)
+    items = brute_force(m.table, fixed_len=3)
+    total = math.fsum(math.exp(s) for _, s in items)
+    est = ar.monte_carlo(1000, seed=seed, head=False)
+    a = est.mass_above(items[0][1] + 0.5)
+    assert a.lo == 0.0 <= a.value <= a.hi
+    b = est.mass_above(items[-1][1])
+    assert b.lo <= b.value <= b.hi == 1.0 and b.lo <= total <= b.hi
+    r = est.cumulative(items[-1][1])
+    assert r.cumulative_lo <= total <= r.cumulative_hi

@@ -113,7 +113,9 @@ def _wilson(k: int, n: int, z: float) -> tuple[float, float]:
     den = 1.0 + z * z / n
     c = (ph + z * z / (2 * n)) / den
     h = z * math.sqrt(ph * (1 - ph) / n + z * z / (4 * n * n)) / den
-    return max(0.0, c - h), min(1.0, c + h)
+    # at no hits the lower end is 0 and at all the upper 1, exactly (c - h, c + h round a few ulps off:
+    # an interval that missed a true mass of 0, or of the whole support)
+    return 0.0 if k == 0 else max(0.0, c - h), 1.0 if k == n else min(1.0, c + h)
 
 
 @dataclass(frozen=True)
@@ -290,7 +292,8 @@ class MonteCarloEstimator:
         # the ratio p/q is constant (1 - P_head) on the tail up to the quantization: Wilson on the hits
         c = self._r_median
         lo, hi = _wilson(hits, n, self._z)
-        return Estimate(base + m, se, min(1.0, base + c * lo), min(1.0, base + c * hi), self.confidence,
+        hi = 1.0 if hits == n else min(1.0, base + c * hi)  # every draw above t: up to the whole mass, at most 1
+        return Estimate(base + m, se, min(1.0, base + c * lo), hi, self.confidence,
                         self.method, n, hits, self.samples.forwards, self._extra(h, hits))
 
     # ------------------------------------------------------------------ ranks
