@@ -112,7 +112,8 @@ class BoundedAnswers(Answers):
         return DensityRankResult(
             rank=r.rank, cumulative=r.cumulative, log_prob=s, exact=False, method=_method(r.method),
             rank_lo=lo, rank_hi=hi, cumulative_lo=min(1.0, c_lo), cumulative_hi=c_hi, truncated=r.truncated,
-            extra=self._extra(r.rank),
+            extra=self._extra(r.rank), confidence=r.confidence,  # an estimate's ends: their level (each end
+            rank_stderr=r.rank_stderr, cumulative_stderr=r.cumulative_stderr,  # from one side of a 95% interval)
         )
 
     def nucleus_size(self, p: float) -> CountDPTopPResult:
