@@ -180,3 +180,41 @@ def test_subnormal_and_underflowing_values(monkeypatch):
         lo, hi = _nucleus_bf(list(scores), p / (1 + e)), _nucleus_bf(list(scores), p / (1 - e))
         assert idx.nucleus(p) == (None if lo is None else (lo, hi))
     idx._check()
+
+
+def test_nucleus_under_max_sequences_does_not_depend_on_what_was_asked_first():
+    """A fresh enumerable's nucleus_size jumped past max_sequences in one round and answered a
+    truncated bracket (its threshold the depth cap), where the same query after a shallow count was
+    exact (QA); the round now stops at the cap, and both orders answer the brute-force size."""
+    import math
+
+    import numpy as np
+
+    from arenum.models import NGramModel
+    from arenum.testing import brute_force
+
+    corpus = ["", "aaad", "cb", "cbad", "bad", "ba", "", "a", "b", "ac", "c", "b", "abab", "bcc", "cd", "c", "cb",
+              "b", "a", "ab"]
+    m = NGramModel.fit(corpus, order=4, smoothing="kn")
+
+    def tab(prefix):
+        lp = np.asarray(m.next_logprobs(prefix))
+        o = np.argsort(-lp, kind="stable")
+        return [int(i) for i in o], [float(lp[i]) for i in o]
+
+    items = brute_force(tab, eos=m.eos, cap=3)
+    assert len(items) == 21
+    for p in (0.3, 0.5, 0.7):
+        acc, k = 0.0, 0
+        while acc < p:
+            acc += math.exp(items[k][1])
+            k += 1
+        for first in (False, True):
+            e = m.enumerable(max_len=3, max_sequences=20)
+            if first:
+                e.count(items[5][1])
+            r = e.nucleus_size(p)
+            assert r.exact and r.size == k and not r.truncated, (p, first, r)
+            s = e.seek_mass(p)
+            assert s.exact and tuple(s.sequence) == items[k - 1][0]
+            e._check()

@@ -512,8 +512,12 @@ class SeekIndex:
                     return idx, False
             if self.at_depth_floor:
                 return idx, True
+            want = max(2 * idx.N, idx.N + self.tree.oracle.batch_size)
+            cap = self.limits.max_sequences
+            if cap is not None and idx.N < cap < want:  # not past the cap in one round: the head holding p
+                want = cap  # may fit under it (a fresh index jumped past it, an earlier one did not)
             try:
-                self.ensure_count(max(2 * idx.N, idx.N + self.tree.oracle.batch_size))
+                self.ensure_count(want)
             except BudgetExceeded:
                 try:
                     return self.index(), True
