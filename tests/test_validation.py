@@ -256,3 +256,10 @@ def test_a_rank_of_probability_0_names_the_token_the_model_does_not_hold():
                                              rf"model's table after \({', '.join(map(str, seq[:k]))}"):
             ar.rank(seq)
     ar._check()
+
+
+def test_ranks_of_not_an_iterable_names_the_parameter():
+    ar = make(lambda p: [(0, LOG_HALF), (1, LOG_HALF)], max_len=2)
+    for bad in (None, 5):
+        with pytest.raises(TypeError, match="sequences must be an iterable of sequences, got"):
+            ar.ranks(bad)

@@ -521,6 +521,8 @@ class AutoregressiveEnumerable:
         """:meth:`rank` of many sequences, scored in one call. ``deepen=False``: no exact build: exact where the
         index built so far reaches, past it a finite-state model's certified brackets from one DP (made once to
         the deepest: ``CertifiedCounter.prepare_ranks``), else as :meth:`rank`; ``deepen=True``: each as :meth:`rank`."""
+        if not hasattr(sequences, "__iter__"):
+            raise TypeError(f"sequences must be an iterable of sequences, got {type(sequences).__name__}")
         seqs = [self._as_tuple(s, "sequences[i]") for s in sequences]
         sc = self.score_sequences(seqs)
         for i in np.flatnonzero(sc == -math.inf)[:1]:
