@@ -831,3 +831,23 @@ def test_threads_share_an_index_and_failed_calls_are_not_counted():
     r = idx.top_k(3)
     assert idx.target_calls == 1 and idx.target_sequences == r.scored == 5
     assert list(r) == r.keys() and dict(r)["items"] == r.items and len(r) == len(r.keys())
+
+
+def test_a_target_support_the_draft_cannot_reach_is_refused():
+    """A draft and a target enumerating other supports (another length, fixed length against eos,
+    another eos, a longer cap for the target) answered an empty head labelled certified (QA): refused
+    in one line; a draft reaching further than the target is allowed."""
+    from arenum import AutoregressiveEnumerable
+    from arenum.testing import RandomModel
+
+    def enum(eos=None, max_len=3):
+        return AutoregressiveEnumerable(RandomModel(3, seed=1, eos=eos), max_len=max_len, eos=eos)
+
+    for d, t, why in [(enum(), enum(max_len=2), "fixed length 3, the target's fixed length 2"),
+                      (enum(), enum(eos=2), "fixed length 3, the target's eos=2"),
+                      (enum(eos=2), enum(eos=2, max_len=4), "reach 4 tokens, the draft's 3")]:
+        with pytest.raises(ValueError, match="other supports: .*" + why) as e:
+            RescoredIndex(d.seek_index(), t, assumed_gap=1.0)
+        assert "\n" not in str(e.value)
+    r = RescoredIndex(enum(eos=2, max_len=4).seek_index(), enum(eos=2), assumed_gap=5.0).top_k(3, certify=True)
+    assert [lp for _, lp in r.items] == [lp for _, lp in enum(eos=2).top_k(3)]

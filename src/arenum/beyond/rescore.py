@@ -169,6 +169,11 @@ class RescoredIndex:
         else:
             raise TypeError("target must have score_sequences(seqs) or be a callable seqs -> log_probs, "
                             f"got {type(target).__name__}")
+        why = _other_supports(getattr(draft_index, "support", None) or
+                              getattr(getattr(draft_index, "tree", None), "support", None), getattr(target, "support", None))
+        if why is not None:
+            raise ValueError(f"draft_index and target enumerate other supports: {why}; the draft never pulls what "
+                             "only the target has, so no answer could be certified")
         self.draft_index = draft_index
         self.target = target
         self.rerank_window = exact_int("rerank_window", rerank_window, minimum=0)
@@ -509,3 +514,18 @@ def _key(seq: Any) -> Any:
     except TypeError:
         return None
     return key
+
+
+def _other_supports(draft: Any, target: Any) -> str | None:
+    """Why the target's support is not within the draft's, where both declare one (``fixed_len``,
+    ``eos``, ``cap``: an enumerable's :class:`~arenum.support.Support`); ``None`` when it is, or unknown."""
+    if not all(hasattr(x, a) for x in (draft, target) for a in ("fixed_len", "eos", "cap")):
+        return None
+    if draft.fixed_len != target.fixed_len:
+        kind = lambda x: f"fixed length {x.fixed_len}" if x.fixed_len is not None else f"eos={x.eos!r}"  # noqa: E731
+        return f"the draft's sequences have {kind(draft)}, the target's {kind(target)}"
+    if draft.fixed_len is None and draft.eos != target.eos:
+        return f"the draft ends in eos={draft.eos!r}, the target in eos={target.eos!r}"
+    if target.cap > draft.cap:
+        return f"the target's sequences reach {target.cap} tokens, the draft's {draft.cap}"
+    return None
