@@ -263,3 +263,20 @@ def test_ranks_of_not_an_iterable_names_the_parameter():
     for bad in (None, 5):
         with pytest.raises(TypeError, match="sequences must be an iterable of sequences, got"):
             ar.ranks(bad)
+
+
+def test_unrank_past_a_capped_finite_support_is_an_index_error():
+    """Past a cap, unrank of a position the certified count shows beyond the whole support raised
+    BudgetExceeded where threshold said IndexError (QA); a position inside still says the cap."""
+    from arenum import BudgetExceeded
+    from arenum.models import NGramModel
+
+    m = NGramModel.fit(["ab", "ba", "abc", "c", "cab"] * 3, order=2)
+    e = m.enumerable(max_len=3, max_prefixes=3)
+    n = sum(1 for k in range(3) for _ in range(len(m.vocab) ** k))  # at most every string of < 3 letters
+    for i in (10**30, n):
+        with pytest.raises(IndexError, match=rf"i={i} is beyond the support \(at most \d+ sequences\)"):
+            e.unrank(i)
+    with pytest.raises(BudgetExceeded, match="max_prefixes=3"):
+        e.unrank(5)
+    e._check()

@@ -156,6 +156,23 @@ class Answers:
             return None  # no least score, or one past the DP's depth: its count would be a lower end only
         return cc
 
+    def unrank(self, i: int) -> tuple[tuple, float]:
+        """``seek.unrank(i)``; past a cap, ``IndexError`` where the certified count shows ``i`` past the
+        whole support (``BudgetExceeded`` otherwise), as :meth:`threshold` does."""
+        try:
+            return self.seek.unrank(i)
+        except BudgetExceeded:
+            n = self.support_at_most()
+            if n is not None and i >= n:
+                raise IndexError(f"i={i} is beyond the support (at most {n:,} sequences)") from None
+            raise
+
+    def support_at_most(self) -> int | None:
+        """A certified upper bound on the number of sequences of the whole support (a finite-state
+        model's DP, counted to its least score), else ``None``."""
+        cc = self._certified_counter(-math.inf, whole=True)
+        return None if cc is None else int(self._cert_count(cc, -math.inf).hi)
+
     def support_floor(self, cc: CertifiedCounter) -> float:
         """The least score of any sequence of the support (``+inf`` when it has none): a min-plus walk
         of ``cc``'s tables over the length cap, from the start state. Every sequence scores ``>=`` it,

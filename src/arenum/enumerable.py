@@ -457,7 +457,8 @@ class AutoregressiveEnumerable:
         """:meth:`unrank` of a valid ``i``, the caller holding the lock."""
         if i < 0:
             raise IndexError(f"i must be >= 0, got {i}")
-        seq, lp = self._seek_at().unrank(i)
+        self._seek_at()
+        seq, lp = self._answers().unrank(i)
         if self.branch_cap is not None or self.logprob_error:
             return SequenceResult(seq, lp, exact=False, method="sub_support" if self.branch_cap else "logprob_error")
         return seq, lp
