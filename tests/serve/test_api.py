@@ -161,6 +161,7 @@ def test_past_the_index_a_certified_bracket_and_no_forward_beyond_the_strings(de
     ("get", "/api/unrank?i=" + "9" * 5000, None, 400, "i must be an integer"),  # not Python's digit limit
     ("get", "/api/unrank?i=1&i=2", None, 400, "'i' is given more than once"),
     ("get", "/api/count?bits=%D9%A1", None, 400, "bits must be a number"),  # an Arabic-Indic 1
+    ("get", "/api/count?bits=1_0", None, 400, "bits must be a number"),  # float() reads 1_0 as 10
     ("post", "/api/rank?password=secret", {"strings": ["abc"]}, 400, "unknown parameter 'password'"),
     ("post", "/api/children?k=3", {"prefix": "pa"}, 400, "unknown parameter 'k'"),
     ("get", "/api/nothing", None, 404, "no such route"),

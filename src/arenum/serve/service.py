@@ -133,8 +133,8 @@ def float_param(name: str, value: Any) -> float:
     try:
         if isinstance(value, bool):
             raise ValueError
-        if isinstance(value, str) and (not value.isascii() or len(value) > 64):
-            raise ValueError  # float() reads other scripts' digits: a number here is ASCII
+        if isinstance(value, str) and (not value.isascii() or len(value) > 64 or "_" in value):
+            raise ValueError  # float() reads other scripts' digits and 1_0: a number here is ASCII digits
         f = float(value)
     except (TypeError, ValueError):
         raise RequestError(f"{name} must be a number, got {str(value)[:40]!r}") from None
