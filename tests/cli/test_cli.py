@@ -187,6 +187,14 @@ def test_budget_cap_gives_brackets(model_path):
     assert coarse["count_hi"] - coarse["count_lo"] > fine["count_hi"] - fine["count_lo"]
     assert "--certify-resolution must be > 0" in fails("count", "--bits", "5", "-m", model_path,
                                                      "--certify-resolution", "0")
+    # a grid too fine for the tables' integers: numpy warnings and a cast error before (QA), one line now
+    assert "resolution_bits must be in [2**-24, 64]" in fails("count", "--bits", "5", "-m", model_path,
+                                                             "--max-forwards", "2", "--certify-resolution", "1e-300")
+    # a rank past any float: an internal OverflowError before (QA), out of range now
+    assert "beyond the support" in fails("threshold", "1e400", "-m", model_path, "--max-len", "4")
+    # a nucleus past the cap: its mass and boundary are the built head's, said so (they read as the nucleus's)
+    text = ok("nucleus", "0.9", "-m", model_path, "--max-len", "6", "--max-forwards", "5")
+    assert "truncated by the cap" in text and text.count("(of the head built before the cap, not the nucleus's)") == 2
 
 
 def test_nucleus_past_what_the_support_holds_says_unreachable(model_path):

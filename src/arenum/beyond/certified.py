@@ -131,8 +131,8 @@ class CertifiedCounter:
         if support.branch_cap is not None:
             raise ValueError("certified brackets count the whole support: branch_cap is not supported")
         r = finite_float("resolution_bits", resolution_bits)
-        if not 0 < r <= 64:
-            raise ValueError(f"resolution_bits must be in (0, 64], got {resolution_bits!r}")
+        if not 2.0**-24 <= r <= 64:  # finer: a step's cells overflow the tables' integers (QA: 1e-300)
+            raise ValueError(f"resolution_bits must be in [2**-24, 64], got {resolution_bits!r}")
         mb = finite_float("max_bits", max_bits)
         if not 0 < mb <= 1000:  # at most 2**1000 sequences score within it: float64 holds the counts
             raise ValueError(f"max_bits must be in (0, 1000], got {max_bits!r}")

@@ -391,8 +391,9 @@ def cmd_nucleus(args: argparse.Namespace, m: Loaded) -> Output:
         size = f">= {r.size_lo:,}"
     else:
         size = f"~{r.size:,.1f} in [{r.size_lo:,}, {r.size_hi:,}]"
+    built = " (of the head built before the cap, not the nucleus's)" if r.truncated else ""
     rows = [("p", f"{args.p:g}"), ("size", f"{size}  {tag}"),
-            ("mass", f"{r.mass_lo:.12g} .. {r.mass_hi:.12g}"), ("boundary", fmt_lp(r.threshold))]
+            ("mass", f"{r.mass_lo:.12g} .. {r.mass_hi:.12g}{built}"), ("boundary", fmt_lp(r.threshold) + built)]
     if r.reachable is False:
         rows.append(("unreachable", f"p = {args.p:g} cannot be reached: the whole support holds at most "
                                     f"{r.mass_hi:.6g} of the model's mass (raise --max-len / --max-depth)"))

@@ -430,7 +430,8 @@ class SeekIndex:
         if c1 < 64 or c0 < 8 or c1 <= c0:
             return cur + max(2.0, cur)
         rate = math.log2(c1 / c0) / ((i1 - i0) / HIST_BINS_PER_BIT)  # bits of count per bit of budget
-        return cur + math.log2(max(n, 2) / c1) / max(rate, 1e-3)
+        grow = math.log2(max(n, 2) / c1) if n < 2**1000 else math.log2(n) - math.log2(c1)  # n past a float
+        return cur + grow / max(rate, 1e-3)
 
     # ------------------------------------------------------------------ queries
     def _seq(self, idx: ExactIndex, P: np.ndarray) -> list[tuple]:
