@@ -228,6 +228,26 @@ def test_guess_chunks_deepen_once_each_in_exact_order():
         assert part == bf[700:2200]
 
 
+def test_guesses_under_a_cap_smaller_than_the_first_chunk_still_stream():
+    """A cap that the first chunk of 256 lines passes made ``guesses`` write nothing where ``top 10``
+    answered (QA); the stream now closes in on the lines the cap allows, in brute-force order, and
+    stops saying how far it got."""
+    from arenum import AutoregressiveEnumerable
+    from arenum.cli import stream
+    from arenum.cli.common import CLIError
+    from arenum.cli.load import Loaded
+    from arenum.testing import RandomModel, brute_force
+
+    m = RandomModel(["a", "b", "c", "d"], seed=6, eos="a", eos_boost=2.0)
+    bf = brute_force(m.table, eos="a", cap=5)
+    got: list = []
+    with pytest.raises(CLIError, match=r"stopped at rank ([0-9,]+) after") as err:
+        enum = AutoregressiveEnumerable(m, max_len=5, eos="a", max_prefixes=40)
+        for items in stream.chunks(Loaded("t", enum, None, None), 0, None, lambda: len(got)):
+            got += items
+    assert 0 < len(got) < 256 and got == bf[: len(got)] and f"rank {len(got):,} " in str(err.value)
+
+
 def test_guess_chunks_under_a_cap_get_as_far_as_slice():
     """Where the round planned for a chunk passes ``max_prefixes`` (``--max-forwards``), the stream
     closes in on one line at a time instead, so it stops about where ``slice`` itself would: its lines

@@ -165,12 +165,15 @@ def chunks(m: Loaded, start: int, count: int | None, taken: Callable[[], int] | 
             size = chunk_size(taken() if taken is not None else n)
         want = size if count is None else min(size, count - n)
         try:
-            if grow is not None and n:  # the first chunk is exactly FIRST_CHUNK (the first line's time)
+            if grow is not None and (n or capped[0]):  # the first chunk is exactly FIRST_CHUNK (the first line's time)
                 have = _grown(grow, i, i + want, capped)  # fewer than i + 1: the support ends at i
                 # what the round made is served, past the plan too (paid for), within the caps
                 want = max(1, min(have - i, MAX_CHUNK, count - n if count is not None else MAX_CHUNK))
             items = m.enum.slice(i, want)
         except BudgetExceeded as exc:
+            if not n and grow is not None and not capped[0]:  # the first chunk past the cap: the lines it allows
+                capped[0] = True
+                continue
             msg = budget_message(exc)
             raise CLIError(f"stopped at rank {i:,} after {n:,} candidates: {msg} (raise --max-forwards "
                            f"to go deeper)") from None
