@@ -322,7 +322,7 @@ def test_an_unrankable_line_says_why():
     model = NGramModel.fit(CORPUS, order=3)
     cur = guessing_curve(model.enumerable(max_len=4), [model.encode("abcabc"), model.encode("ab")], labels=["l", "s"])
     long, short = cur.items
-    assert long.method == "unrankable" and "7 tokens long with EOS, past the length cap 4" in long.error
+    assert long.method == "unrankable" and "it has 7 tokens, 3 past the length cap 4" in long.error
     assert short.method != "unrankable"
 
 

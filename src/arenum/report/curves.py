@@ -35,6 +35,7 @@ import numpy as np
 from ..beyond import mass_count_bound
 from .._validate import LN2
 from ..results import point_value
+from ..support import why_zero
 
 __all__ = ["RankedItem", "CurvePoint", "GuessCurve", "band_name", "guessing_curve", "predeepen", "draw_guessing_curves"]
 
@@ -325,7 +326,9 @@ def guessing_curve(
     items: list[RankedItem | None] = [None] * len(keys)
     for i, (j, s) in enumerate(keys):
         if scores[i] == -math.inf:
-            why = errs[j] or _why_zero(enum, tuple(s) if s is not None else ())
+            sup = getattr(enum, "support", None)  # past the length cap, outside a constraint, or probability 0
+            why = errs[j] or ("sequence " + why_zero(tuple(s), sup, None) if sup is not None and s is not None
+                              else "probability 0 under the model")
             items[i] = RankedItem(labs[j], counts[i], -math.inf, math.inf, math.inf, math.inf, math.inf, math.inf,
                                   "unrankable", True, why)
     ranked = sorted((i for i in good if scores[i] > -math.inf), key=lambda i: -scores[i])
@@ -430,15 +433,3 @@ def draw_guessing_curves(curves: Sequence[GuessCurve], *, max_guesses: float = 1
               title="exact: every line certainly on one side of g", title_fontsize=8)
     return fig
 
-
-def _why_zero(enum: Any, seq: tuple) -> str:
-    """Why a sequence of score ``-inf`` is never guessed: past the length cap, outside the support
-    (a constraint), or probability 0 under the model."""
-    cap, term = getattr(enum, "cap", None), getattr(enum, "terminating", None)
-    if term and cap is not None and len(seq) > cap:
-        return f"{len(seq)} tokens long with EOS, past the length cap {cap} (--max-len)"
-    if term is False and cap is not None and len(seq) != cap:
-        return f"{len(seq)} tokens long, but the enumeration is fixed-length {cap}"
-    sup = getattr(enum, "support", None)
-    out = sup.why_outside(seq) if sup is not None and hasattr(sup, "why_outside") else None
-    return f"outside the support: {out}" if out is not None else "probability 0 under the model"
