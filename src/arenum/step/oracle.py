@@ -409,8 +409,7 @@ class StepOracle:
         r, kid, klp = r[o], kid[o], klp[o]
         lo, hi = np.searchsorted(r, idx, "left"), np.searchsorted(r, idx, "right")
         for i, a, b in zip(idx.tolist(), lo.tolist(), hi.tolist()):
-            off = math.nan if offs is None else float(offs[i])
-            self._salvage[prefixes[i]] = (kid[a:b].copy(), klp[a:b].copy(), int(full[i]), float(floors[i]), off)
+            self._keep_row(prefixes[i], kid[a:b], klp[a:b], full[i], floors[i], math.nan if offs is None else offs[i])
 
     def keep_heads(self, prefixes: list[tuple], floors: np.ndarray, h: Heads) -> None:
         """Put the heads ``h`` that :meth:`fetch_heads` returned for ``prefixes`` back where a round cut
@@ -419,8 +418,12 @@ class StepOracle:
         floors = np.maximum(np.asarray(floors, np.float64), np.finfo(np.float64).min)
         ends = np.cumsum(h.lens)
         for i, (a, b) in enumerate(zip((ends - h.lens).tolist(), ends.tolist())):
-            off = math.nan if h.offs is None else float(h.offs[i])
-            self._salvage[prefixes[i]] = (h.ids[a:b].copy(), h.lps[a:b].copy(), int(h.full[i]), float(floors[i]), off)
+            self._keep_row(prefixes[i], h.ids[a:b], h.lps[a:b], h.full[i], floors[i],
+                           math.nan if h.offs is None else h.offs[i])
+
+    def _keep_row(self, prefix: tuple, ids: np.ndarray, lps: np.ndarray, width: Any, floor: Any, off: Any) -> None:
+        """One prefix's row kept for the retry: its entries ``>= floor``, its width and its offset."""
+        self._salvage[prefix] = (ids.copy(), lps.copy(), int(width), float(floor), float(off))
 
     def _from_salvage(self, prefixes: list[tuple], floors: np.ndarray, todo: list[int], parts_row: list,
                       parts_ids: list, parts_lp: list, full: np.ndarray) -> tuple[list[int], dict[int, float]]:
