@@ -104,6 +104,44 @@ def reference_monte_carlo(next_logprobs, context, eos: int, n: int, *, seed: int
     return rank
 
 
+
+def _one_by_one(out: dict, model, seqs: list, a, limit, t_mc: float, t_ref: float) -> None:
+    """The issue's own measure: one ``enum.rank`` call per password, after the first rank, on an enumerable
+    of its own (its exact builds stay out of the store); ``limit``: its ``rank_exact_limit`` ("default":
+    as made; ``None``: exact as far as the caps allow)."""
+    one = model.enumerable(max_bytes=int(a.max_bytes))
+    if limit != "default":
+        one.rank_exact_limit = limit
+    lim = one.rank_exact_limit
+    one.rank(model.encode(a.deep))
+    f0, r0 = one.stats["forwards"], one.stats["refetches"]
+    m0, p0 = one.stats["model_seconds"], one.stats["parse_seconds"]
+    t0 = time.process_time()
+    each: dict = {}
+    capped = [0, 0, 0.0]  # certified answers whose build was tried and hit a cap: calls, forwards, seconds
+    for s in seqs:
+        f, c = one.stats["forwards"], time.process_time()
+        x = one.rank(s)
+        each[x.method] = each.get(x.method, 0) + 1
+        if x.method != "exact" and one.stats["forwards"] - f > len(s):  # more than its own prefixes scored
+            capped[0] += 1
+            capped[1] += one.stats["forwards"] - f
+            capped[2] += time.process_time() - c
+    t_each = time.process_time() - t0
+    fw, rf = one.stats["forwards"] - f0, one.stats["refetches"] - r0
+    t_model, t_parse = one.stats["model_seconds"] - m0, one.stats["parse_seconds"] - p0  # wall, in the oracle
+    key = "ranks_one_by_one" if limit == "default" else "ranks_one_by_one_unlimited"
+    out[key] = {"rank_exact_limit": lim, "seconds": t_each, "methods": each, "mc_seconds": t_mc,
+                "ratio": t_each / t_mc, "ratio_reference": t_each / t_ref, "forwards": fw, "refetches": rf,
+                "capped_builds": capped, "model_seconds": t_model, "parse_seconds": t_parse,
+                "tree_prefixes": one.stats["tree_prefixes"]}
+    print(f"{'one by one':>14}: rank_exact_limit={lim if lim is None else format(lim, ',')}: enum.rank of each of "
+          f"the {len(seqs)} after the first rank (another enumerable) {t_each:.2f} s ({each}, {fw:,} forwards: the "
+          f"exact builds, {rf:,} of them re-scores; {one.stats['tree_prefixes']:,} live prefixes): ratio "
+          f"{t_each / t_mc:.2f} to Monte Carlo, {t_each / t_ref:.2f} to the reference (target <= 2); "
+          f"{capped[0]} builds hit a cap first ({capped[1]:,} forwards, {capped[2]:.2f} s); of the time, the model "
+          f"{t_model:.2f} s and the parse of its rows {t_parse:.2f} s")
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=1000)
@@ -122,6 +160,9 @@ def main() -> None:
                     "password ranked one by one, and Monte Carlo, in a child process: a before row in the same run")
     ap.add_argument("--baseline-fresh", action="store_true",
                     help="with --baseline-src: also rank the held-out one by one on a fresh enumerable there (slow)")
+    ap.add_argument("--unlimited", action="store_true",
+                    help="also rank the held-out one by one with rank_exact_limit=None (exact as far as the caps "
+                    "allow: the exact build's cost, about 30 s)")
     ap.add_argument("--density-only", action="store_true",
                     help="measure log_density against the model's own scoring only (seconds), then stop")
     a = ap.parse_args()
@@ -223,41 +264,15 @@ def main() -> None:
     print(f"{'ranks':>14}: enum.ranks of {len(seqs)} held-out {t_ranks:.2f} s ({methods}; bracket width median "
           f"{widths[len(widths) // 2]:.3f} bits, max {widths[-1]:.3f}), Monte Carlo {a.samples:,} samples + "
           f"{len(seqs)} ranks {t_mc:.2f} s: ratio {t_ranks / t_mc:.2f}, to the reference {t_ranks / t_ref:.2f} (the DP built)")
-    one = model.enumerable(max_bytes=int(a.max_bytes))  # apart: its exact builds stay out of the store
-    one.rank(model.encode(a.deep))
-    f0, r0 = one.stats["forwards"], one.stats["refetches"]
-    m0, p0 = one.stats["model_seconds"], one.stats["parse_seconds"]
-    t0 = time.process_time()
-    each: dict = {}
-    capped = [0, 0, 0.0]  # certified answers whose build was tried and hit a cap: calls, forwards, seconds
-    for s in seqs:  # the issue's own measure: one rank call per password, after the first rank
-        f, c = one.stats["forwards"], time.process_time()
-        x = one.rank(s)
-        each[x.method] = each.get(x.method, 0) + 1
-        if x.method != "exact" and one.stats["forwards"] - f > len(s):  # more than its own prefixes scored
-            capped[0] += 1
-            capped[1] += one.stats["forwards"] - f
-            capped[2] += time.process_time() - c
-    t_each = time.process_time() - t0
-    fw, rf = one.stats["forwards"] - f0, one.stats["refetches"] - r0
-    t_model, t_parse = one.stats["model_seconds"] - m0, one.stats["parse_seconds"] - p0  # wall, in the oracle
-    out["ranks_one_by_one"] = {"seconds": t_each, "methods": each, "mc_seconds": t_mc, "ratio": t_each / t_mc,
-                               "ratio_reference": t_each / t_ref,
-                               "forwards": fw, "refetches": rf, "capped_builds": capped,
-                               "model_seconds": t_model, "parse_seconds": t_parse}
-    print(f"{'one by one':>14}: enum.rank of each of the {len(seqs)} after the first rank (another enumerable) "
-          f"{t_each:.2f} s ({each}, {fw:,} forwards: the exact builds, {rf:,} of them re-scores): ratio "
-          f"{t_each / t_mc:.2f} to Monte Carlo, {t_each / t_ref:.2f} to the reference (the issue's measure; exact wherever the caps allow, so the build's cost); "
-          f"{capped[0]} builds hit a cap first ({capped[1]:,} forwards, {capped[2]:.2f} s); of the time, the model "
-          f"{t_model:.2f} s and the parse of its rows {t_parse:.2f} s")
-    del one
+    for limit in ("default", None) if a.unlimited else ("default",):
+        _one_by_one(out, model, seqs, a, limit, t_mc, t_ref)
     if a.baseline_src is not None:
         d = out["baseline"] = _baseline(a)
         print(f"{'baseline':>14}: {a.baseline_src}: first rank {d['first_seconds']:.2f} s, then {len(seqs)} ranks one by "
               f"one {d['each_seconds']:.2f} s ({d['each_methods']}), Monte Carlo {d['mc_seconds']:.2f} s: ratio "
               f"{d['each_seconds'] / d['mc_seconds']:.2f}" + (f"; on a fresh enumerable {d['fresh_seconds']:.2f} s: ratio "
                                                               f"{d['fresh_seconds'] / d['mc_seconds']:.2f}" if "fresh_seconds" in d else ""))
-        print(f"{'':>14}  this checkout: ratio {t_each / t_mc:.2f} one by one after the first rank; the first rank "
+        print(f"{'':>14}  this checkout: ratio {out['ranks_one_by_one']['ratio']:.2f} one by one after the first rank; the first rank "
               f"{t_first:.2f} s")
     fresh = model.enumerable(max_bytes=int(a.max_bytes))
     t0 = time.process_time()

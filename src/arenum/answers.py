@@ -146,6 +146,18 @@ class Answers:
         p = cc.prefix_lower(t) if term else None
         return p is not None and seek.surely_over_caps(n, per, prefixes=p)
 
+    def _past_rank_limit(self, t: float, limit: int) -> bool:
+        """Whether a certified DP already built down to ``t`` proves that an exact build there holds
+        more than ``limit`` live prefixes (a terminating sequence's body is one of them; a fixed-length
+        prefix has at most ``max_degree`` completions a step): then a rank skips the build it would
+        stop at the limit. No DP is built to tell (a shallow rank costs less than that DP)."""
+        if not math.isfinite(t) or t >= self.seek.tree.built or mass_count_bound(t) <= limit:
+            return False
+        cc = self._certified_counter(t)
+        if cc is None or not cc.counts_built(t):
+            return False
+        return cc.count_lower(t) / (1 if self.support.is_terminating else max(1, cc.max_degree)) > limit
+
     def _certified_counter(self, t: float, whole: bool = False) -> CertifiedCounter | None:
         """The certified counter past a cap (never under ``branch_cap``: it counts the whole support;
         for ``t = -inf``, the whole support, only when ``whole`` and its least score is finite)."""
@@ -480,8 +492,15 @@ class Answers:
                 rank_lo=lo, rank_hi=hi, cumulative_lo=c_lo, cumulative_hi=c_hi, truncated=trunc,
             )
 
+        limit = self.beyond.rank_limit() if self.certified else None  # the DP answers past it
+
+        def build() -> ExactIndex:
+            if limit is not None and self._past_rank_limit(s, limit):
+                raise BudgetExceeded(f"the certified count shows the exact build would pass rank_exact_limit={limit}")
+            return seek.ensure_score(s, limit)
+
         return self.regime(
-            lambda: seek.ensure_score(s), indexed, t=s, sub_support=lambda idx: indexed(idx, capped=True),
+            build, indexed, t=s, sub_support=lambda idx: indexed(idx, capped=True),
             certified=certified, estimate=lambda est, head: est.rank(s, head=head), bracket=bracket,
         )
 

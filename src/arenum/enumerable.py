@@ -243,8 +243,7 @@ class AutoregressiveEnumerable:
                  index_seconds=seek.index_seconds, indexed_sequences=seek.indexed, memory_bytes=seek.memory_bytes,
                  max_bytes=self.settings.max_bytes, table_bytes=self.settings.table_bytes)
         if self.store is not None:
-            d["store_forwards"] = self.store.forwards
-            d["store_replayed"] = self.store.replayed
+            d.update(store_forwards=self.store.forwards, store_replayed=self.store.replayed)
         return d
 
     def _decode(self, ids: Iterable[int]) -> tuple:
@@ -252,9 +251,7 @@ class AutoregressiveEnumerable:
 
     def _as_tuple(self, sequence: Any, name: str = "sequence") -> tuple:
         if isinstance(sequence, (str, bytes)) and not self._str_tokens():
-            raise TypeError(
-                f"{name} must be a sequence of tokens; got a {type(sequence).__name__} (encode it first)"
-            )
+            raise TypeError(f"{name} must be a sequence of tokens; got a {type(sequence).__name__} (encode it first)")
         try:
             return tuple(sequence)
         except TypeError:
@@ -507,11 +504,11 @@ class AutoregressiveEnumerable:
         """Same as ``sum(1 for x in support if score(x) > score(sequence))`` (the rank, 0-based), with the
         cumulative mass ``P(score(X) >= score(sequence))``.
 
-        Exact when the budget ``-log_density(sequence)`` bits is affordable: one forward per live prefix at that
-        budget. Past a resource cap: for a finite-state model the certified DP's bracket (``method='certified'``,
-        ``docs/certified.md``; its ``cumulative`` computed when read); else a Monte Carlo estimate when
-        ``exact_limit`` is set (``method`` names the estimator, the brackets are intervals at ``confidence``), else a
-        certified bracket (``method='bracket'``). ``ValueError`` if the sequence has probability 0."""
+        Exact when the budget ``-log_density(sequence)`` bits is affordable: one forward per live prefix at that budget
+        (a finite-state model: up to :attr:`rank_exact_limit` of them). Past a cap: a finite-state model's certified
+        DP's bracket (``method='certified'``, ``docs/certified.md``; ``cumulative`` computed when read); else a Monte
+        Carlo estimate when ``exact_limit`` is set (``method`` names the estimator, the brackets are intervals at
+        ``confidence``), else a certified bracket (``method='bracket'``). ``ValueError`` at probability 0."""
         seq, s = self._canonical(sequence)
         if s == -math.inf:
             raise ValueError(f"sequence {short_repr(seq)} {why_zero(seq, self.support, self._tree)}; its rank is undefined")
@@ -622,6 +619,9 @@ class AutoregressiveEnumerable:
     certified_resolution_bits = property(
         lambda self: self._beyond.resolution_bits, lambda self, bits: setattr(self._beyond, "resolution_bits", bits),
         doc="Grid cell (bits) of the certified brackets the automatic regime gives past a cap (settable).")
+    rank_exact_limit = property(lambda self: self._beyond.rank_exact_limit, lambda self, n: setattr(
+        self._beyond, "rank_exact_limit", n), doc="Live prefixes a :meth:`rank` of a finite-state model builds to be "
+        "exact, default 100,000 (settable; ``None``: up to the caps); past them its certified DP answers.")
 
     @locked
     def finite_state_tables(self) -> FiniteStateTables | None:

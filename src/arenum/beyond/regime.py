@@ -17,6 +17,7 @@ from .certified import DEFAULT_RESOLUTION_BITS, CertifiedCounter
 from .draws import FiniteStateSampler
 from .estimate import ExactHead, MonteCarloEstimator
 from ..exact import PrefixTree
+from .._validate import optional_exact_int
 from ..settings import Settings
 from ..step import FiniteStateTables, StepOracle
 from ..support import Support
@@ -27,6 +28,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .lattice import LatticeEnvelopeIndex
 
 __all__ = ["BeyondExact"]
+
+RANK_EXACT_LIMIT = 100_000
+"""Default :attr:`BeyondExact.rank_exact_limit`: a rank of a finite-state model builds the exact index
+while it holds at most this many live prefixes; past them its certified DP answers."""
 
 FiniteState = "FiniteStateTables | Callable[[], FiniteStateTables] | None"
 
@@ -46,6 +51,7 @@ class BeyondExact:
         self._finite_state, self._finite_state_ok = finite_state, False
         self.resolution_bits = DEFAULT_RESOLUTION_BITS
         """Grid cell (bits) of the certified brackets the automatic regime gives past a cap."""
+        self._rank_exact_limit: int | None = RANK_EXACT_LIMIT
         self._mc: dict[tuple, MonteCarloEstimator] = {}
         self._certified: dict[float, CertifiedCounter] = {}
         self._fs_sampler: FiniteStateSampler | None = None
@@ -107,6 +113,23 @@ class BeyondExact:
                              n_clusters=n_clusters)
 
     # ------------------------------------------------------------------ finite-state models
+    @property
+    def rank_exact_limit(self) -> int | None:
+        """Live prefixes a ``rank`` of a finite-state model may build to answer exactly (``None``: as
+        many as the caps allow); past them its certified DP answers (default :data:`RANK_EXACT_LIMIT`)."""
+        return self._rank_exact_limit
+
+    @rank_exact_limit.setter
+    def rank_exact_limit(self, value: Any) -> None:
+        self._rank_exact_limit = optional_exact_int("rank_exact_limit", value, minimum=0)
+
+    def rank_limit(self) -> int | None:
+        """The cap on the live prefixes of a rank's exact build: :attr:`rank_exact_limit` for a model
+        whose certified DP can answer instead (finite-state tables, no ``branch_cap``), else ``None``."""
+        if self._finite_state is None or self.support.branch_cap is not None:
+            return None
+        return self._rank_exact_limit
+
     def certified(self, resolution_bits: float | None = None) -> CertifiedCounter | None:
         """The :class:`~arenum.beyond.certified.CertifiedCounter` of a finite-state model, built lazily
         and cached per resolution (default :attr:`resolution_bits`); ``None`` without tables or under

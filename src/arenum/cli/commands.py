@@ -453,6 +453,8 @@ def plot_marks(m: Loaded, strings: Sequence[str], boundary: float, *, exact_mark
     deep = [j for j in range(len(strings)) if scores[j] < boundary]
     notes: list[str] = []
     if exact_marks or not deep or not plot.estimator_available(m.enum):
+        if exact_marks and hasattr(m.enum, "rank_exact_limit"):
+            m.enum.rank_exact_limit = None  # exactly, as far as --max-forwards allows (not the certified DP)
         recs = rank_strings(m, strings)
         for d in recs:
             if d["forwards"]:

@@ -57,6 +57,7 @@ def cmd_demo(args: argparse.Namespace) -> Output:
     say: Callable[[str], None] = (lambda s: None) if args.json else (lambda s: print(s, flush=True))
     model, source = load_demo_model()
     m = ngram_loaded(model, "demo", max_len=None, eos="auto", max_forwards=DEMO_MAX_FORWARDS)
+    m.enum.rank_exact_limit = None  # ranks exact as far as the demo's cap allows, as every other answer here
     m.enum.progress = bar = make_progress(args.quiet)
     report: dict[str, Any] = {"command": "demo", "model": {**m.info, "source": source}}
 

@@ -244,11 +244,15 @@ def load_model(args: argparse.Namespace) -> Loaded:
         m = _load_model(args)
         if getattr(args, "certify_resolution", None) is not None:
             m.enum.certified_resolution_bits = args.certify_resolution
+        if getattr(args, "rank_exact_limit", None) is not None:
+            m.enum.rank_exact_limit = args.rank_exact_limit
         return m
     if getattr(args, "exact_limit", None) is not None:
         raise CLIError("--exact-limit (estimates) is not available with --workers")
     if getattr(args, "certify_resolution", None) is not None:
         raise CLIError("--certify-resolution (certified brackets) is not available with --workers")
+    if getattr(args, "rank_exact_limit", None) is not None:
+        raise CLIError("--rank-exact-limit (certified ranks) is not available with --workers")
     if getattr(args, "store_readonly", False):
         raise CLIError("--readonly is not available with --workers (each worker holds its store's lock)")
     store = getattr(args, "store", None)

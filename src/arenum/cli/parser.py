@@ -176,6 +176,9 @@ def _model_opts(model: str) -> argparse.ArgumentParser:
     g.add_argument("--certify-resolution", type=_float_type("--certify-resolution", 0.0, 64.0, lo_open=True), metavar="R",
                    help="finite-state models: grid cell in bits of the certified brackets past --max-forwards "
                         "(default 1/32; a coarser grid is faster and smaller, its brackets wider)")
+    g.add_argument("--rank-exact-limit", type=_int_type("--rank-exact-limit", 0), metavar="N",
+                   help="finite-state models: a rank builds the exact index up to N live prefixes, past them the "
+                        "certified DP answers it (default 100,000; N >= --max-forwards: exact as far as it allows)")
     e = model_opts.add_argument_group("estimates past the exact budget")
     e.add_argument("--exact-limit", type=_int_type("--exact-limit", 1), metavar="N",
                    help="rank/count/threshold needing more than N forwards are answered by a Monte Carlo "

@@ -272,14 +272,17 @@ class SeekIndex:
                 return idx
             i += 1  # the histogram's float edge: one bin deeper
 
-    def _deepen(self, T: float, keep: float | None) -> None:
-        """Deepen the tree to ``T`` within the caps (:class:`BudgetExceeded` past one).
+    def _deepen(self, T: float, keep: float | None, max_prefixes: int | None = None) -> None:
+        """Deepen the tree to ``T`` within the caps (:class:`BudgetExceeded` past one); ``max_prefixes``:
+        a tighter cap on the live prefixes for this build alone.
 
         A build refused by a cap in the tree is remembered: a later one at least as deep, under caps
         no looser and with the tree holding no fewer bytes, needs every node the refused one needed
         and is refused at once, saying so, before any forward or scan of the frontier (each such
         retry scanned millions of prefixes: 0.2-0.4 s a rank past the cap)."""
         lim = self.limits.max_prefixes
+        if max_prefixes is not None:
+            lim = max_prefixes if lim is None else min(lim, max_prefixes)
         bits = -T / LN2
         if self.frozen:
             raise BudgetExceeded(f"an exact answer at {bits:.3f} bits is past the frozen index "
@@ -320,14 +323,15 @@ class SeekIndex:
         return self.ensure_score(-bits * LN2)
 
     @locked
-    def ensure_score(self, t: float) -> ExactIndex:
+    def ensure_score(self, t: float, max_prefixes: int | None = None) -> ExactIndex:
         """Make the index exact for every score ``>= t`` (nats; ``-inf``: the whole support).
 
         A score bound is what the caller asked for, so it is followed below ``max_depth_bits`` (which
         caps only the deepening of position queries); ``max_prefixes`` and ``max_sequences`` still
-        apply (:class:`BudgetExceeded`)."""
+        apply (:class:`BudgetExceeded`), and ``max_prefixes`` given here tightens the first for this
+        build alone (a rank that a certified DP can answer instead)."""
         if t < self.tree.built:
-            self._deepen(t, t - self.tree.keep_margin_bits * LN2)
+            self._deepen(t, t - self.tree.keep_margin_bits * LN2, max_prefixes)
         return self._index_above(t)
 
     @locked
