@@ -68,11 +68,13 @@ class Answers:
                sub_support: Callable[[R], R] | None = None,
                certified: Callable[[CertifiedCounter], R] | None = None,
                estimate: Callable[[MonteCarloEstimator, ExactHead | None], R] | None = None,
-               bracket: Callable[[ExactIndex], R] | None = None, whole: bool = False) -> R:
+               bracket: Callable[[ExactIndex], R] | None = None, whole: bool = False,
+               rank_limit: int | None = None) -> R:
         """The one regime decision of every query: the first rung that applies makes the record.
 
         ``build()`` deepens the index to the query's budget (it raises
-        :class:`~arenum.errors.BudgetExceeded` past a resource cap). Then, in this order:
+        :class:`~arenum.errors.BudgetExceeded` past a resource cap; ``rank_limit``: a rank's own cap on
+        the live prefixes, :meth:`_past_rank_limit`). Then, in this order:
 
         - ``exact(x)``: no cap bound (``method='exact'``);
         - ``sub_support(x)``: ``branch_cap`` cut the support (``method='bracket'``);
@@ -93,7 +95,10 @@ class Answers:
         (:func:`arenum.results.point_value`).
         """
         try:
-            if certified is not None and self._out_of_reach(t):
+            if rank_limit is not None and self.seek.surely_over_caps(0, prefixes=2 * rank_limit):
+                rank_limit = None  # the caps may bind before a rank's limit: they decide, as for any query
+            if certified is not None and (self._past_rank_limit(t, rank_limit) if rank_limit is not None
+                                          else self._out_of_reach(t)):  # a rank's limit bounds its build
                 raise BudgetExceeded("the certified count shows the exact build would pass a cap")
             x = build()
         except BudgetExceeded:
@@ -146,12 +151,14 @@ class Answers:
         p = cc.prefix_lower(t) if term else None
         return p is not None and seek.surely_over_caps(n, per, prefixes=p)
 
-    def _past_rank_limit(self, t: float, limit: int) -> bool:
+    def _past_rank_limit(self, t: float, limit: int | None) -> bool:
         """Whether a certified DP already built down to ``t`` proves that an exact build there holds
         more than ``limit`` live prefixes (a terminating sequence's body is one of them; a fixed-length
         prefix has at most ``max_degree`` completions a step): then a rank skips the build it would
-        stop at the limit. No DP is built to tell (a shallow rank costs less than that DP)."""
-        if not math.isfinite(t) or t >= self.seek.tree.built or mass_count_bound(t) <= limit:
+        stop at the limit. It stands for :meth:`_out_of_reach` there (whose prefix DP each deeper rank
+        would grow, for a build the limit bounds anyway). No DP is built to tell (a shallow rank costs
+        less than that DP); ``limit=None``: no limit."""
+        if limit is None or not math.isfinite(t) or t >= self.seek.tree.built or mass_count_bound(t) <= limit:
             return False
         cc = self._certified_counter(t)
         if cc is None or not cc.counts_built(t):
@@ -493,15 +500,9 @@ class Answers:
             )
 
         limit = self.beyond.rank_limit() if self.certified else None  # the DP answers past it
-
-        def build() -> ExactIndex:
-            if limit is not None and self._past_rank_limit(s, limit):
-                raise BudgetExceeded(f"the certified count shows the exact build would pass rank_exact_limit={limit}")
-            return seek.ensure_score(s, limit)
-
         return self.regime(
-            build, indexed, t=s, sub_support=lambda idx: indexed(idx, capped=True),
-            certified=certified, estimate=lambda est, head: est.rank(s, head=head), bracket=bracket,
+            lambda: seek.ensure_score(s, limit), indexed, t=s, sub_support=lambda idx: indexed(idx, capped=True),
+            certified=certified, estimate=lambda est, head: est.rank(s, head=head), bracket=bracket, rank_limit=limit,
         )
 
     def _cert_rank(self, cc: CertifiedCounter, s: float, trunc: bool) -> DensityRankResult:

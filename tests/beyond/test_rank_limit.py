@@ -154,3 +154,21 @@ def test_a_build_the_dp_proves_past_the_limit_is_not_tried(monkeypatch, seed):
         assert e.stats["tree_prefixes"] <= limit
         e._check()
     assert skipped >= 5
+
+
+def test_a_rank_under_its_limit_grows_no_prefix_dp():
+    """Where a rank's limit binds before the caps, the caps' check (the certified prefix DP, grown to
+    every deeper rank) is not asked: the limit bounds the build, and the count DP already built tells
+    when to skip it. Where the caps bind first (no limit here), they decide as for any query."""
+    m = NGramModel.fit(_words(40, 11), order=3, smoothing="kn")
+    sc = _scores(m)
+    words = [w for w in _words(300, 12) if len(w) <= 6]
+    for limit, grown in ((10, False), (None, True)):
+        e = m.enumerable(max_len=CAP, max_prefixes=40)
+        e.rank_exact_limit = limit
+        for w in ["ddddcc"] + words:  # the deep one first: its count DP built
+            r = e.rank(m.encode(w))
+            assert r.rank_lo <= int((sc > m.logprob(w)).sum()) <= r.rank_hi
+            assert e.stats["tree_prefixes"] <= 40
+        e._check()
+        assert (e.certified()._prefixes is not None) == grown
