@@ -156,12 +156,14 @@ class Answers:
         more than ``limit`` live prefixes (a terminating sequence's body is one of them; a fixed-length
         prefix has at most ``max_degree`` completions a step): then a rank skips the build it would
         stop at the limit. It stands for :meth:`_out_of_reach` there (whose prefix DP each deeper rank
-        would grow, for a build the limit bounds anyway). No DP is built to tell (a shallow rank costs
-        less than that DP); ``limit=None``: no limit."""
+        would grow, for a build the limit bounds anyway). The count DP is built to tell only for a rank
+        more than 10 bits past what ``limit`` sequences could reach (``e**-t > 1024 limit``), which
+        it answers anyway when the build cannot: a shallower one builds first (cheaper than that DP, and
+        often exact). ``limit=None``: no limit."""
         if limit is None or not math.isfinite(t) or t >= self.seek.tree.built or mass_count_bound(t) <= limit:
             return False
         cc = self._certified_counter(t)
-        if cc is None or not cc.counts_built(t):
+        if cc is None or not (cc.counts_built(t) or mass_count_bound(t) > 1024 * limit):
             return False
         return cc.count_lower(t) / (1 if self.support.is_terminating else max(1, cc.max_degree)) > limit
 

@@ -172,3 +172,23 @@ def test_a_rank_under_its_limit_grows_no_prefix_dp():
             assert e.stats["tree_prefixes"] <= 40
         e._check()
         assert (e.certified()._prefixes is not None) == grown
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_fresh_rank_far_past_the_limit_builds_the_dp_first(seed):
+    """On a fresh enumerable, a rank more than 10 bits past what the limit's sequences could reach
+    (``e**-t > 1024 limit``) asks the certified DP first, which answers it: no exact build (only the
+    sequence's own prefixes scored)."""
+    import math
+
+    m = NGramModel.fit(_words(50, 40 + seed), order=3, smoothing="kn")
+    deep = min(_words(80, 70 + seed), key=m.logprob)
+    s = m.logprob(deep)
+    limit = int(math.exp(-s) / 2048)
+    assert limit >= 5
+    e = m.enumerable(max_len=CAP)
+    e.rank_exact_limit = limit
+    r = e.rank(m.encode(deep))
+    assert r.method == "certified" and e.stats["forwards"] <= len(deep) + 1 and e.stats["tree_prefixes"] <= 1
+    assert r.rank_lo <= int((_scores(m) > s).sum()) <= r.rank_hi
+    e._check()
