@@ -136,6 +136,7 @@ def run_model(name: str, a: argparse.Namespace) -> dict:
     cc, rows = finest
     order = np.argsort(-scores)
     ex = model.enumerable(max_prefixes=a.exact_prefixes)
+    ex.rank_exact_limit = None  # exact ranks as far as --exact-prefixes allows (the truth checked against)
     checked = inside = 0
     t0 = time.perf_counter()
     for i in order:

@@ -99,6 +99,7 @@ def main() -> None:
 
     # 1. exact, most probable first, until the cap
     ar = model.enumerable(max_prefixes=a.exact_prefixes)
+    ar.rank_exact_limit = None  # exact ranks as far as --exact-prefixes allows (the truth)
     truth: dict[int, int] = {}
     t0 = time.perf_counter()
     for i in np.argsort(-scores, kind="stable").tolist():
