@@ -95,8 +95,6 @@ class Answers:
         (:func:`arenum.results.point_value`).
         """
         try:
-            if rank_limit is not None and self.seek.surely_over_caps(0, prefixes=2 * rank_limit):
-                rank_limit = None  # the caps may bind before a rank's limit: they decide, as for any query
             if certified is not None and (self._past_rank_limit(t, rank_limit) if rank_limit is not None
                                           else self._out_of_reach(t)):  # a rank's limit bounds its build
                 raise BudgetExceeded("the certified count shows the exact build would pass a cap")
@@ -151,7 +149,14 @@ class Answers:
         p = cc.prefix_lower(t) if term else None
         return p is not None and seek.surely_over_caps(n, per, prefixes=p)
 
-    def _past_rank_limit(self, t: float, limit: int | None) -> bool:
+    def _rank_limit(self) -> int | None:
+        """A rank's own cap on the live prefixes of its build (:attr:`BeyondExact.rank_exact_limit`) where a
+        certified DP can answer instead and the limit binds before the caps; else ``None`` (the caps
+        decide, as for any query)."""
+        limit = self.beyond.rank_limit() if self.certified else None
+        return None if limit is None or self.seek.surely_over_caps(0, prefixes=2 * limit) else limit
+
+    def _past_rank_limit(self, t: float, limit: int) -> bool:
         """Whether a certified DP already built down to ``t`` proves that an exact build there holds
         more than ``limit`` live prefixes (a terminating sequence's body is one of them; a fixed-length
         prefix has at most ``max_degree`` completions a step): then a rank skips the build it would
@@ -159,8 +164,8 @@ class Answers:
         would grow, for a build the limit bounds anyway). The count DP is built to tell only for a rank
         more than 10 bits past what ``limit`` sequences could reach (``e**-t > 1024 limit``), which
         it answers anyway when the build cannot: a shallower one builds first (cheaper than that DP, and
-        often exact). ``limit=None``: no limit."""
-        if limit is None or not math.isfinite(t) or t >= self.seek.tree.built or mass_count_bound(t) <= limit:
+        often exact)."""
+        if not math.isfinite(t) or t >= self.seek.tree.built or mass_count_bound(t) <= limit:
             return False
         cc = self._certified_counter(t)
         if cc is None or not (cc.counts_built(t) or mass_count_bound(t) > 1024 * limit):
@@ -501,7 +506,7 @@ class Answers:
                 rank_lo=lo, rank_hi=hi, cumulative_lo=c_lo, cumulative_hi=c_hi, truncated=trunc,
             )
 
-        limit = self.beyond.rank_limit() if self.certified else None  # the DP answers past it
+        limit = self._rank_limit()  # the DP answers past it
         return self.regime(
             lambda: seek.ensure_score(s, limit), indexed, t=s, sub_support=lambda idx: indexed(idx, capped=True),
             certified=certified, estimate=lambda est, head: est.rank(s, head=head), bracket=bracket, rank_limit=limit,

@@ -171,7 +171,6 @@ class CertifiedCounter:
         self._minplus = {True: (m0, 0), False: (m0, 0)}  # cheapest rounded cost of r-token paths, r
         self._least: dict[bool, tuple[np.ndarray, int]] = {}  # each rounding's min-plus row and its minimum
         self._cheapest: dict[bool, int] = {}  # the cheapest step of each rounding (cells)
-        self._zero_cycles: dict[bool, bool] = {}  # whether a rounding has a cycle of 0-cell steps
         #: per rounding: the cheapest ``j``-token walk from any state (``[0, w_1, .., w_j]``) and its row
         self._walks: dict[bool, tuple[list[int], np.ndarray]] = {}
         #: per rounding: every cell up to this is shown uncapped by those walks (kept in a store with
@@ -248,11 +247,8 @@ class CertifiedCounter:
 
     def _zero_cycle(self, lower: bool) -> bool:
         """Whether this rounding has a cycle of steps that each cost 0 cells (probability close to 1,
-        rounded down), which the one-pass sweep cannot count; found once, from its step tables."""
-        got = self._zero_cycles.get(lower)
-        if got is None:
-            got = self._zero_cycles[lower] = self._edges[lower].zero_depth is None
-        return got
+        rounded down), which the one-pass sweep cannot count (found with its step tables, made once)."""
+        return self._edges[lower].zero_depth is None
 
     def _cheapest_step(self, lower: bool) -> int:
         """The fewest cells one possible step costs in this rounding (0 when there is none)."""

@@ -432,4 +432,3 @@ def draw_guessing_curves(curves: Sequence[GuessCurve], *, max_guesses: float = 1
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0.0,
               title="exact: every line certainly on one side of g", title_fontsize=8)
     return fig
-
